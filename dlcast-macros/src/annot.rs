@@ -1,0 +1,249 @@
+//! Parsing of the parameter annotations `#[shape(..)]`, `#[device(..)]` and
+//! `#[order(..)]`, with errors spanned on the faulty token.
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Attribute, Error, Ident, LitInt, Token};
+
+/// One entry of `#[shape(..)]`.
+pub enum Dim {
+    Fixed(usize),
+    Any,
+    Named(Ident),
+    Rest,
+}
+
+impl Parse for Dim {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let la = input.lookahead1();
+        if la.peek(Token![..]) {
+            input.parse::<Token![..]>()?;
+            Ok(Dim::Rest)
+        } else if la.peek(Token![_]) {
+            input.parse::<Token![_]>()?;
+            Ok(Dim::Any)
+        } else if la.peek(Ident) {
+            Ok(Dim::Named(input.parse()?))
+        } else if la.peek(LitInt) {
+            let lit: LitInt = input.parse()?;
+            let n = lit
+                .base10_parse::<usize>()
+                .map_err(|_| Error::new(lit.span(), "an extent must be a non-negative integer"))?;
+            if !lit.suffix().is_empty() {
+                return Err(Error::new(
+                    lit.span(),
+                    "write the extent without a type suffix",
+                ));
+            }
+            Ok(Dim::Fixed(n))
+        } else if input.peek(syn::Lit) {
+            let lit: syn::Lit = input.parse()?;
+            Err(Error::new(
+                lit.span(),
+                "an extent must be an integer, `_`, `..` or a name",
+            ))
+        } else {
+            Err(la.error())
+        }
+    }
+}
+
+/// Device names accepted in `#[device(..)]` and their DLPack codes
+/// (`None`: any device type the header defines).
+const DEVICES: &[(&str, Option<i32>)] = &[
+    ("cpu", Some(1)),
+    ("cuda", Some(2)),
+    ("cuda_host", Some(3)),
+    ("opencl", Some(4)),
+    ("vulkan", Some(7)),
+    ("metal", Some(8)),
+    ("rocm", Some(10)),
+    ("rocm_host", Some(11)),
+    ("cuda_managed", Some(13)),
+    ("oneapi", Some(14)),
+    ("any", None),
+];
+
+/// One entry of `#[device(..)]`: a name and an optional device id.
+pub struct DeviceEntry {
+    code: Option<i32>,
+    id: Option<i32>,
+}
+
+impl Parse for DeviceEntry {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        let Some(&(_, code)) = DEVICES.iter().find(|(n, _)| name == n) else {
+            let known: Vec<&str> = DEVICES.iter().map(|(n, _)| *n).collect();
+            return Err(Error::new(
+                name.span(),
+                format!(
+                    "unknown device `{name}`; expected one of: {}",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let id = if input.peek(syn::token::Paren) {
+            let inner;
+            syn::parenthesized!(inner in input);
+            let lit: LitInt = inner.parse()?;
+            Some(lit.base10_parse::<i32>()?)
+        } else {
+            None
+        };
+        Ok(DeviceEntry { code, id })
+    }
+}
+
+/// `#[order(..)]`.
+#[derive(Clone, Copy)]
+pub enum Order {
+    C,
+    F,
+    Contiguous,
+}
+
+/// The annotations of one parameter.
+#[derive(Default)]
+pub struct Annotations {
+    pub shape: Option<Vec<Dim>>,
+    pub devices: Option<Vec<DeviceEntry>>,
+    pub order: Option<Order>,
+    /// Span of the first annotation, for "not an array parameter" errors.
+    pub first: Option<Span>,
+}
+
+const NAMES: [&str; 3] = ["shape", "device", "order"];
+
+/// Removes dlcast's annotations from `attrs` and parses them.
+pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
+    let mut out = Annotations::default();
+    let mut errors: Option<Error> = None;
+    let mut push_err = |e: Error| match &mut errors {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
+    let mut kept = Vec::with_capacity(attrs.len());
+    for attr in attrs.drain(..) {
+        let Some(name) = NAMES.iter().find(|n| attr.path().is_ident(n)) else {
+            kept.push(attr);
+            continue;
+        };
+        out.first.get_or_insert(attr.span());
+        if let Err(e) = parse_one(name, &attr, &mut out) {
+            push_err(e);
+        }
+    }
+    *attrs = kept;
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+fn duplicate(attr: &Attribute, name: &str) -> Error {
+    Error::new(
+        attr.path().span(),
+        format!("duplicate #[{name}(..)] on this parameter"),
+    )
+}
+
+fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result<()> {
+    match name {
+        "shape" => {
+            if out.shape.is_some() {
+                return Err(duplicate(attr, name));
+            }
+            let dims = match &attr.meta {
+                syn::Meta::List(l) => l.parse_args_with(parse_shape)?,
+                _ => {
+                    return Err(Error::new(
+                        attr.span(),
+                        "write #[shape(..)], e.g. #[shape(n, 3)]",
+                    ))
+                }
+            };
+            out.shape = Some(dims);
+        }
+        "device" => {
+            if out.devices.is_some() {
+                return Err(duplicate(attr, name));
+            }
+            let list: Punctuated<DeviceEntry, Token![,]> =
+                attr.parse_args_with(Punctuated::parse_separated_nonempty)?;
+            out.devices = Some(list.into_iter().collect());
+        }
+        _ => {
+            if out.order.is_some() {
+                return Err(duplicate(attr, name));
+            }
+            let id: Ident = attr.parse_args()?;
+            out.order = Some(match id.to_string().as_str() {
+                "c" | "C" => Order::C,
+                "f" | "F" => Order::F,
+                "contiguous" => Order::Contiguous,
+                other => {
+                    return Err(Error::new(
+                        id.span(),
+                        format!("unknown order `{other}`; expected `c`, `f` or `contiguous`"),
+                    ))
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Parses the entries of `#[shape(..)]`, refusing a second `..`.
+fn parse_shape(input: ParseStream) -> syn::Result<Vec<Dim>> {
+    let mut dims = Vec::new();
+    let mut rest_seen = false;
+    while !input.is_empty() {
+        let span = input.span();
+        let d: Dim = input.parse()?;
+        if matches!(d, Dim::Rest) {
+            if rest_seen {
+                return Err(Error::new(span, "at most one `..` per shape"));
+            }
+            rest_seen = true;
+        }
+        dims.push(d);
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(dims)
+}
+
+/// Tokens for the runtime's `DeviceSpec` list.
+pub fn devices_tokens(rt: &TokenStream, devices: Option<&[DeviceEntry]>) -> TokenStream {
+    let Some(devices) = devices else {
+        return quote!(&[#rt::DeviceSpec::CPU]);
+    };
+    let items = devices.iter().map(|d| {
+        let t = match d.code {
+            Some(c) => quote!(::core::option::Option::Some(#c)),
+            None => quote!(::core::option::Option::None),
+        };
+        let id = match d.id {
+            Some(i) => quote!(::core::option::Option::Some(#i)),
+            None => quote!(::core::option::Option::None),
+        };
+        quote!(#rt::DeviceSpec { device_type: #t, device_id: #id })
+    });
+    quote!(&[#(#items),*])
+}
+
+/// Tokens for the runtime's `Order`.
+pub fn order_tokens(rt: &TokenStream, order: Option<Order>) -> TokenStream {
+    match order {
+        None => quote!(#rt::Order::Any),
+        Some(Order::C) => quote!(#rt::Order::C),
+        Some(Order::F) => quote!(#rt::Order::F),
+        Some(Order::Contiguous) => quote!(#rt::Order::Contiguous),
+    }
+}

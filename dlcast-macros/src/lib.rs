@@ -1,0 +1,290 @@
+//! The `#[dlpack_fn]` attribute macro. Use it through `dlcast_runtime`,
+//! which re-exports it and does all the work at run time; this crate only
+//! parses, checks the annotations with precise spans, and emits one static
+//! description of the constraints plus one runtime call per parameter.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{
+    parse_macro_input, Error, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments,
+    ReturnType, Type,
+};
+
+mod annot;
+
+use annot::{Annotations, Dim};
+
+/// Turns a `#[pyfunction]` whose parameters are dlcast views
+/// (`TensorRef`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or `Option` of
+/// one) into a function that takes any DLPack producer from Python and
+/// checks it against the parameter's annotations:
+///
+/// - `#[shape(n, 3)]`: integers (exact extent), `_` (any), names (equal
+///   across the call's parameters), one `..` (any number of dimensions);
+///   `#[shape()]` is 0-d; without it, any shape.
+/// - `#[device(cpu, cuda(0), ..)]`: allowed devices, optionally with an id;
+///   default `cpu`.
+/// - `#[order(c | f | contiguous)]`: required memory order; default any.
+///
+/// Place it above `#[pyfunction]`.
+#[proc_macro_attribute]
+pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let attr = TokenStream2::from(attr);
+    if !attr.is_empty() {
+        return Error::new(attr.span(), "#[dlpack_fn] takes no arguments")
+            .to_compile_error()
+            .into();
+    }
+    let func = parse_macro_input!(item as ItemFn);
+    expand(func).unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+/// The kinds of view parameter, recognised by the type's last path segment.
+#[derive(Clone, Copy, PartialEq)]
+enum ViewKind {
+    Ref,
+    Mut,
+    Dyn,
+    DynMut,
+}
+
+impl ViewKind {
+    fn of(ty: &Type) -> Option<Self> {
+        let Type::Path(p) = ty else { return None };
+        let last = p.path.segments.last()?;
+        Some(match last.ident.to_string().as_str() {
+            "TensorRef" => ViewKind::Ref,
+            "TensorMut" => ViewKind::Mut,
+            "TensorDyn" => ViewKind::Dyn,
+            "TensorDynMut" => ViewKind::DynMut,
+            _ => return None,
+        })
+    }
+
+    fn writable(self) -> bool {
+        matches!(self, ViewKind::Mut | ViewKind::DynMut)
+    }
+}
+
+/// The type inside `Option<..>`, if `ty` is spelled as an `Option`.
+fn option_inner(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last()?;
+    if last.ident != "Option" {
+        return None;
+    }
+    match &last.arguments {
+        PathArguments::AngleBracketed(a) if a.args.len() == 1 => match &a.args[0] {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// An array parameter after parsing.
+struct ViewParam {
+    ident: Ident,
+    ty: Type,
+    optional: bool,
+    kind: ViewKind,
+    annots: Annotations,
+}
+
+/// How the body's result becomes the Python function's `PyResult`.
+enum Ret {
+    /// No return type: `()`.
+    Unit,
+    /// `PyResult<T>` / `Result<T, E>`: errors convert with `Into<PyErr>`.
+    Result(Type),
+    /// Any other `T`.
+    Plain(Type),
+}
+
+fn classify_return(ret: &ReturnType) -> Ret {
+    let ReturnType::Type(_, ty) = ret else {
+        return Ret::Unit;
+    };
+    if let Type::Path(p) = &**ty {
+        if let Some(last) = p.path.segments.last() {
+            if last.ident == "PyResult" || last.ident == "Result" {
+                if let PathArguments::AngleBracketed(a) = &last.arguments {
+                    if let Some(GenericArgument::Type(t)) = a.args.first() {
+                        return Ret::Result(t.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ret::Plain((**ty).clone())
+}
+
+fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
+    let rt = quote!(::dlcast_runtime::__private);
+    let pyo3 = quote!(#rt::pyo3);
+    if let Some(g) = func.sig.generics.params.first() {
+        return Err(Error::new(
+            g.span(),
+            "#[dlpack_fn] functions cannot be generic yet",
+        ));
+    }
+
+    let mut views: Vec<ViewParam> = Vec::new();
+    let mut outer_params = Vec::new();
+    let mut call_args = Vec::new();
+    let mut errors: Option<Error> = None;
+    for arg in func.sig.inputs.iter_mut() {
+        let FnArg::Typed(pt) = arg else {
+            return Err(Error::new(
+                arg.span(),
+                "#[dlpack_fn] does not support methods yet",
+            ));
+        };
+        let annots = match annot::take(&mut pt.attrs) {
+            Ok(a) => a,
+            Err(e) => {
+                match &mut errors {
+                    Some(all) => all.combine(e),
+                    None => errors = Some(e),
+                }
+                continue;
+            }
+        };
+        let (optional, inner) = match option_inner(&pt.ty) {
+            Some(t) => (true, t),
+            None => (false, &*pt.ty),
+        };
+        let Some(kind) = ViewKind::of(inner) else {
+            if let Some(span) = annots.first {
+                return Err(Error::new(
+                    span,
+                    "#[shape], #[device] and #[order] apply to array parameters only \
+                     (TensorRef, TensorMut, TensorDyn, TensorDynMut, or an Option of one)",
+                ));
+            }
+            outer_params.push(quote!(#pt));
+            let pat = &pt.pat;
+            call_args.push(quote!(#pat));
+            continue;
+        };
+        let Pat::Ident(pi) = &*pt.pat else {
+            return Err(Error::new(
+                pt.pat.span(),
+                "an array parameter needs a plain name",
+            ));
+        };
+        let ident = pi.ident.clone();
+        let attrs = &pt.attrs;
+        outer_params.push(if optional {
+            quote!(#(#attrs)* #ident: ::core::option::Option<&#pyo3::Bound<'_, #pyo3::PyAny>>)
+        } else {
+            quote!(#(#attrs)* #ident: &#pyo3::Bound<'_, #pyo3::PyAny>)
+        });
+        call_args.push(quote!(#ident));
+        views.push(ViewParam {
+            ident,
+            ty: inner.clone(),
+            optional,
+            kind,
+            annots,
+        });
+    }
+    if let Some(e) = errors {
+        return Err(e);
+    }
+
+    // Named extents, numbered in order of first use.
+    let mut dim_names: Vec<String> = Vec::new();
+    let param_specs = views
+        .iter()
+        .map(|v| {
+            let name = v.ident.to_string();
+            let shape = match &v.annots.shape {
+                None => quote!(::core::option::Option::None),
+                Some(dims) => {
+                    let dims = dims.iter().map(|d| match d {
+                        Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
+                        Dim::Any => quote!(#rt::Dim::Any),
+                        Dim::Rest => quote!(#rt::Dim::Rest),
+                        Dim::Named(id) => {
+                            let s = id.to_string();
+                            let k = dim_names.iter().position(|n| *n == s).unwrap_or_else(|| {
+                                dim_names.push(s);
+                                dim_names.len() - 1
+                            }) as u8;
+                            quote!(#rt::Dim::Named(#k))
+                        }
+                    });
+                    quote!(::core::option::Option::Some(&[#(#dims),*]))
+                }
+            };
+            let devices = annot::devices_tokens(&rt, v.annots.devices.as_deref());
+            let order = annot::order_tokens(&rt, v.annots.order);
+            quote!(#rt::ParamSpec { name: #name, shape: #shape, devices: #devices, order: #order })
+        })
+        .collect::<Vec<_>>();
+    let fn_name = func.sig.ident.to_string();
+    let has_writable = views.iter().any(|v| v.kind.writable());
+
+    let imports = views.iter().enumerate().map(|(i, v)| {
+        let (ident, ty) = (&v.ident, &v.ty);
+        let method = if v.optional {
+            quote!(opt_arg)
+        } else {
+            quote!(arg)
+        };
+        quote_spanned!(ty.span()=> let #ident = __dlcast.#method::<#ty>(#i, #ident)?;)
+    });
+
+    // The user's function, unchanged but for the annotations, becomes the
+    // body; the exported function takes Python objects.
+    let body_ident = format_ident!("__dlcast_body", span = Span::call_site());
+    let mut body_fn = func.clone();
+    body_fn.sig.ident = body_ident.clone();
+    body_fn.attrs.clear();
+    body_fn.vis = syn::Visibility::Inherited;
+    for arg in body_fn.sig.inputs.iter_mut() {
+        if let FnArg::Typed(pt) = arg {
+            pt.attrs.clear();
+        }
+    }
+    let (ret_ty, finish_call) = match classify_return(&func.sig.output) {
+        Ret::Unit => (
+            quote!(()),
+            quote!(::core::result::Result::Ok(#body_ident(#(#call_args),*))),
+        ),
+        Ret::Plain(t) => (
+            quote!(#t),
+            quote!(::core::result::Result::Ok(#body_ident(#(#call_args),*))),
+        ),
+        Ret::Result(t) => (
+            quote!(#t),
+            quote!(#body_ident(#(#call_args),*).map_err(::core::convert::Into::into)),
+        ),
+    };
+
+    let ItemFn {
+        attrs, vis, sig, ..
+    } = &func;
+    let (fn_token, ident) = (&sig.fn_token, &sig.ident);
+    Ok(quote! {
+        #(#attrs)*
+        #[allow(clippy::too_many_arguments)]
+        #vis #fn_token #ident(#(#outer_params),*) -> #pyo3::PyResult<#ret_ty> {
+            #[allow(clippy::too_many_arguments)]
+            #body_fn
+            static __DLCAST_SPEC: #rt::FnSpec = #rt::FnSpec {
+                name: #fn_name,
+                dim_names: &[#(#dim_names),*],
+                params: &[#(#param_specs),*],
+                has_writable: #has_writable,
+            };
+            let mut __dlcast = #rt::CallCx::new(&__DLCAST_SPEC);
+            #(#imports)*
+            __dlcast.finish()?;
+            #finish_call
+        }
+    })
+}

@@ -1,0 +1,290 @@
+//! The per-call context the macro drives: import each array argument, check
+//! it against its [`ParamSpec`], then check what spans parameters (named
+//! extents, overlapping memory) once before the body runs.
+//!
+//! Error messages are formatted only when a check fails.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::import::{self, ImportError, RawTensor};
+use crate::layout;
+use crate::spec::{match_shape, FnSpec, Order, ParamSpec, ShapeDisplay, TupleDisplay};
+use crate::view::View;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+
+/// A named extent's value and the parameter that set it.
+#[derive(Clone, Copy)]
+struct Binding {
+    extent: usize,
+    param: u8,
+}
+
+/// The host memory one argument spans, for the overlap check.
+#[derive(Clone, Copy)]
+struct Span {
+    param: u8,
+    writable: bool,
+    lo: usize,
+    hi: usize,
+}
+
+/// State of one call of a `#[dlpack_fn]` function. Created by the generated
+/// code, one per call, on the stack.
+#[doc(hidden)]
+pub struct CallCx {
+    spec: &'static FnSpec,
+    names: SmallVec<[Option<Binding>; 4]>,
+    spans: SmallVec<[Span; 4]>,
+}
+
+impl CallCx {
+    /// Starts a call of the function described by `spec`.
+    #[inline]
+    pub fn new(spec: &'static FnSpec) -> Self {
+        CallCx {
+            spec,
+            names: smallvec::smallvec![None; spec.dim_names.len()],
+            spans: SmallVec::new(),
+        }
+    }
+
+    /// Imports and checks the array argument of parameter `index`.
+    pub fn arg<'a, V: View + 'a>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+    ) -> PyResult<V> {
+        let param = &self.spec.params[index];
+        let raw = import::import(obj).map_err(|e| self.import_error(obj.py(), param, e))?;
+        self.check(index, param, &raw, V::DTYPE, V::WRITABLE)?;
+        Ok(V::from_raw(raw))
+    }
+
+    /// As [`CallCx::arg`] for an `Option<..>` parameter: Python's `None` is
+    /// `None`.
+    pub fn opt_arg<'a, V: View + 'a>(
+        &mut self,
+        index: usize,
+        obj: Option<&'a Bound<'a, PyAny>>,
+    ) -> PyResult<Option<V>> {
+        match obj {
+            Some(o) if !o.is_none() => self.arg(index, o).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Checks that span parameters; call after every `arg`, before the body.
+    pub fn finish(&self) -> PyResult<()> {
+        for (i, a) in self.spans.iter().enumerate() {
+            for b in &self.spans[i + 1..] {
+                if (a.writable || b.writable) && a.lo < b.hi && b.lo < a.hi {
+                    let (w, o) = if a.writable { (a, b) } else { (b, a) };
+                    return Err(PyTypeError::new_err(format!(
+                        "{}(): arguments '{}' and '{}' share memory, and '{}' is writable",
+                        self.spec.name,
+                        self.param_name(w.param),
+                        self.param_name(o.param),
+                        self.param_name(w.param),
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn param_name(&self, index: u8) -> &'static str {
+        self.spec.params[index as usize].name
+    }
+
+    fn fail(&self, param: &ParamSpec, msg: std::fmt::Arguments<'_>) -> PyErr {
+        PyTypeError::new_err(format!(
+            "{}(): argument '{}': {msg}",
+            self.spec.name, param.name
+        ))
+    }
+
+    fn import_error(&self, py: Python<'_>, param: &ParamSpec, e: ImportError) -> PyErr {
+        let prefix = format!("{}(): argument '{}'", self.spec.name, param.name);
+        match e {
+            ImportError::NotAnArray(t) => PyTypeError::new_err(format!(
+                "{prefix}: expected an array (an object with __dlpack__, a DLPack capsule \
+                 or a buffer), got {t}"
+            )),
+            ImportError::Producer(what, cause) => {
+                let py_err = PyBufferError::new_err(format!(
+                    "{prefix}: the producer's {what}() raised {cause}"
+                ));
+                py_err.set_cause(py, Some(cause));
+                py_err
+            }
+            ImportError::Propagate(e) => e,
+            ImportError::NotACapsule(t) => PyBufferError::new_err(format!(
+                "{prefix}: __dlpack__() returned {t}, not a DLPack capsule"
+            )),
+            ImportError::UsedCapsule => PyBufferError::new_err(format!(
+                "{prefix}: the DLPack capsule was already consumed (a capsule can be used once)"
+            )),
+            ImportError::CapsuleName(n) => PyBufferError::new_err(format!(
+                "{prefix}: a capsule named {n:?} is not a DLPack capsule \
+                 (expected \"dltensor\" or \"dltensor_versioned\")"
+            )),
+            ImportError::Version(major, minor) => PyBufferError::new_err(format!(
+                "{prefix}: unsupported DLPack version {major}.{minor} (dlcast reads major version 1)"
+            )),
+            ImportError::Invalid(what) => PyBufferError::new_err(format!(
+                "{prefix}: the producer described an invalid array: {what}"
+            )),
+            ImportError::DType(d) => PyTypeError::new_err(format!(
+                "{prefix}: unsupported dtype (code={}, bits={}, lanes={})",
+                d.code, d.bits, d.lanes
+            )),
+            ImportError::Device(d) => PyTypeError::new_err(format!(
+                "{prefix}: unsupported device (device_type={}, device_id={})",
+                d.device_type, d.device_id
+            )),
+            ImportError::Buffer(e) => {
+                let py_err = PyBufferError::new_err(format!(
+                    "{prefix}: the buffer protocol refused: {e}"
+                ));
+                py_err.set_cause(py, Some(e));
+                py_err
+            }
+        }
+    }
+
+    fn check(
+        &mut self,
+        index: usize,
+        param: &ParamSpec,
+        raw: &RawTensor,
+        dtype: Option<DType>,
+        writable: bool,
+    ) -> PyResult<()> {
+        if !param.devices.iter().any(|d| d.matches(raw.device)) {
+            return Err(self.device_error(param, raw.device));
+        }
+        if let Some(want) = dtype {
+            if raw.dtype != want {
+                return Err(self.fail(
+                    param,
+                    format_args!("expected dtype {want}, got {}", raw.dtype),
+                ));
+            }
+        }
+        if let Some(dims) = param.shape {
+            self.check_shape(index, param, dims, &raw.shape)?;
+        }
+        let order_ok = match param.order {
+            Order::Any => true,
+            Order::C => layout::is_c_contiguous(&raw.shape, &raw.strides),
+            Order::F => layout::is_f_contiguous(&raw.shape, &raw.strides),
+            Order::Contiguous => {
+                layout::is_c_contiguous(&raw.shape, &raw.strides)
+                    || layout::is_f_contiguous(&raw.shape, &raw.strides)
+            }
+        };
+        if !order_ok {
+            return Err(self.fail(
+                param,
+                format_args!(
+                    "expected a {} array, got shape {} with strides {}",
+                    param.order.describe(),
+                    TupleDisplay(&raw.shape),
+                    TupleDisplay(&raw.strides)
+                ),
+            ));
+        }
+        if writable {
+            if raw.read_only {
+                return Err(self.fail(
+                    param,
+                    format_args!("the array is read-only, but the parameter is writable"),
+                ));
+            }
+            if layout::may_self_overlap(&raw.shape, &raw.strides) {
+                return Err(self.fail(
+                    param,
+                    format_args!(
+                        "a writable array must not reach one element from two indices, got \
+                         shape {} with strides {}",
+                        TupleDisplay(&raw.shape),
+                        TupleDisplay(&raw.strides)
+                    ),
+                ));
+            }
+        }
+        if self.spec.has_writable && raw.device.is_host_accessible() {
+            if let Some(e) = raw.extent {
+                let base = raw.data as usize;
+                self.spans.push(Span {
+                    param: index as u8,
+                    writable,
+                    // The import checked that these do not wrap.
+                    lo: base.wrapping_add_signed(e.lo),
+                    hi: base.wrapping_add_signed(e.hi),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn device_error(&self, param: &ParamSpec, got: Device) -> PyErr {
+        let want: Vec<String> = param.devices.iter().map(|d| d.to_string()).collect();
+        self.fail(
+            param,
+            format_args!("expected device {}, got {got}", want.join(" or ")),
+        )
+    }
+
+    fn check_shape(
+        &mut self,
+        index: usize,
+        param: &ParamSpec,
+        dims: &'static [crate::spec::Dim],
+        shape: &[usize],
+    ) -> PyResult<()> {
+        let mut conflict: Option<(u8, Binding, usize)> = None;
+        let names = &mut self.names;
+        let fits = match_shape(dims, shape, |k, n| match names[k as usize] {
+            None => {
+                names[k as usize] = Some(Binding {
+                    extent: n,
+                    param: index as u8,
+                });
+                true
+            }
+            Some(b) if b.extent == n => true,
+            Some(b) => {
+                conflict = Some((k, b, n));
+                false
+            }
+        });
+        if fits {
+            return Ok(());
+        }
+        match conflict {
+            Some((k, b, n)) if b.param as usize != index => Err(PyTypeError::new_err(format!(
+                "{}(): dimension '{}' is {} in '{}' but {} in '{}'",
+                self.spec.name,
+                self.spec.dim_names[k as usize],
+                b.extent,
+                self.param_name(b.param),
+                n,
+                param.name
+            ))),
+            _ => Err(self.fail(
+                param,
+                format_args!(
+                    "expected shape {}, got {}",
+                    ShapeDisplay {
+                        dims,
+                        names: self.spec.dim_names
+                    },
+                    TupleDisplay(shape)
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Element types: DLPack's `DLDataType` as plain integers, and the Rust types
+//! a view can hold.
+
+use std::fmt;
+
+/// A DLPack data type: `(code, bits, lanes)` exactly as in `DLDataType` of
+/// the DLPack header. Codes are kept as integers, so codes this crate does
+/// not know survive to error messages unchanged.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct DType {
+    /// `DLDataTypeCode`: 0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, ...
+    pub code: u8,
+    /// Bits of one lane (8, 16, 32, 64, 128; 4 and 6 for packed sub-byte types).
+    pub bits: u8,
+    /// Vector lanes; every array element type dlcast accepts has `lanes == 1`.
+    pub lanes: u16,
+}
+
+/// `DLDataTypeCode` values from the DLPack header (v1.3).
+pub mod code {
+    /// Signed integer.
+    pub const INT: u8 = 0;
+    /// Unsigned integer.
+    pub const UINT: u8 = 1;
+    /// IEEE floating point.
+    pub const FLOAT: u8 = 2;
+    /// Opaque handle (testing only).
+    pub const OPAQUE_HANDLE: u8 = 3;
+    /// bfloat16.
+    pub const BFLOAT: u8 = 4;
+    /// Complex: two floats of `bits / 2` each.
+    pub const COMPLEX: u8 = 5;
+    /// Boolean, stored as one byte per element.
+    pub const BOOL: u8 = 6;
+}
+
+impl DType {
+    /// Builds a data type from its raw DLPack fields.
+    pub const fn new(code: u8, bits: u8, lanes: u16) -> Self {
+        DType { code, bits, lanes }
+    }
+    /// `bool` (code 6, 8 bits).
+    pub const BOOL: DType = DType::new(code::BOOL, 8, 1);
+    /// `int8`.
+    pub const INT8: DType = DType::new(code::INT, 8, 1);
+    /// `int16`.
+    pub const INT16: DType = DType::new(code::INT, 16, 1);
+    /// `int32`.
+    pub const INT32: DType = DType::new(code::INT, 32, 1);
+    /// `int64`.
+    pub const INT64: DType = DType::new(code::INT, 64, 1);
+    /// `uint8`.
+    pub const UINT8: DType = DType::new(code::UINT, 8, 1);
+    /// `uint16`.
+    pub const UINT16: DType = DType::new(code::UINT, 16, 1);
+    /// `uint32`.
+    pub const UINT32: DType = DType::new(code::UINT, 32, 1);
+    /// `uint64`.
+    pub const UINT64: DType = DType::new(code::UINT, 64, 1);
+    /// `float16` (IEEE half).
+    pub const FLOAT16: DType = DType::new(code::FLOAT, 16, 1);
+    /// `float32`.
+    pub const FLOAT32: DType = DType::new(code::FLOAT, 32, 1);
+    /// `float64`.
+    pub const FLOAT64: DType = DType::new(code::FLOAT, 64, 1);
+    /// `bfloat16`.
+    pub const BFLOAT16: DType = DType::new(code::BFLOAT, 16, 1);
+    /// `complex64` (two `float32`).
+    pub const COMPLEX64: DType = DType::new(code::COMPLEX, 64, 1);
+    /// `complex128` (two `float64`).
+    pub const COMPLEX128: DType = DType::new(code::COMPLEX, 128, 1);
+
+    /// The NumPy-style name (`"float32"`) of the data types dlcast maps to a
+    /// Rust element type; `None` for every other `(code, bits, lanes)`.
+    pub fn name(&self) -> Option<&'static str> {
+        if self.lanes != 1 {
+            return None;
+        }
+        Some(match (self.code, self.bits) {
+            (code::BOOL, 8) => "bool",
+            (code::INT, 8) => "int8",
+            (code::INT, 16) => "int16",
+            (code::INT, 32) => "int32",
+            (code::INT, 64) => "int64",
+            (code::UINT, 8) => "uint8",
+            (code::UINT, 16) => "uint16",
+            (code::UINT, 32) => "uint32",
+            (code::UINT, 64) => "uint64",
+            (code::FLOAT, 16) => "float16",
+            (code::FLOAT, 32) => "float32",
+            (code::FLOAT, 64) => "float64",
+            (code::BFLOAT, 16) => "bfloat16",
+            (code::COMPLEX, 64) => "complex64",
+            (code::COMPLEX, 128) => "complex128",
+            _ => return None,
+        })
+    }
+
+    /// Size of one element in bytes, for the data types that [`DType::name`]
+    /// knows; `None` for sub-byte, vector (`lanes != 1`) and unknown types.
+    pub fn itemsize(&self) -> Option<usize> {
+        self.name().map(|_| usize::from(self.bits) / 8)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(
+                f,
+                "dtype(code={}, bits={}, lanes={})",
+                self.code, self.bits, self.lanes
+            ),
+        }
+    }
+}
+
+/// A Rust type that can be the element of a view.
+///
+/// # Safety
+/// `DTYPE` must describe exactly the in-memory representation of `Self`
+/// (same size, same bit layout), and every bit pattern of that size must be
+/// a valid `Self` unless [`Element::ALL_BIT_PATTERNS_VALID`] is `false`.
+/// Only dlcast implements this trait.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an array element type dlcast supports",
+    note = "elements: bool, i8..i64, u8..u64, f32, f64, half::f16, half::bf16, num_complex::Complex<f32>/<f64>; for a dtype read at run time use TensorDyn"
+)]
+pub unsafe trait Element: Copy + Send + Sync + 'static {
+    /// The DLPack data type of this element.
+    const DTYPE: DType;
+    /// `false` for types where some byte patterns are not valid values
+    /// (`bool`: only 0 and 1). For those, dlcast reads bytes and converts,
+    /// and hands out slices only after checking every element.
+    const ALL_BIT_PATTERNS_VALID: bool = true;
+
+    /// Reads one element from possibly unaligned memory.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `size_of::<Self>()` bytes.
+    #[doc(hidden)]
+    unsafe fn read_at(ptr: *const Self) -> Self {
+        // SAFETY: the caller guarantees `ptr` is readable for one element;
+        // `read_unaligned` needs no alignment, and every bit pattern is a
+        // valid `Self` (trait contract) for the types using this default.
+        unsafe { ptr.read_unaligned() }
+    }
+
+    /// Whether the bytes at `ptr` hold a valid value of `Self`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `size_of::<Self>()` bytes.
+    #[doc(hidden)]
+    unsafe fn is_valid_at(_ptr: *const Self) -> bool {
+        true
+    }
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        // SAFETY: `$d` has the size and representation of `$t`, a plain
+        // integer or IEEE float type for which every bit pattern is valid.
+        unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
+    )*};
+}
+element!(
+    i8 => INT8, i16 => INT16, i32 => INT32, i64 => INT64,
+    u8 => UINT8, u16 => UINT16, u32 => UINT32, u64 => UINT64,
+    f32 => FLOAT32, f64 => FLOAT64,
+);
+
+#[cfg(feature = "half")]
+element!(half::f16 => FLOAT16, half::bf16 => BFLOAT16);
+
+#[cfg(feature = "complex")]
+element!(
+    num_complex::Complex<f32> => COMPLEX64,
+    num_complex::Complex<f64> => COMPLEX128,
+);
+
+// SAFETY: DLPack's bool is one byte (code 6, 8 bits), like Rust's `bool`.
+// Not every byte is a valid `bool`, so reads go through `u8` and slices are
+// only formed after `is_valid_at` accepted every element.
+unsafe impl Element for bool {
+    const DTYPE: DType = DType::BOOL;
+    const ALL_BIT_PATTERNS_VALID: bool = false;
+
+    unsafe fn read_at(ptr: *const Self) -> Self {
+        // SAFETY: the caller guarantees one readable byte at `ptr`; reading
+        // it as `u8` is valid for any value.
+        unsafe { ptr.cast::<u8>().read() != 0 }
+    }
+
+    unsafe fn is_valid_at(ptr: *const Self) -> bool {
+        // SAFETY: as in `read_at`.
+        unsafe { ptr.cast::<u8>().read() <= 1 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sizes() {
+        assert_eq!(DType::FLOAT32.to_string(), "float32");
+        assert_eq!(DType::COMPLEX128.itemsize(), Some(16));
+        assert_eq!(DType::new(2, 32, 4).name(), None);
+        assert_eq!(
+            DType::new(9, 8, 1).to_string(),
+            "dtype(code=9, bits=8, lanes=1)"
+        );
+        assert_eq!(DType::new(2, 32, 4).itemsize(), None);
+    }
+
+    #[test]
+    fn bool_reads_bytes() {
+        let bytes = [0u8, 1, 2];
+        let p = bytes.as_ptr().cast::<bool>();
+        // SAFETY: `p` points into `bytes`, three readable bytes.
+        unsafe {
+            assert!(!bool::read_at(p));
+            assert!(bool::read_at(p.add(1)));
+            assert!(bool::is_valid_at(p.add(1)));
+            assert!(!bool::is_valid_at(p.add(2)));
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! Import: from a Python object to an owned, validated [`RawTensor`].
+//!
+//! Paths, tried in order (faster paths go in front of [`import`] without
+//! touching the macro):
+//! 1. a DLPack capsule passed directly;
+//! 2. `x.__dlpack__(max_version=(1, 3))`, retried without keywords when the
+//!    producer raises `TypeError` (it predates the keyword);
+//! 3. the buffer protocol (`bytes`, `bytearray`, `memoryview`, `array.array`);
+//! 4. TensorFlow tensors through `tf.experimental.dlpack.to_dlpack`.
+//!
+//! Whatever path is taken, the producer's deleter (or `PyBuffer_Release`)
+//! runs exactly once: when the [`Owner`] drops, error paths included.
+
+use crate::device::{device_type_name, Device};
+use crate::dtype::{code, DType};
+use crate::layout::{self, ByteExtent};
+use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLTensor};
+use pyo3::exceptions::{PyAttributeError, PyKeyboardInterrupt, PyMemoryError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3::{ffi, intern};
+use smallvec::SmallVec;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+/// Dimensions up to this many are stored inline in a view (no allocation).
+pub const INLINE_DIMS: usize = 8;
+pub(crate) type Dims<T> = SmallVec<[T; INLINE_DIMS]>;
+
+/// The DLPack version dlcast asks producers for (`max_version`).
+pub const MAX_VERSION: (u32, u32) = (1, 3);
+/// `DLPACK_FLAG_BITMASK_READ_ONLY` from the DLPack header.
+const FLAG_READ_ONLY: u64 = 1;
+
+const NAME_LEGACY: &CStr = c"dltensor";
+const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+const NAME_USED_LEGACY: &CStr = c"used_dltensor";
+const NAME_USED_VERSIONED: &CStr = c"used_dltensor_versioned";
+
+/// Who keeps the memory of a view alive; dropping it releases the memory
+/// exactly once.
+pub(crate) enum Owner {
+    /// A legacy `DLManagedTensor` taken from a `"dltensor"` capsule.
+    Legacy(NonNull<DLManagedTensor>),
+    /// A `DLManagedTensorVersioned` from a `"dltensor_versioned"` capsule.
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    /// A buffer-protocol view; boxed so its address stays fixed until release.
+    Buffer(Box<ffi::Py_buffer>),
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // Owners are `!Send` (raw pointers) and live only inside a call of a
+        // `#[dlpack_fn]` function, which holds the GIL, so the producer's
+        // deleter and `PyBuffer_Release` run with the GIL held.
+        match self {
+            Owner::Legacy(m) => {
+                // SAFETY: `m` came from a capsule we renamed to "used_*", so
+                // nobody else calls its deleter; this drop runs once. The
+                // header allows a NULL deleter.
+                unsafe {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr());
+                    }
+                }
+            }
+            Owner::Versioned(m) => {
+                // SAFETY: as for `Legacy`; `version`, `manager_ctx` and
+                // `deleter` sit before `flags` in every major version, so
+                // reading `deleter` is valid even for an unsupported major.
+                unsafe {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr());
+                    }
+                }
+            }
+            Owner::Buffer(view) => {
+                // SAFETY: `view` was filled by a successful
+                // `PyObject_GetBuffer` and is released only here, with the GIL.
+                unsafe { ffi::PyBuffer_Release(&mut **view) }
+            }
+        }
+    }
+}
+
+/// A validated description of an imported array and the owner of its memory.
+#[doc(hidden)]
+pub struct RawTensor {
+    /// Address of element 0 (`data + byte_offset`). Never dereferenced for
+    /// memory the host cannot access, nor for empty arrays.
+    pub(crate) data: *mut u8,
+    pub(crate) shape: Dims<usize>,
+    /// Strides in elements, never absent.
+    pub(crate) strides: Dims<isize>,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) read_only: bool,
+    /// The bytes the elements span relative to `data`; `None` if empty.
+    pub(crate) extent: Option<ByteExtent>,
+    _owner: Owner,
+}
+
+/// Why an import failed, before the call context adds the function and the
+/// parameter to the message.
+pub(crate) enum ImportError {
+    /// Not an array at all: no `__dlpack__`, no buffer protocol.
+    NotAnArray(String),
+    /// The producer's `__dlpack__()` (or `to_dlpack`) raised.
+    Producer(&'static str, PyErr),
+    /// An exception that must propagate untouched (`KeyboardInterrupt`,
+    /// `MemoryError`, ...).
+    Propagate(PyErr),
+    /// `__dlpack__()` returned something other than a capsule.
+    NotACapsule(String),
+    /// A capsule already consumed (`"used_dltensor"`...).
+    UsedCapsule,
+    /// A capsule whose name is not a DLPack name.
+    CapsuleName(String),
+    /// A versioned capsule of a major version other than 1.
+    Version(u32, u32),
+    /// The producer described an impossible array.
+    Invalid(String),
+    /// A data type dlcast cannot hold (vector lanes, unknown code, sub-byte).
+    DType(DType),
+    /// A device type code the DLPack header does not define.
+    Device(Device),
+    /// The buffer protocol refused.
+    Buffer(PyErr),
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Imports `obj` by the first path that applies (see the module docs).
+pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
+    let py = obj.py();
+    // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
+    if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
+        return take_capsule(obj);
+    }
+    match obj.getattr(intern!(py, "__dlpack__")) {
+        Ok(method) => {
+            let capsule = call_dlpack(&method)?;
+            take_capsule(&capsule)
+        }
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+            // SAFETY: `obj` is a live object.
+            if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
+                return import_buffer(obj);
+            }
+            if is_tensorflow(obj) {
+                let capsule = tensorflow_to_dlpack(obj)?;
+                return take_capsule(&capsule);
+            }
+            Err(ImportError::NotAnArray(type_name(obj)))
+        }
+        Err(e) => Err(producer_error("__dlpack__", e, py)),
+    }
+}
+
+/// Sorts a producer's exception: interrupts and memory errors propagate as
+/// they are; everything else is wrapped with the parameter's name.
+fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
+    if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PyMemoryError>(py) {
+        ImportError::Propagate(e)
+    } else {
+        ImportError::Producer(what, e)
+    }
+}
+
+fn call_dlpack<'py>(method: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>, ImportError> {
+    let py = method.py();
+    let kwargs = PyDict::new(py);
+    kwargs
+        .set_item(intern!(py, "max_version"), MAX_VERSION)
+        .map_err(ImportError::Propagate)?;
+    match method.call((), Some(&kwargs)) {
+        Ok(capsule) => Ok(capsule),
+        // Case C9: a producer that predates `max_version`.
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => method
+            .call0()
+            .map_err(|e| producer_error("__dlpack__", e, py)),
+        Err(e) => Err(producer_error("__dlpack__", e, py)),
+    }
+}
+
+fn is_tensorflow(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    obj.get_type()
+        .getattr(intern!(py, "__module__"))
+        .and_then(|m| m.extract::<String>())
+        .is_ok_and(|m| m.starts_with("tensorflow"))
+}
+
+fn tensorflow_to_dlpack<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>, ImportError> {
+    let py = obj.py();
+    let to_dlpack = py
+        .import("tensorflow")
+        .and_then(|tf| tf.getattr("experimental"))
+        .and_then(|m| m.getattr("dlpack"))
+        .and_then(|m| m.getattr("to_dlpack"))
+        .map_err(|e| producer_error("tf.experimental.dlpack.to_dlpack", e, py))?;
+    to_dlpack
+        .call1((obj,))
+        .map_err(|e| producer_error("tf.experimental.dlpack.to_dlpack", e, py))
+}
+
+/// Takes ownership of the managed tensor in a DLPack capsule: the name
+/// decides the struct, and the capsule is renamed `used_*` so that neither
+/// its destructor nor a second consumer touches it again (case C7).
+fn take_capsule(capsule: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
+    let py = capsule.py();
+    let cap = capsule.as_ptr();
+    // SAFETY: `cap` is a live object; the check reads only its type.
+    if unsafe { ffi::PyCapsule_CheckExact(cap) } == 0 {
+        return Err(ImportError::NotACapsule(type_name(capsule)));
+    }
+    // SAFETY: `cap` is a capsule; the name pointer (maybe NULL) stays valid
+    // while the capsule lives and its name is not changed.
+    let name_ptr = unsafe { ffi::PyCapsule_GetName(cap) };
+    if name_ptr.is_null() {
+        // SAFETY: a capsule's name may be NULL without error; clear any
+        // error state defensively.
+        if let Some(e) = PyErr::take(py) {
+            return Err(ImportError::Propagate(e));
+        }
+        return Err(ImportError::CapsuleName("NULL".into()));
+    }
+    // SAFETY: non-NULL capsule names are NUL-terminated C strings.
+    let name = unsafe { CStr::from_ptr(name_ptr) };
+    let (versioned, used_name) = if name == NAME_VERSIONED {
+        (true, NAME_USED_VERSIONED)
+    } else if name == NAME_LEGACY {
+        (false, NAME_USED_LEGACY)
+    } else if name == NAME_USED_LEGACY || name == NAME_USED_VERSIONED {
+        return Err(ImportError::UsedCapsule);
+    } else {
+        return Err(ImportError::CapsuleName(
+            name.to_string_lossy().into_owned(),
+        ));
+    };
+    // SAFETY: `name_ptr` is this capsule's current name, so GetPointer
+    // succeeds unless the stored pointer is NULL.
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(cap, name_ptr) };
+    let Some(ptr) = NonNull::new(ptr) else {
+        let err = PyErr::take(py);
+        return Err(err.map_or_else(
+            || ImportError::Invalid("the capsule holds a NULL pointer".into()),
+            ImportError::Propagate,
+        ));
+    };
+    // SAFETY: `used_name` is a 'static C string, as SetName requires.
+    if unsafe { ffi::PyCapsule_SetName(cap, used_name.as_ptr()) } != 0 {
+        return Err(ImportError::Propagate(PyErr::fetch(py)));
+    }
+    if versioned {
+        let m = ptr.cast::<DLManagedTensorVersioned>();
+        let owner = Owner::Versioned(m);
+        // SAFETY: the producer handed us a DLManagedTensorVersioned; its
+        // `version` field is at the same place in every major version.
+        let version = unsafe { (*m.as_ptr()).version };
+        if version.major != 1 {
+            // Case C11: read nothing else; dropping `owner` calls the deleter.
+            drop(owner);
+            return Err(ImportError::Version(version.major, version.minor));
+        }
+        // SAFETY: major version 1, so the struct has the v1 layout; the
+        // tensor lives until `owner` runs the deleter.
+        let (tensor, flags) = unsafe { (&raw const (*m.as_ptr()).dl_tensor, (*m.as_ptr()).flags) };
+        // SAFETY: `tensor` points into the managed tensor owned by `owner`.
+        unsafe { from_dltensor(tensor, flags & FLAG_READ_ONLY != 0, owner) }
+    } else {
+        let m = ptr.cast::<DLManagedTensor>();
+        let owner = Owner::Legacy(m);
+        // SAFETY: a legacy capsule holds a DLManagedTensor owned by `owner`.
+        let tensor = unsafe { &raw const (*m.as_ptr()).dl_tensor };
+        // SAFETY: as above.
+        unsafe { from_dltensor(tensor, false, owner) }
+    }
+}
+
+/// Reads and validates a `DLTensor` whose memory `owner` keeps alive.
+///
+/// # Safety
+/// `t` must point to a `DLTensor` that stays valid while `owner` lives, with
+/// `shape` (and `strides` unless NULL) readable for `ndim` values each, as
+/// the DLPack header requires of producers.
+pub(crate) unsafe fn from_dltensor(
+    t: *const DLTensor,
+    read_only: bool,
+    owner: Owner,
+) -> Result<RawTensor, ImportError> {
+    // SAFETY: the caller guarantees `t` is a valid DLTensor.
+    let t = unsafe { &*t };
+    let dtype = DType::new(t.dtype.code, t.dtype.bits, t.dtype.lanes);
+    let device = Device {
+        device_type: t.device.device_type as i32,
+        device_id: t.device.device_id,
+    };
+    if device_type_name(device.device_type).is_none() {
+        return Err(ImportError::Device(device));
+    }
+    dtype.itemsize().ok_or(ImportError::DType(dtype))?;
+    let ndim =
+        usize::try_from(t.ndim).map_err(|_| ImportError::Invalid(format!("ndim is {}", t.ndim)))?;
+    if ndim > 0 && t.shape.is_null() {
+        return Err(ImportError::Invalid(format!(
+            "shape is NULL with ndim {ndim}"
+        )));
+    }
+    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
+    for i in 0..ndim {
+        // SAFETY: `shape` holds `ndim` values (caller's guarantee), non-NULL.
+        let n = unsafe { *t.shape.add(i) };
+        shape.push(
+            usize::try_from(n)
+                .map_err(|_| ImportError::Invalid(format!("extent {n} in dimension {i}")))?,
+        );
+    }
+    let mut strides: Dims<isize> = smallvec::smallvec![0; ndim];
+    if t.strides.is_null() || ndim == 0 {
+        // Case C5: NULL strides (allowed before DLPack 1.2) mean compact
+        // row-major.
+        layout::fill_c_strides(&shape, &mut strides)
+            .ok_or_else(|| ImportError::Invalid("the shape overflows".into()))?;
+    } else {
+        for (i, s) in strides.iter_mut().enumerate() {
+            // SAFETY: non-NULL `strides` hold `ndim` values.
+            let v = unsafe { *t.strides.add(i) };
+            *s = isize::try_from(v)
+                .map_err(|_| ImportError::Invalid(format!("stride {v} in dimension {i}")))?;
+        }
+    }
+    make_raw(
+        t.data.cast(),
+        t.byte_offset,
+        shape,
+        strides,
+        dtype,
+        device,
+        read_only,
+        owner,
+    )
+}
+
+/// Final checks shared by every path: sizes, extent and address arithmetic.
+#[allow(clippy::too_many_arguments)]
+fn make_raw(
+    data: *mut u8,
+    byte_offset: u64,
+    shape: Dims<usize>,
+    strides: Dims<isize>,
+    dtype: DType,
+    device: Device,
+    read_only: bool,
+    owner: Owner,
+) -> Result<RawTensor, ImportError> {
+    let itemsize = dtype.itemsize().ok_or(ImportError::DType(dtype))?;
+    let invalid = |what: &str| ImportError::Invalid(what.to_string());
+    layout::element_count(&shape).ok_or_else(|| invalid("the element count overflows"))?;
+    let extent = layout::byte_extent(&shape, &strides, itemsize)
+        .ok_or_else(|| invalid("the strides reach beyond the address space"))?;
+    let offset = usize::try_from(byte_offset).map_err(|_| invalid("byte_offset overflows"))?;
+    if let (Some(e), true) = (extent, device.is_host_accessible()) {
+        // Memory the host will read: the whole span must be addressable.
+        if data.is_null() {
+            return Err(invalid("data is NULL for a non-empty array"));
+        }
+        let first = (data as usize)
+            .checked_add(offset)
+            .ok_or_else(|| invalid("data + byte_offset overflows"))?;
+        let lo = first.checked_add_signed(e.lo);
+        let hi = first.checked_add_signed(e.hi);
+        match (lo, hi) {
+            (Some(lo), Some(hi)) if lo != 0 && hi - lo <= isize::MAX as usize => {}
+            _ => return Err(invalid("the array's memory wraps around the address space")),
+        }
+    }
+    Ok(RawTensor {
+        // Never dereferenced unless the checks above passed for it.
+        data: data.wrapping_add(offset),
+        shape,
+        strides,
+        dtype,
+        device,
+        read_only,
+        extent,
+        _owner: owner,
+    })
+}
+
+/// The element type of a buffer-protocol format string (PEP 3118 / `struct`).
+fn buffer_dtype(format: &CStr, itemsize: usize) -> Option<DType> {
+    let bytes = format.to_bytes();
+    let (order, rest) = match bytes.first() {
+        Some(c @ (b'@' | b'=' | b'<' | b'>' | b'!')) => (*c, &bytes[1..]),
+        _ => (b'@', bytes),
+    };
+    let native_little = cfg!(target_endian = "little");
+    let swapped = match order {
+        b'<' => !native_little,
+        b'>' | b'!' => native_little,
+        _ => false,
+    };
+    if swapped {
+        return None;
+    }
+    let bits = u8::try_from(itemsize.checked_mul(8)?).ok()?;
+    let dtype = match rest {
+        b"?" => DType::new(code::BOOL, bits, 1),
+        [b'b' | b'h' | b'i' | b'l' | b'q' | b'n'] => DType::new(code::INT, bits, 1),
+        [b'B' | b'H' | b'I' | b'L' | b'Q' | b'N'] => DType::new(code::UINT, bits, 1),
+        [b'e' | b'f' | b'd'] => DType::new(code::FLOAT, bits, 1),
+        [b'Z', b'f' | b'd'] => DType::new(code::COMPLEX, bits, 1),
+        _ => return None,
+    };
+    // The sizes must be ones dlcast knows (e.g. `long double` is refused).
+    (dtype.itemsize() == Some(itemsize)).then_some(dtype)
+}
+
+fn import_buffer(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
+    let py = obj.py();
+    // SAFETY: Py_buffer is a plain C struct; all-zero is a valid "empty"
+    // value that PyObject_GetBuffer overwrites.
+    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: `obj` is live and `view` is a writable Py_buffer.
+    if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) } != 0 {
+        return Err(ImportError::Buffer(PyErr::fetch(py)));
+    }
+    // From here on `owner` releases the buffer on every path.
+    let v: &ffi::Py_buffer = &view;
+    let (data, ndim, itemsize, readonly) = (v.buf, v.ndim, v.itemsize, v.readonly != 0);
+    let (fmt_ptr, shape_ptr, strides_ptr, sub) = (v.format, v.shape, v.strides, v.suboffsets);
+    let owner = Owner::Buffer(view);
+    if !sub.is_null() {
+        return Err(ImportError::Invalid(
+            "the buffer uses suboffsets (an indirect array)".into(),
+        ));
+    }
+    let itemsize = usize::try_from(itemsize)
+        .map_err(|_| ImportError::Invalid(format!("buffer itemsize {itemsize}")))?;
+    let format = if fmt_ptr.is_null() {
+        c"B"
+    } else {
+        // SAFETY: the exporter's format is a NUL-terminated string valid
+        // until the buffer is released.
+        unsafe { CStr::from_ptr(fmt_ptr) }
+    };
+    let dtype = buffer_dtype(format, itemsize).ok_or_else(|| {
+        ImportError::Invalid(format!(
+            "unsupported buffer format {:?} (itemsize {itemsize})",
+            format.to_string_lossy()
+        ))
+    })?;
+    let ndim =
+        usize::try_from(ndim).map_err(|_| ImportError::Invalid(format!("buffer ndim {ndim}")))?;
+    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
+    let mut strides: Dims<isize> = smallvec::smallvec![0; ndim];
+    if ndim > 0 && shape_ptr.is_null() {
+        return Err(ImportError::Invalid("buffer shape is NULL".into()));
+    }
+    for i in 0..ndim {
+        // SAFETY: with PyBUF_ND requested, `shape` holds `ndim` values.
+        let n = unsafe { *shape_ptr.add(i) };
+        shape.push(
+            usize::try_from(n).map_err(|_| ImportError::Invalid(format!("buffer extent {n}")))?,
+        );
+    }
+    if strides_ptr.is_null() {
+        layout::fill_c_strides(&shape, &mut strides)
+            .ok_or_else(|| ImportError::Invalid("the shape overflows".into()))?;
+    } else {
+        for (i, s) in strides.iter_mut().enumerate() {
+            // SAFETY: with PyBUF_STRIDES requested, `strides` holds `ndim`
+            // values (in bytes).
+            let b = unsafe { *strides_ptr.add(i) };
+            // Byte strides that are not whole elements cannot be expressed in
+            // DLPack's element strides: refuse, never divide.
+            if b % itemsize as isize != 0 {
+                return Err(ImportError::Invalid(format!(
+                    "buffer stride of {b} bytes is not a multiple of the item size {itemsize}"
+                )));
+            }
+            *s = b / itemsize as isize;
+        }
+    }
+    make_raw(
+        data.cast(),
+        0,
+        shape,
+        strides,
+        dtype,
+        Device::CPU,
+        readonly,
+        owner,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_formats() {
+        assert_eq!(buffer_dtype(c"d", 8), Some(DType::FLOAT64));
+        assert_eq!(buffer_dtype(c"<f", 4), Some(DType::FLOAT32));
+        assert_eq!(buffer_dtype(c"l", 8), Some(DType::INT64));
+        assert_eq!(buffer_dtype(c"=l", 4), Some(DType::INT32));
+        assert_eq!(buffer_dtype(c"B", 1), Some(DType::UINT8));
+        assert_eq!(buffer_dtype(c"?", 1), Some(DType::BOOL));
+        assert_eq!(buffer_dtype(c"Zd", 16), Some(DType::COMPLEX128));
+        assert_eq!(buffer_dtype(c">d", 8), None);
+        assert_eq!(buffer_dtype(c"g", 16), None);
+        assert_eq!(buffer_dtype(c"d", 16), None);
+        assert_eq!(buffer_dtype(c"T{d:x:}", 8), None);
+    }
+}

@@ -1,0 +1,68 @@
+//! # dlcast
+//!
+//! Take arrays from any DLPack producer (NumPy, PyTorch, JAX, CuPy,
+//! TensorFlow, array-api-strict, buffer objects, raw capsules) into checked,
+//! zero-copy Rust views in functions exported with PyO3:
+//!
+//! ```ignore
+//! use dlcast_runtime::prelude::*;
+//! use pyo3::prelude::*;
+//!
+//! #[dlpack_fn]
+//! #[pyfunction]
+//! fn centroid(#[shape(n, 3)] points: TensorRef<'_, f32>,
+//!             #[shape(n)] weights: TensorRef<'_, f32>) -> [f32; 3] {
+//!     # unimplemented!()
+//! }
+//! ```
+//!
+//! The attribute macro [`dlpack_fn`] reads `#[shape(..)]`, `#[device(..)]`
+//! and `#[order(..)]` on view parameters, plus the element type and
+//! mutability from the view type, and folds them into one static
+//! [`spec::FnSpec`]; each call imports every array argument
+//! (see [`import`](crate#import-paths)), checks it, checks named extents
+//! across parameters and refuses overlapping writable arguments, then runs
+//! the body. Constraint failures raise `TypeError` naming the function, the
+//! parameter, the constraint and what was seen.
+//!
+//! ## Import paths
+//! 1. a DLPack capsule passed directly (`"dltensor"` or
+//!    `"dltensor_versioned"`, renamed `used_*` when taken);
+//! 2. `x.__dlpack__(max_version=(1, 3))`, retried without keywords when the
+//!    producer raises `TypeError`;
+//! 3. the buffer protocol (`bytes`, `bytearray`, `memoryview`, `array.array`);
+//! 4. TensorFlow tensors via `tf.experimental.dlpack.to_dlpack`.
+//!
+//! The producer's deleter runs exactly once, when the view drops (at the
+//! latest when the call returns), on error paths too.
+
+mod call;
+pub mod device;
+pub mod dtype;
+mod import;
+pub mod layout;
+pub mod spec;
+mod view;
+
+pub use device::{Device, DeviceSpec};
+pub use dlcast_macros::dlpack_fn;
+pub use dtype::{DType, Element};
+pub use import::{INLINE_DIMS, MAX_VERSION};
+pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
+
+/// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        dlpack_fn, DType, Device, Element, TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError,
+    };
+}
+
+/// Used by the code `#[dlpack_fn]` generates; not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::call::CallCx;
+    pub use crate::device::DeviceSpec;
+    pub use crate::spec::{Dim, FnSpec, Order, ParamSpec};
+    pub use crate::view::View;
+    pub use pyo3;
+}

@@ -1,0 +1,486 @@
+//! The views a `#[dlpack_fn]` parameter receives.
+//!
+//! A view owns the imported DLPack tensor (its deleter runs when the view
+//! drops) and borrows the Python argument for `'a`, so it cannot outlive the
+//! call. Views are neither `Send` nor `Sync`: they stay on the thread that
+//! holds the GIL.
+
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::import::RawTensor;
+use crate::layout;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// Why an element-level access to a view is not possible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ViewError {
+    /// The memory is on a device the CPU cannot read (CUDA, ROCm, ...).
+    #[error("the array is on {0}, not in memory the CPU can access")]
+    NotHostAccessible(Device),
+    /// The data pointer is not aligned for the element type; Rust references
+    /// and `ndarray` views need aligned memory.
+    #[error("the data is not aligned to {0} bytes for its element type")]
+    Misaligned(usize),
+    /// A slice needs C-contiguous memory.
+    #[error("the array is not C-contiguous")]
+    NotContiguous,
+    /// Some byte is not a valid value of the element type (a `bool` other
+    /// than 0 or 1).
+    #[error("the array holds bytes that are not valid values of its element type")]
+    InvalidValue,
+    /// Several indices reach the same element; a writable view of that
+    /// memory would alias.
+    #[error("several indices of the array reach the same element")]
+    SelfOverlap,
+}
+
+impl From<ViewError> for pyo3::PyErr {
+    fn from(e: ViewError) -> Self {
+        pyo3::exceptions::PyValueError::new_err(e.to_string())
+    }
+}
+
+/// A read-only view of an array from any DLPack producer, with elements of
+/// type `T`.
+///
+/// Shape and strides are in elements (DLPack's unit); strides are always
+/// present, whatever the producer sent. Element access (`get`, `to_vec`,
+/// `as_slice`, `as_ndarray`) works on memory the CPU can read; for other
+/// devices use [`TensorRef::data_ptr`] with the device's own API.
+pub struct TensorRef<'a, T: Element> {
+    raw: RawTensor,
+    _marker: PhantomData<(&'a (), *const T)>,
+}
+
+/// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
+/// writes. Refuses read-only inputs (DLPack's `READ_ONLY` flag, non-writeable
+/// NumPy arrays, `bytes`) and layouts where two indices reach one element.
+pub struct TensorMut<'a, T: Element> {
+    inner: TensorRef<'a, T>,
+}
+
+/// A read-only view whose element type is read at run time, for functions
+/// that dispatch on [`TensorDyn::dtype`] themselves.
+pub struct TensorDyn<'a> {
+    raw: RawTensor,
+    _marker: PhantomData<&'a ()>,
+}
+
+/// A writable view whose element type is read at run time.
+pub struct TensorDynMut<'a> {
+    raw: RawTensor,
+    _marker: PhantomData<&'a ()>,
+}
+
+/// Read-only layout queries shared by every view.
+macro_rules! layout_methods {
+    () => {
+        /// Extents, one per dimension (`[]` for a 0-d array).
+        pub fn shape(&self) -> &[usize] {
+            &self.raw.shape
+        }
+        /// Strides in elements, one per dimension, never absent (compact
+        /// row-major strides when the producer sent none).
+        pub fn strides(&self) -> &[isize] {
+            &self.raw.strides
+        }
+        /// Number of dimensions.
+        pub fn ndim(&self) -> usize {
+            self.raw.shape.len()
+        }
+        /// Number of elements (1 for a 0-d array).
+        pub fn len(&self) -> usize {
+            self.raw.shape.iter().product()
+        }
+        /// Whether the array has no elements.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        /// The DLPack data type.
+        pub fn dtype(&self) -> DType {
+            self.raw.dtype
+        }
+        /// The DLPack device.
+        pub fn device(&self) -> Device {
+            self.raw.device
+        }
+        /// Whether the elements are laid out in C (row-major) order without
+        /// gaps; extent-1 dimensions are ignored, empty arrays qualify.
+        pub fn is_c_contiguous(&self) -> bool {
+            layout::is_c_contiguous(&self.raw.shape, &self.raw.strides)
+        }
+        /// Whether the elements are laid out in F (column-major) order
+        /// without gaps; same rules as [`Self::is_c_contiguous`].
+        pub fn is_f_contiguous(&self) -> bool {
+            layout::is_f_contiguous(&self.raw.shape, &self.raw.strides)
+        }
+        /// Whether the producer marked the data read-only.
+        pub fn is_read_only(&self) -> bool {
+            self.raw.read_only
+        }
+    };
+}
+
+impl<T: Element> TensorRef<'_, T> {
+    layout_methods!();
+
+    /// Address of element 0 (the producer's `data` plus `byte_offset`).
+    /// It may be unaligned, and for non-CPU devices it is a device address.
+    pub fn data_ptr(&self) -> *const T {
+        self.raw.data.cast()
+    }
+
+    fn host(&self) -> Result<(), ViewError> {
+        if self.raw.device.is_host_accessible() {
+            Ok(())
+        } else {
+            Err(ViewError::NotHostAccessible(self.raw.device))
+        }
+    }
+
+    fn aligned(&self) -> Result<(), ViewError> {
+        let align = std::mem::align_of::<T>();
+        if self.raw.data as usize % align == 0 || self.is_empty() {
+            Ok(())
+        } else {
+            Err(ViewError::Misaligned(align))
+        }
+    }
+
+    /// Checks that every element holds a valid `T` (only `bool` can fail).
+    fn valid_values(&self) -> Result<(), ViewError> {
+        if T::ALL_BIT_PATTERNS_VALID {
+            return Ok(());
+        }
+        let mut ok = true;
+        layout::for_each_offset(&self.raw.shape, &self.raw.strides, |off| {
+            // SAFETY: the import checked that every element offset lies in
+            // the producer's memory, and the memory is host-accessible.
+            ok &= unsafe { T::is_valid_at(self.data_ptr().offset(off)) };
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(ViewError::InvalidValue)
+        }
+    }
+
+    /// The element at `index` (one entry per dimension), or `None` if the
+    /// index is out of bounds or the memory is not host-accessible. Works on
+    /// unaligned memory.
+    pub fn get(&self, index: &[usize]) -> Option<T> {
+        self.host().ok()?;
+        let off = layout::offset_of(&self.raw.shape, &self.raw.strides, index)?;
+        // SAFETY: `off` addresses an in-bounds element, inside the memory
+        // the import validated; `read_at` handles misalignment.
+        Some(unsafe { T::read_at(self.data_ptr().offset(off)) })
+    }
+
+    /// All elements, copied in C order (last index fastest).
+    ///
+    /// # Errors
+    /// [`ViewError::NotHostAccessible`] for device memory.
+    pub fn to_vec(&self) -> Result<Vec<T>, ViewError> {
+        self.host()?;
+        let mut out = Vec::with_capacity(self.len());
+        layout::for_each_offset(&self.raw.shape, &self.raw.strides, |off| {
+            // SAFETY: every offset of the walk is an in-bounds element.
+            out.push(unsafe { T::read_at(self.data_ptr().offset(off)) });
+        });
+        Ok(out)
+    }
+
+    /// The elements as a slice in C order, when the memory is host-
+    /// accessible, C-contiguous, aligned for `T` and (for `bool`) holds only
+    /// valid values; `None` otherwise.
+    pub fn as_slice(&self) -> Option<&[T]> {
+        self.slice_parts().ok().map(|(ptr, len)| {
+            // SAFETY: `slice_parts` checked host access, C contiguity,
+            // alignment and value validity; the memory stays alive and
+            // unmodified by Rust code for the borrow of `self` (the only
+            // writable access is through `&mut TensorMut`).
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        })
+    }
+
+    fn slice_parts(&self) -> Result<(*const T, usize), ViewError> {
+        self.host()?;
+        if !self.is_c_contiguous() {
+            return Err(ViewError::NotContiguous);
+        }
+        self.aligned()?;
+        self.valid_values()?;
+        let len = self.len();
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<T>::dangling().as_ptr().cast_const()
+        } else {
+            self.data_ptr()
+        };
+        Ok((ptr, len))
+    }
+
+    /// An `ndarray` view with the same shape and strides (negative strides
+    /// included).
+    ///
+    /// # Errors
+    /// [`ViewError`] when the memory is not host-accessible, not aligned for
+    /// `T`, or (for `bool`) holds invalid values.
+    #[cfg(feature = "ndarray")]
+    pub fn as_ndarray(&self) -> Result<ndarray::ArrayViewD<'_, T>, ViewError> {
+        self.host()?;
+        self.aligned()?;
+        self.valid_values()?;
+        use ndarray::ShapeBuilder;
+        let (ptr, shape, strides, flips) = ndarray_parts(&self.raw, std::mem::size_of::<T>());
+        // SAFETY: `ptr` is the lowest-addressed element of memory the import
+        // validated (host-accessible, in bounds for every index); strides
+        // are non-negative after the flip and the elements are aligned and
+        // valid. The borrow of `self` keeps the memory alive.
+        let mut view =
+            unsafe { ndarray::ArrayViewD::from_shape_ptr(shape.strides(strides), ptr.cast::<T>()) };
+        for axis in flips {
+            view.invert_axis(ndarray::Axis(axis));
+        }
+        Ok(view)
+    }
+}
+
+/// Shape, non-negative strides and a base pointer for `ndarray`, plus the
+/// axes to invert afterwards to restore negative strides.
+#[cfg(feature = "ndarray")]
+fn ndarray_parts(
+    raw: &RawTensor,
+    itemsize: usize,
+) -> (*mut u8, ndarray::IxDyn, ndarray::IxDyn, Vec<usize>) {
+    let mut ptr = raw.data;
+    let mut flips = Vec::new();
+    let mut strides = Vec::with_capacity(raw.strides.len());
+    let empty = raw.shape.contains(&0);
+    for (axis, (&n, &s)) in raw.shape.iter().zip(&raw.strides).enumerate() {
+        if s < 0 && !empty {
+            // Move to the lowest address along this axis.
+            ptr = ptr.wrapping_offset(s * (n as isize - 1) * itemsize as isize);
+            flips.push(axis);
+        }
+        strides.push(if empty { 0 } else { s.unsigned_abs() });
+    }
+    if empty {
+        ptr = std::ptr::NonNull::<u64>::dangling().as_ptr().cast();
+    }
+    (
+        ptr,
+        ndarray::IxDyn(&raw.shape),
+        ndarray::IxDyn(&strides),
+        flips,
+    )
+}
+
+impl<'a, T: Element> std::ops::Deref for TensorMut<'a, T> {
+    type Target = TensorRef<'a, T>;
+    fn deref(&self) -> &TensorRef<'a, T> {
+        &self.inner
+    }
+}
+
+impl<T: Element> TensorMut<'_, T> {
+    /// Address of element 0, writable.
+    pub fn data_ptr_mut(&mut self) -> *mut T {
+        self.inner.raw.data.cast()
+    }
+
+    /// Writes `value` at `index`; `false` (nothing written) if the index is
+    /// out of bounds or the memory is not host-accessible.
+    pub fn set(&mut self, index: &[usize], value: T) -> bool {
+        if self.inner.host().is_err() {
+            return false;
+        }
+        let Some(off) = layout::offset_of(self.shape(), self.strides(), index) else {
+            return false;
+        };
+        // SAFETY: in-bounds element of writable, host-accessible memory
+        // validated at import; `&mut self` excludes every other Rust access.
+        unsafe { self.data_ptr_mut().offset(off).write_unaligned(value) };
+        true
+    }
+
+    /// Writes `value` into every element.
+    ///
+    /// # Errors
+    /// [`ViewError::NotHostAccessible`] for device memory.
+    pub fn fill(&mut self, value: T) -> Result<(), ViewError> {
+        self.inner.host()?;
+        let base = self.data_ptr_mut();
+        layout::for_each_offset(&self.inner.raw.shape, &self.inner.raw.strides, |off| {
+            // SAFETY: as in `set`, for every in-bounds element.
+            unsafe { base.offset(off).write_unaligned(value) };
+        });
+        Ok(())
+    }
+
+    /// The elements as a mutable slice in C order; `None` unless host-
+    /// accessible, C-contiguous, aligned and (for `bool`) valid.
+    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
+        let (ptr, len) = self.inner.slice_parts().ok()?;
+        // SAFETY: as in `as_slice`; in addition the memory is writable (not
+        // read-only, checked at import), C-contiguous so no two slice
+        // elements alias, and `&mut self` makes this the only live access.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast_mut(), len) })
+    }
+
+    /// A mutable `ndarray` view with the same shape and strides.
+    ///
+    /// # Errors
+    /// As [`TensorRef::as_ndarray`].
+    #[cfg(feature = "ndarray")]
+    pub fn as_ndarray_mut(&mut self) -> Result<ndarray::ArrayViewMutD<'_, T>, ViewError> {
+        self.inner.host()?;
+        self.inner.aligned()?;
+        self.inner.valid_values()?;
+        use ndarray::ShapeBuilder;
+        let (ptr, shape, strides, flips) = ndarray_parts(&self.inner.raw, std::mem::size_of::<T>());
+        // SAFETY: as in `as_ndarray`; the memory is writable, the import
+        // refused self-overlapping layouts for writable views, and
+        // `&mut self` makes this the only live access.
+        let mut view = unsafe {
+            ndarray::ArrayViewMutD::from_shape_ptr(shape.strides(strides), ptr.cast::<T>())
+        };
+        for axis in flips {
+            view.invert_axis(ndarray::Axis(axis));
+        }
+        Ok(view)
+    }
+}
+
+impl<'a> TensorDyn<'a> {
+    layout_methods!();
+
+    /// Address of element 0 (`data + byte_offset`), untyped.
+    pub fn data_ptr(&self) -> *const u8 {
+        self.raw.data
+    }
+
+    /// The typed view, if the data type is `T`'s; otherwise `self` back.
+    pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorRef {
+                raw: self.raw,
+                _marker: PhantomData,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl<'a> TensorDynMut<'a> {
+    layout_methods!();
+
+    /// Address of element 0 (`data + byte_offset`), untyped and writable.
+    pub fn data_ptr_mut(&mut self) -> *mut u8 {
+        self.raw.data
+    }
+
+    /// The typed writable view, if the data type is `T`'s; otherwise `self`.
+    pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorMut {
+                inner: TensorRef {
+                    raw: self.raw,
+                    _marker: PhantomData,
+                },
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+macro_rules! debug_impl {
+    ($($t:ty),*) => {$(
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("shape", &self.raw.shape.as_slice())
+                    .field("strides", &self.raw.strides.as_slice())
+                    .field("dtype", &self.raw.dtype)
+                    .field("device", &self.raw.device)
+                    .finish()
+            }
+        }
+    )*};
+}
+debug_impl!(TensorDyn<'_>, TensorDynMut<'_>);
+
+impl<T: Element> fmt::Debug for TensorRef<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
+            .field("dtype", &self.dtype())
+            .field("device", &self.device())
+            .finish()
+    }
+}
+
+impl<T: Element> fmt::Debug for TensorMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TensorMut").field(&self.inner).finish()
+    }
+}
+
+/// What the call context needs to know of a parameter's view type.
+/// Implemented by the four view types only.
+#[doc(hidden)]
+pub trait View: Sized {
+    /// The element type, or `None` for the untyped views.
+    const DTYPE: Option<DType>;
+    /// Whether the view writes.
+    const WRITABLE: bool;
+    /// Wraps a raw tensor that passed every check.
+    #[doc(hidden)]
+    fn from_raw(raw: RawTensor) -> Self;
+}
+
+impl<T: Element> View for TensorRef<'_, T> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = false;
+    fn from_raw(raw: RawTensor) -> Self {
+        TensorRef {
+            raw,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<T: Element> View for TensorMut<'_, T> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = true;
+    fn from_raw(raw: RawTensor) -> Self {
+        TensorMut {
+            inner: TensorRef::from_raw(raw),
+        }
+    }
+}
+
+impl View for TensorDyn<'_> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = false;
+    fn from_raw(raw: RawTensor) -> Self {
+        TensorDyn {
+            raw,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl View for TensorDynMut<'_> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = true;
+    fn from_raw(raw: RawTensor) -> Self {
+        TensorDynMut {
+            raw,
+            _marker: PhantomData,
+        }
+    }
+}
