@@ -1,5 +1,365 @@
+//! Test extension for dlcast's pytest suite: functions that exercise every
+//! annotation and view method, and a producer of arbitrary DLPack capsules.
+
+use dlcast_runtime::prelude::*;
+use half::{bf16, f16};
+use num_complex::Complex;
 use pyo3::prelude::*;
+use pyo3::types::PyComplex;
+
+mod producer;
+
+/// The README's first example.
+#[dlpack_fn]
+#[pyfunction]
+fn centroid(
+    #[shape(n, 3)] points: TensorRef<'_, f32>,
+    #[shape(n)] weights: TensorRef<'_, f32>,
+) -> [f32; 3] {
+    let mut c = [0.0f32; 3];
+    let mut total = 0.0f32;
+    for i in 0..points.shape()[0] {
+        let w = weights.get(&[i]).unwrap_or(0.0);
+        total += w;
+        for (k, ck) in c.iter_mut().enumerate() {
+            *ck += w * points.get(&[i, k]).unwrap_or(0.0);
+        }
+    }
+    c.map(|x| x / total)
+}
+
+/// Layout as seen by Rust: `(shape, strides, dtype, device, read_only,
+/// c_contiguous, f_contiguous)`.
+type Described = (
+    Vec<usize>,
+    Vec<isize>,
+    String,
+    (i32, i32),
+    bool,
+    bool,
+    bool,
+);
+
+fn describe_view(x: &TensorDyn<'_>) -> Described {
+    (
+        x.shape().to_vec(),
+        x.strides().to_vec(),
+        x.dtype().to_string(),
+        (x.device().device_type, x.device().device_id),
+        x.is_read_only(),
+        x.is_c_contiguous(),
+        x.is_f_contiguous(),
+    )
+}
+
+/// Describes any array on any device, without touching its memory.
+#[dlpack_fn]
+#[pyfunction]
+fn describe(#[device(any)] x: TensorDyn<'_>) -> Described {
+    describe_view(&x)
+}
+
+/// The elements in C order as Python values, dispatching on the dtype read
+/// at run time (through each typed view's `to_vec`).
+#[dlpack_fn]
+#[pyfunction]
+fn values(py: Python<'_>, x: TensorDyn<'_>) -> PyResult<Vec<Py<PyAny>>> {
+    use pyo3::IntoPyObjectExt;
+    fn all<'py, T: Element, U: IntoPyObject<'py>>(
+        py: Python<'py>,
+        x: TensorRef<'_, T>,
+        f: impl Fn(T) -> U,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        x.to_vec()?.into_iter().map(|v| f(v).into_py_any(py)).collect()
+    }
+    macro_rules! dispatch {
+        ($x:ident; $($t:ty => $f:expr),* $(,)?) => {{
+            $(let $x = match $x.into_typed::<$t>() { Ok(t) => return all(py, t, $f), Err(x) => x };)*
+            Err(pyo3::exceptions::PyTypeError::new_err(format!("no test dispatch for {}", $x.dtype())))
+        }};
+    }
+    let complex = |re: f64, im: f64| PyComplex::from_doubles(py, re, im);
+    dispatch!(x;
+        f64 => |v| v, f32 => |v| v, bool => |v| v,
+        i8 => |v| v, i16 => |v| v, i32 => |v| v, i64 => |v| v,
+        u8 => |v| v, u16 => |v| v, u32 => |v| v, u64 => |v| v,
+        f16 => f64::from, bf16 => f64::from,
+        Complex<f32> => |v: Complex<f32>| complex(v.re.into(), v.im.into()),
+        Complex<f64> => |v: Complex<f64>| complex(v.re, v.im),
+    )
+}
+
+macro_rules! typed_fns {
+    ($($name:ident: $t:ty),* $(,)?) => {$(
+        /// Sum of the elements through the typed view (as `f64`).
+        #[dlpack_fn]
+        #[pyfunction]
+        fn $name(x: TensorRef<'_, $t>) -> PyResult<f64> {
+            Ok(x.to_vec()?.into_iter().map(|v| v as f64).sum())
+        }
+    )*};
+}
+typed_fns!(sum_i8: i8, sum_i16: i16, sum_i32: i32, sum_i64: i64, sum_u8: u8, sum_u16: u16,
+           sum_u32: u32, sum_u64: u64, sum_f32: f32, sum_f64: f64);
+
+/// Sum through the typed `f16` view.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_f16(x: TensorRef<'_, f16>) -> PyResult<f64> {
+    Ok(x.to_vec()?.into_iter().map(f64::from).sum())
+}
+
+/// Sum through the typed `bf16` view.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_bf16(x: TensorRef<'_, bf16>) -> PyResult<f64> {
+    Ok(x.to_vec()?.into_iter().map(f64::from).sum())
+}
+
+/// Sum through the typed `complex64` view, as `(re, im)`.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_c64(x: TensorRef<'_, Complex<f32>>) -> PyResult<(f64, f64)> {
+    let s: Complex<f32> = x.to_vec()?.into_iter().sum();
+    Ok((s.re.into(), s.im.into()))
+}
+
+/// Sum through the typed `complex128` view, as `(re, im)`.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_c128(x: TensorRef<'_, Complex<f64>>) -> PyResult<(f64, f64)> {
+    let s: Complex<f64> = x.to_vec()?.into_iter().sum();
+    Ok((s.re, s.im))
+}
+
+/// Number of `true` elements, read element by element (valid for any byte).
+#[dlpack_fn]
+#[pyfunction]
+fn count_true(x: TensorRef<'_, bool>) -> PyResult<usize> {
+    Ok(x.to_vec()?.into_iter().filter(|&b| b).count())
+}
+
+/// Whether a `bool` slice can be formed (only if every byte is 0 or 1).
+#[dlpack_fn]
+#[pyfunction]
+fn bool_slice_ok(x: TensorRef<'_, bool>) -> bool {
+    x.as_slice().is_some()
+}
+
+/// `x.get(index)`.
+#[dlpack_fn]
+#[pyfunction]
+fn get_f64(x: TensorRef<'_, f64>, index: Vec<usize>) -> Option<f64> {
+    x.get(&index)
+}
+
+/// `x.as_slice()` copied out, or `None`.
+#[dlpack_fn]
+#[pyfunction]
+fn slice_f64(x: TensorRef<'_, f64>) -> Option<Vec<f64>> {
+    x.as_slice().map(<[f64]>::to_vec)
+}
+
+/// Elements in C order through `as_ndarray` (negative strides included).
+#[dlpack_fn]
+#[pyfunction]
+fn ndarray_f64(x: TensorRef<'_, f64>) -> PyResult<Vec<f64>> {
+    Ok(x.as_ndarray()?.iter().copied().collect())
+}
+
+/// The address of element 0, for zero-copy checks.
+#[dlpack_fn]
+#[pyfunction]
+fn data_ptr(#[device(any)] x: TensorDyn<'_>) -> usize {
+    x.data_ptr() as usize
+}
+
+/// `x[...] = value` through `fill`.
+#[dlpack_fn]
+#[pyfunction]
+fn fill_f64(out: TensorMut<'_, f64>, value: f64) -> PyResult<()> {
+    let mut out = out;
+    out.fill(value)?;
+    Ok(())
+}
+
+/// `x += 1` through `as_ndarray_mut` (any strides).
+#[dlpack_fn]
+#[pyfunction]
+fn add_one_f32(mut x: TensorMut<'_, f32>) -> PyResult<()> {
+    x.as_ndarray_mut()?.mapv_inplace(|v| v + 1.0);
+    Ok(())
+}
+
+/// Doubles every element through `as_slice_mut`; `false` if no slice.
+#[dlpack_fn]
+#[pyfunction]
+fn double_slice_f64(mut x: TensorMut<'_, f64>) -> bool {
+    match x.as_slice_mut() {
+        Some(s) => {
+            s.iter_mut().for_each(|v| *v *= 2.0);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `x[index] = value` through `set`.
+#[dlpack_fn]
+#[pyfunction]
+fn set_f64(mut x: TensorMut<'_, f64>, index: Vec<usize>, value: f64) -> bool {
+    x.set(&index, value)
+}
+
+/// Copies `src` into `dst` (same shape).
+#[dlpack_fn]
+#[pyfunction]
+fn copy_into(#[shape(..)] src: TensorRef<'_, f64>, mut dst: TensorMut<'_, f64>) -> PyResult<()> {
+    let v = src.to_vec()?;
+    let mut it = v.into_iter();
+    let shape = dst.shape().to_vec();
+    let n: usize = shape.iter().product();
+    for flat in 0..n {
+        let mut idx = vec![0; shape.len()];
+        let mut f = flat;
+        for d in (0..shape.len()).rev() {
+            idx[d] = f % shape[d];
+            f /= shape[d];
+        }
+        dst.set(&idx, it.next().unwrap_or(0.0));
+    }
+    Ok(())
+}
+
+/// Writable untyped view: zeroes every byte of a C-contiguous array.
+#[dlpack_fn]
+#[pyfunction]
+fn zero_bytes(#[order(c)] mut x: TensorDynMut<'_>) -> usize {
+    let bytes = x.len() * usize::from(x.dtype().bits / 8);
+    // SAFETY: the view is writable, host memory, C-contiguous, so its
+    // elements occupy exactly `bytes` bytes from element 0.
+    unsafe { std::ptr::write_bytes(x.data_ptr_mut(), 0, bytes) };
+    bytes
+}
+
+/// `order(c)`.
+#[dlpack_fn]
+#[pyfunction]
+fn needs_c(#[order(c)] x: TensorDyn<'_>) -> Vec<usize> {
+    x.shape().to_vec()
+}
+
+/// `order(f)`.
+#[dlpack_fn]
+#[pyfunction]
+fn needs_f(#[order(f)] x: TensorDyn<'_>) -> Vec<usize> {
+    x.shape().to_vec()
+}
+
+/// `order(contiguous)`.
+#[dlpack_fn]
+#[pyfunction]
+fn needs_contiguous(#[order(contiguous)] x: TensorDyn<'_>) -> Vec<usize> {
+    x.shape().to_vec()
+}
+
+/// A 0-d array.
+#[dlpack_fn]
+#[pyfunction]
+fn scalar_f64(#[shape()] x: TensorRef<'_, f64>) -> Option<f64> {
+    x.get(&[])
+}
+
+/// `..` between fixed extents.
+#[dlpack_fn]
+#[pyfunction]
+fn batch_of_pairs(#[shape(.., 2)] x: TensorDyn<'_>) -> Vec<usize> {
+    x.shape().to_vec()
+}
+
+/// `_`, a fixed extent and named extents across three parameters.
+#[dlpack_fn]
+#[pyfunction]
+fn matmul_shapes(
+    #[shape(m, k)] a: TensorDyn<'_>,
+    #[shape(k, n)] b: TensorDyn<'_>,
+    #[shape(m, n)] out: TensorDyn<'_>,
+) -> (usize, usize, usize) {
+    let _ = out;
+    (a.shape()[0], a.shape()[1], b.shape()[1])
+}
+
+/// A square matrix: one name used twice in one shape.
+#[dlpack_fn]
+#[pyfunction]
+fn square(#[shape(n, n)] x: TensorDyn<'_>) -> usize {
+    x.shape()[0]
+}
+
+/// Only CUDA (device id any).
+#[dlpack_fn]
+#[pyfunction]
+fn cuda_only(#[device(cuda)] x: TensorDyn<'_>) -> (i32, i32) {
+    (x.device().device_type, x.device().device_id)
+}
+
+/// CUDA device 1 or CPU.
+#[dlpack_fn]
+#[pyfunction]
+fn cuda1_or_cpu(#[device(cuda(1), cpu)] x: TensorDyn<'_>) -> (i32, i32) {
+    (x.device().device_type, x.device().device_id)
+}
+
+/// Element access refused for device memory.
+#[dlpack_fn]
+#[pyfunction]
+fn device_to_vec(#[device(cuda)] x: TensorRef<'_, f32>) -> PyResult<Vec<f32>> {
+    Ok(x.to_vec()?)
+}
+
+/// An optional array: `None` gives `None`.
+#[dlpack_fn]
+#[pyfunction]
+#[pyo3(signature = (x=None))]
+fn maybe_len(x: Option<TensorRef<'_, f64>>) -> Option<usize> {
+    x.map(|x| x.len())
+}
+
+/// An optional writable array.
+#[dlpack_fn]
+#[pyfunction]
+#[pyo3(signature = (x=None))]
+fn maybe_fill(x: Option<TensorMut<'_, f64>>) -> PyResult<bool> {
+    match x {
+        Some(mut x) => {
+            x.fill(7.0)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Import paths can be checked for the deleter: take a view, do nothing.
+#[dlpack_fn]
+#[pyfunction]
+fn consume(#[device(any)] x: TensorDyn<'_>) -> usize {
+    x.ndim()
+}
+
 #[pymodule]
-fn dlcast_testext(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(producer::make_capsule, m)?)?;
+    m.add_function(wrap_pyfunction!(producer::producer_counts, m)?)?;
+    macro_rules! add {
+        ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
+    }
+    add!(
+        centroid, describe, values, sum_i8, sum_i16, sum_i32, sum_i64, sum_u8, sum_u16, sum_u32,
+        sum_u64, sum_f32, sum_f64, sum_f16, sum_bf16, sum_c64, sum_c128, count_true,
+        bool_slice_ok, get_f64, slice_f64, ndarray_f64, data_ptr, fill_f64, add_one_f32,
+        double_slice_f64, set_f64, copy_into, zero_bytes, needs_c, needs_f, needs_contiguous,
+        scalar_f64, batch_of_pairs, matmul_shapes, square, cuda_only, cuda1_or_cpu,
+        device_to_vec, maybe_len, maybe_fill, consume,
+    );
     Ok(())
 }

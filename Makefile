@@ -1,0 +1,46 @@
+# Every entry point sets itself up: a fresh machine needs only Rust, Python 3
+# and network access to crates.io and PyPI.
+VENV ?= .venv
+PY := $(abspath $(VENV))/bin/python
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
+export PYO3_PYTHON := $(PY)
+# Keep test runs deterministic and quiet on a 2-core machine.
+export JAX_PLATFORMS ?= cpu
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all venv ext test lint rust-test py-test demo demo-ext clean
+
+all: test
+
+venv:
+	bash scripts/setup-venv.sh
+
+# The PyO3 test extension, built once into the virtualenv.
+ext: venv
+	maturin develop -q -m tests/Cargo.toml
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+rust-test:
+	cargo test --workspace
+
+py-test: ext
+	$(PY) -m pytest tests/python -q
+
+## Run every test: formatting, clippy, Rust unit/property tests, ui-tests,
+## and the pytest suite against NumPy, PyTorch, JAX and array-api-strict.
+test: venv lint rust-test py-test
+
+demo-ext: venv
+	maturin develop -q --release -m examples/demo/Cargo.toml
+
+## The demo on a real photo (examples/demo).
+demo: demo-ext
+	$(PY) examples/demo/demo.py
+
+clean:
+	cargo clean
+	rm -rf $(VENV) out
