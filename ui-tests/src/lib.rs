@@ -1,0 +1,1 @@
+//! Holds no code: see `tests/ui.rs` and the cases in `tests/ui/`.
