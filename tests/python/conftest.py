@@ -5,9 +5,14 @@ failure, never a skip.
 """
 
 import contextlib
+import gc
 
+import jax
 import numpy as np
 import pytest
+
+# 64-bit JAX arrays, so every dtype can be tested from JAX too.
+jax.config.update("jax_enable_x64", True)
 
 import dlcast_testext as ext
 
@@ -18,8 +23,6 @@ def deleters_balanced(created_delta=None):
     had its deleter called exactly once by the time the block ends."""
     created0, deleted0 = ext.producer_counts()
     yield
-    import gc
-
     gc.collect()
     created1, deleted1 = ext.producer_counts()
     made = created1 - created0

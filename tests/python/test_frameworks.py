@@ -1,0 +1,171 @@
+"""Every producer the issue names, every element type, zero-copy reads and
+writes seen on both sides."""
+
+import array
+
+import array_api_strict as xp
+import jax
+import jax.numpy as jnp
+import ml_dtypes  # ships with JAX; gives NumPy a bfloat16 dtype
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+
+# (NumPy dtype, typed function, torch dtype)
+DTYPES = [
+    ("int8", ext.sum_i8, torch.int8),
+    ("int16", ext.sum_i16, torch.int16),
+    ("int32", ext.sum_i32, torch.int32),
+    ("int64", ext.sum_i64, torch.int64),
+    ("uint8", ext.sum_u8, torch.uint8),
+    ("uint16", ext.sum_u16, torch.uint16),
+    ("uint32", ext.sum_u32, torch.uint32),
+    ("uint64", ext.sum_u64, torch.uint64),
+    ("float16", ext.sum_f16, torch.float16),
+    ("float32", ext.sum_f32, torch.float32),
+    ("float64", ext.sum_f64, torch.float64),
+]
+
+
+def numpy_of(name, values):
+    return np.asarray(values, dtype=name)
+
+
+@pytest.mark.parametrize("name,fn,tdt", DTYPES, ids=[d[0] for d in DTYPES])
+def test_typed_views_every_real_dtype(name, fn, tdt):
+    vals = [1, 2, 3, 4, 5, 6]
+    a = numpy_of(name, vals).reshape(2, 3)
+    expected = float(sum(vals))
+    assert fn(a) == expected
+    assert fn(torch.tensor(vals, dtype=tdt).reshape(2, 3)) == expected
+    assert fn(jnp.asarray(a)) == expected
+    if name != "float16":  # the array API standard has no float16
+        assert fn(xp.asarray(a)) == expected
+    assert ext.describe(a)[2] == name
+    assert ext.values(a) == a.ravel().tolist()
+    # Any other dtype is refused with both names.
+    other = "float64" if name != "float64" else "float32"
+    with pytest.raises(TypeError, match=rf"argument 'x': expected dtype {name}, got {other}"):
+        fn(np.zeros(3, other))
+
+
+def test_bool_views():
+    a = np.array([True, False, True, True])
+    assert ext.count_true(a) == 3
+    assert ext.count_true(torch.tensor([True, False])) == 1
+    assert ext.count_true(jnp.asarray(a)) == 3
+    assert ext.values(a) == [True, False, True, True]
+    assert ext.bool_slice_ok(a)
+
+
+def test_bool_bytes_other_than_0_and_1_never_become_rust_bools():
+    # A hostile producer sends bytes 0, 1, 2, 255 with dtype bool.
+    c = ext.make_capsule(bytes([0, 1, 2, 255]), [4], [1], dtype=(6, 8, 1))
+    assert ext.count_true(c) == 3
+    c = ext.make_capsule(bytes([0, 1, 2, 255]), [4], [1], dtype=(6, 8, 1))
+    assert not ext.bool_slice_ok(c)
+
+
+def test_bfloat16_and_complex():
+    t = torch.tensor([1.5, 2.5, -1.0], dtype=torch.bfloat16)
+    assert ext.sum_bf16(t) == 3.0
+    assert ext.describe(t)[2] == "bfloat16"
+    j = jnp.asarray([1.5, 2.5], dtype=jnp.bfloat16)
+    assert ext.sum_bf16(j) == 4.0
+    c = np.array([1 + 2j, 3 - 1j], np.complex64)
+    assert ext.sum_c64(c) == (4.0, 1.0)
+    assert ext.sum_c128(c.astype(np.complex128)) == (4.0, 1.0)
+    assert ext.sum_c64(torch.from_numpy(c)) == (4.0, 1.0)
+    assert ext.values(c) == [1 + 2j, 3 - 1j]
+    assert ml_dtypes.bfloat16 is not None
+
+
+def test_numpy_is_zero_copy_both_ways():
+    a = np.arange(6.0)
+    assert ext.data_ptr(a) == a.__array_interface__["data"][0]
+    assert ext.data_ptr(a[2:]) == a.__array_interface__["data"][0] + 16
+    ext.fill_f64(a[::2], -1.0)
+    assert a.tolist() == [-1, 1, -1, 3, -1, 5]
+
+
+def test_torch_is_zero_copy_both_ways():
+    t = torch.arange(6, dtype=torch.float32)
+    assert ext.data_ptr(t) == t.data_ptr()
+    ext.add_one_f32(t[1:4])
+    assert t.tolist() == [0, 2, 3, 4, 4, 5]
+    t64 = torch.zeros(2, 3, dtype=torch.float64)
+    assert ext.double_slice_f64(t64)
+    assert ext.set_f64(t64.T, [2, 1], 9.0)
+    assert t64[1, 2].item() == 9.0
+
+
+def test_jax_is_zero_copy():
+    j = jnp.arange(8.0, dtype=jnp.float32)
+    assert ext.data_ptr(j) == j.unsafe_buffer_pointer()
+    assert ext.sum_f32(j) == 28.0
+    assert ext.describe(j)[0] == [8]
+
+
+def test_array_api_strict():
+    a = xp.reshape(xp.arange(6, dtype=xp.float64), (2, 3))
+    assert ext.values(a) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert ext.needs_c(a) == [2, 3]
+    assert ext.values(xp.permute_dims(a, (1, 0))) == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+
+
+def test_buffer_protocol_objects():
+    assert ext.values(b"\x01\x02") == [1, 2]
+    ba = bytearray(b"\x00\x00\x00")
+    assert ext.zero_bytes(ba) == 3
+    ba[:] = b"\x05\x06\x07"
+    ext.zero_bytes(ba)
+    assert ba == bytearray(3)
+    arr = array.array("d", [1.0, 2.0, 3.0])
+    assert ext.sum_f64(arr) == 6.0
+    ext.fill_f64(arr, 4.0)
+    assert arr.tolist() == [4.0, 4.0, 4.0]
+    assert ext.sum_i32(array.array("i", [1, 2, 3])) == 6
+    assert ext.sum_i64(array.array("q", [1, 2, 3])) == 6
+    mv = memoryview(np.arange(12.0).reshape(3, 4)[::2, ::-1])
+    assert ext.values(mv) == np.arange(12.0).reshape(3, 4)[::2, ::-1].ravel().tolist()
+    assert ext.describe(mv)[1] == [8, -1]
+
+
+def test_buffer_strides_not_multiple_of_itemsize_are_refused():
+    # A structured dtype's field view has a byte stride (12) that is not a
+    # multiple of the field's itemsize (8): refused, never divided.
+    rec = np.zeros(4, dtype=[("a", "<f8"), ("b", "<i4")])
+    mv = memoryview(rec["a"])
+    assert mv.strides == (12,)
+    with pytest.raises(BufferError, match="not a multiple of the item size"):
+        ext.values(mv)
+
+
+def test_unsupported_buffer_formats():
+    with pytest.raises(BufferError, match="unsupported buffer format"):
+        ext.values(memoryview(np.zeros(2, np.longdouble)))
+    with pytest.raises(TypeError, match=r"values\(\): argument 'x': expected an array .* got str"):
+        ext.values("not an array")
+    with pytest.raises(TypeError, match="got NoneType"):
+        ext.values(None)
+
+
+def test_optional_views():
+    assert ext.maybe_len() is None
+    assert ext.maybe_len(None) is None
+    assert ext.maybe_len(np.zeros((2, 3))) == 6
+    a = np.zeros(2)
+    assert ext.maybe_fill(a) is True
+    assert a.tolist() == [7.0, 7.0]
+    assert ext.maybe_fill(None) is False
+
+
+def test_keyword_arguments_keep_python_names():
+    pts = np.ones((2, 3), np.float32)
+    assert ext.centroid(points=pts, weights=np.ones(2, np.float32)) == [1.0, 1.0, 1.0]
+
+
+def test_jax_on_cpu_only():
+    assert jax.devices()[0].platform == "cpu"
