@@ -5,7 +5,6 @@ failure, never a skip.
 """
 
 import contextlib
-import gc
 
 import jax
 import numpy as np
@@ -23,7 +22,6 @@ def deleters_balanced(created_delta=None):
     had its deleter called exactly once by the time the block ends."""
     created0, deleted0 = ext.producer_counts()
     yield
-    gc.collect()
     created1, deleted1 = ext.producer_counts()
     made = created1 - created0
     if created_delta is not None:
