@@ -145,14 +145,20 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
     match obj.getattr(intern!(py, "__dlpack__")) {
         Ok(method) => {
             let capsule = call_dlpack(&method)?;
-            take_capsule(&capsule)
+            let mut raw = take_capsule(&capsule)?;
+            // JAX arrays are immutable, but JAX answers with legacy capsules,
+            // which cannot say so (DLPack notes): mark them read-only here.
+            if !raw.read_only && is_from_module(obj, &["jax", "jaxlib"]) {
+                raw.read_only = true;
+            }
+            Ok(raw)
         }
         Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
             // SAFETY: `obj` is a live object.
             if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
                 return import_buffer(obj);
             }
-            if is_tensorflow(obj) {
+            if is_from_module(obj, &["tensorflow"]) {
                 let capsule = tensorflow_to_dlpack(obj)?;
                 return take_capsule(&capsule);
             }
@@ -188,12 +194,18 @@ fn call_dlpack<'py>(method: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>, Imp
     }
 }
 
-fn is_tensorflow(obj: &Bound<'_, PyAny>) -> bool {
+/// Whether `type(obj).__module__` is one of `packages` or a submodule.
+fn is_from_module(obj: &Bound<'_, PyAny>, packages: &[&str]) -> bool {
     let py = obj.py();
     obj.get_type()
         .getattr(intern!(py, "__module__"))
         .and_then(|m| m.extract::<String>())
-        .is_ok_and(|m| m.starts_with("tensorflow"))
+        .is_ok_and(|m| {
+            packages.iter().any(|p| {
+                m.strip_prefix(p)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+        })
 }
 
 fn tensorflow_to_dlpack<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>, ImportError> {

@@ -266,14 +266,12 @@ mod tests {
         fn offset_of_matches_walk((shape, strides) in layout()) {
             let mut walked = Vec::new();
             for_each_offset(&shape, &strides, |o| walked.push(o));
-            let mut i = 0;
             let total = element_count(&shape).unwrap();
-            for flat in 0..total {
+            for (flat, &expected) in (0..total).zip(&walked) {
                 let mut idx = vec![0; shape.len()];
                 let mut f = flat;
                 for d in (0..shape.len()).rev() { idx[d] = f % shape[d]; f /= shape[d]; }
-                prop_assert_eq!(offset_of(&shape, &strides, &idx), Some(walked[i]));
-                i += 1;
+                prop_assert_eq!(offset_of(&shape, &strides, &idx), Some(expected));
             }
         }
     }

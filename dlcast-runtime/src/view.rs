@@ -361,6 +361,9 @@ impl<'a> TensorDyn<'a> {
     }
 
     /// The typed view, if the data type is `T`'s; otherwise `self` back.
+    // Handing the view back by value is the point (like `Box::downcast`);
+    // it is moved once per dispatch step.
+    #[allow(clippy::result_large_err)]
     pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
         if self.raw.dtype == T::DTYPE {
             Ok(TensorRef {
@@ -382,6 +385,7 @@ impl<'a> TensorDynMut<'a> {
     }
 
     /// The typed writable view, if the data type is `T`'s; otherwise `self`.
+    #[allow(clippy::result_large_err)]
     pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
         if self.raw.dtype == T::DTYPE {
             Ok(TensorMut {

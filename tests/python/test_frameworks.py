@@ -101,6 +101,14 @@ def test_torch_is_zero_copy_both_ways():
     assert t64[1, 2].item() == 9.0
 
 
+def test_jax_arrays_are_read_only():
+    j = jnp.zeros(3)
+    assert ext.describe(j)[4] is True
+    with pytest.raises(TypeError, match="argument 'out': the array is read-only"):
+        ext.fill_f64(j, 1.0)
+    assert jnp.all(j == 0)
+
+
 def test_jax_is_zero_copy():
     j = jnp.arange(8.0, dtype=jnp.float32)
     assert ext.data_ptr(j) == j.unsafe_buffer_pointer()

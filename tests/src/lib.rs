@@ -30,15 +30,7 @@ fn centroid(
 
 /// Layout as seen by Rust: `(shape, strides, dtype, device, read_only,
 /// c_contiguous, f_contiguous)`.
-type Described = (
-    Vec<usize>,
-    Vec<isize>,
-    String,
-    (i32, i32),
-    bool,
-    bool,
-    bool,
-);
+type Described = (Vec<usize>, Vec<isize>, String, (i32, i32), bool, bool, bool);
 
 fn describe_view(x: &TensorDyn<'_>) -> Described {
     (
@@ -70,7 +62,10 @@ fn values(py: Python<'_>, x: TensorDyn<'_>) -> PyResult<Vec<Py<PyAny>>> {
         x: TensorRef<'_, T>,
         f: impl Fn(T) -> U,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        x.to_vec()?.into_iter().map(|v| f(v).into_py_any(py)).collect()
+        x.to_vec()?
+            .into_iter()
+            .map(|v| f(v).into_py_any(py))
+            .collect()
     }
     macro_rules! dispatch {
         ($x:ident; $($t:ty => $f:expr),* $(,)?) => {{
@@ -354,12 +349,48 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(
-        centroid, describe, values, sum_i8, sum_i16, sum_i32, sum_i64, sum_u8, sum_u16, sum_u32,
-        sum_u64, sum_f32, sum_f64, sum_f16, sum_bf16, sum_c64, sum_c128, count_true,
-        bool_slice_ok, get_f64, slice_f64, ndarray_f64, data_ptr, fill_f64, add_one_f32,
-        double_slice_f64, set_f64, copy_into, zero_bytes, needs_c, needs_f, needs_contiguous,
-        scalar_f64, batch_of_pairs, matmul_shapes, square, cuda_only, cuda1_or_cpu,
-        device_to_vec, maybe_len, maybe_fill, consume,
+        centroid,
+        describe,
+        values,
+        sum_i8,
+        sum_i16,
+        sum_i32,
+        sum_i64,
+        sum_u8,
+        sum_u16,
+        sum_u32,
+        sum_u64,
+        sum_f32,
+        sum_f64,
+        sum_f16,
+        sum_bf16,
+        sum_c64,
+        sum_c128,
+        count_true,
+        bool_slice_ok,
+        get_f64,
+        slice_f64,
+        ndarray_f64,
+        data_ptr,
+        fill_f64,
+        add_one_f32,
+        double_slice_f64,
+        set_f64,
+        copy_into,
+        zero_bytes,
+        needs_c,
+        needs_f,
+        needs_contiguous,
+        scalar_f64,
+        batch_of_pairs,
+        matmul_shapes,
+        square,
+        cuda_only,
+        cuda1_or_cpu,
+        device_to_vec,
+        maybe_len,
+        maybe_fill,
+        consume,
     );
     Ok(())
 }
