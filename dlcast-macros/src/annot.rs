@@ -1,7 +1,7 @@
 //! Parsing of the parameter annotations `#[shape(..)]`, `#[device(..)]` and
 //! `#[order(..)]`, with errors spanned on the faulty token.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -90,7 +90,20 @@ impl Parse for DeviceEntry {
             let inner;
             syn::parenthesized!(inner in input);
             let lit: LitInt = inner.parse()?;
-            Some(lit.base10_parse::<i32>()?)
+            let id = lit
+                .base10_parse::<i32>()
+                .ok()
+                .filter(|id| *id >= 0 && lit.suffix().is_empty())
+                .ok_or_else(|| {
+                    Error::new(
+                        lit.span(),
+                        "a device id must be a non-negative integer without a suffix, e.g. cuda(0)",
+                    )
+                })?;
+            if !inner.is_empty() {
+                return Err(inner.error("expected one device id, e.g. cuda(0)"));
+            }
+            Some(id)
         } else {
             None
         };
@@ -112,8 +125,8 @@ pub struct Annotations {
     pub shape: Option<Vec<Dim>>,
     pub devices: Option<Vec<DeviceEntry>>,
     pub order: Option<Order>,
-    /// Span of the first annotation, for "not an array parameter" errors.
-    pub first: Option<Span>,
+    /// The first annotation, for "not an array parameter" errors.
+    pub first: Option<Attribute>,
 }
 
 const NAMES: [&str; 3] = ["shape", "device", "order"];
@@ -132,7 +145,7 @@ pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
             kept.push(attr);
             continue;
         };
-        out.first.get_or_insert(attr.span());
+        out.first.get_or_insert_with(|| attr.clone());
         if let Err(e) = parse_one(name, &attr, &mut out) {
             push_err(e);
         }
@@ -160,8 +173,8 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
             let dims = match &attr.meta {
                 syn::Meta::List(l) => l.parse_args_with(parse_shape)?,
                 _ => {
-                    return Err(Error::new(
-                        attr.span(),
+                    return Err(Error::new_spanned(
+                        attr,
                         "write #[shape(..)], e.g. #[shape(n, 3)]",
                     ))
                 }
@@ -171,6 +184,12 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
         "device" => {
             if out.devices.is_some() {
                 return Err(duplicate(attr, name));
+            }
+            if matches!(&attr.meta, syn::Meta::List(l) if l.tokens.is_empty()) {
+                return Err(Error::new_spanned(
+                    attr,
+                    "list at least one device, e.g. #[device(cpu)] or #[device(any)]",
+                ));
             }
             let list: Punctuated<DeviceEntry, Token![,]> =
                 attr.parse_args_with(Punctuated::parse_separated_nonempty)?;

@@ -84,6 +84,26 @@ fn option_inner(ty: &Type) -> Option<&Type> {
     }
 }
 
+/// An error for a view type spelled with a lifetime other than `'_` (only
+/// `'static` can be named, since generics are refused): the view must not
+/// outlive the call, and the body's signature is what enforces that.
+fn named_lifetime(view: &Type) -> Option<Error> {
+    let Type::Path(p) = view else { return None };
+    let PathArguments::AngleBracketed(a) = &p.path.segments.last()?.arguments else {
+        return None;
+    };
+    a.args.iter().find_map(|g| match g {
+        GenericArgument::Lifetime(l) if l.ident != "_" => Some(Error::new_spanned(
+            l,
+            format!(
+                "a view borrows its Python argument for the call only; \
+                 write `'_` instead of `{l}`"
+            ),
+        )),
+        _ => None,
+    })
+}
+
 /// An array parameter after parsing.
 struct ViewParam {
     ident: Ident,
@@ -125,8 +145,8 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
     if let Some(g) = func.sig.generics.params.first() {
-        return Err(Error::new(
-            g.span(),
+        return Err(Error::new_spanned(
+            g,
             "#[dlpack_fn] functions cannot be generic yet",
         ));
     }
@@ -135,20 +155,21 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
     let mut outer_params = Vec::new();
     let mut call_args = Vec::new();
     let mut errors: Option<Error> = None;
+    let mut push_err = |e: Error| match &mut errors {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
     for arg in func.sig.inputs.iter_mut() {
         let FnArg::Typed(pt) = arg else {
-            return Err(Error::new(
-                arg.span(),
+            return Err(Error::new_spanned(
+                arg,
                 "#[dlpack_fn] does not support methods yet",
             ));
         };
         let annots = match annot::take(&mut pt.attrs) {
             Ok(a) => a,
             Err(e) => {
-                match &mut errors {
-                    Some(all) => all.combine(e),
-                    None => errors = Some(e),
-                }
+                push_err(e);
                 continue;
             }
         };
@@ -157,23 +178,29 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
             None => (false, &*pt.ty),
         };
         let Some(kind) = ViewKind::of(inner) else {
-            if let Some(span) = annots.first {
-                return Err(Error::new(
-                    span,
+            if let Some(attr) = &annots.first {
+                push_err(Error::new_spanned(
+                    attr,
                     "#[shape], #[device] and #[order] apply to array parameters only \
                      (TensorRef, TensorMut, TensorDyn, TensorDynMut, or an Option of one)",
                 ));
+                continue;
             }
             outer_params.push(quote!(#pt));
             let pat = &pt.pat;
             call_args.push(quote!(#pat));
             continue;
         };
+        if let Some(e) = named_lifetime(inner) {
+            push_err(e);
+            continue;
+        }
         let Pat::Ident(pi) = &*pt.pat else {
-            return Err(Error::new(
-                pt.pat.span(),
-                "an array parameter needs a plain name",
+            push_err(Error::new_spanned(
+                &pt.pat,
+                "an array parameter needs a plain name, e.g. `x: TensorRef<'_, f32>`",
             ));
+            continue;
         };
         let ident = pi.ident.clone();
         let attrs = &pt.attrs;

@@ -1,0 +1,15 @@
+use dlcast_runtime::prelude::*;
+use pyo3::prelude::*;
+
+#[dlpack_fn]
+#[pyfunction]
+fn f(
+    #[shape(n)]
+    #[device(cpu)]
+    #[shape(3)]
+    x: TensorRef<'_, f32>,
+) -> usize {
+    x.len()
+}
+
+fn main() {}
