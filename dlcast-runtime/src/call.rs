@@ -51,11 +51,7 @@ impl CallCx {
     }
 
     /// Imports and checks the array argument of parameter `index`.
-    pub fn arg<'a, V: View + 'a>(
-        &mut self,
-        index: usize,
-        obj: &'a Bound<'a, PyAny>,
-    ) -> PyResult<V> {
+    pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
         let param = &self.spec.params[index];
         let raw = import::import(obj).map_err(|e| self.import_error(obj.py(), param, e))?;
         self.check(index, param, &raw, V::DTYPE, V::WRITABLE)?;
@@ -64,7 +60,7 @@ impl CallCx {
 
     /// As [`CallCx::arg`] for an `Option<..>` parameter: Python's `None` is
     /// `None`.
-    pub fn opt_arg<'a, V: View + 'a>(
+    pub fn opt_arg<'a, V: View<'a>>(
         &mut self,
         index: usize,
         obj: Option<&'a Bound<'a, PyAny>>,

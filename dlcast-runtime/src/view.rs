@@ -434,9 +434,12 @@ impl<T: Element> fmt::Debug for TensorMut<'_, T> {
 }
 
 /// What the call context needs to know of a parameter's view type.
-/// Implemented by the four view types only.
+/// Implemented by the four view types only, each for its own lifetime `'a`:
+/// the call context can then only make a view that borrows the Python
+/// argument, never one that outlives it (`TensorRef<'static, _>` does not
+/// implement `View<'a>` for a shorter `'a`).
 #[doc(hidden)]
-pub trait View: Sized {
+pub trait View<'a>: Sized {
     /// The element type, or `None` for the untyped views.
     const DTYPE: Option<DType>;
     /// Whether the view writes.
@@ -446,7 +449,7 @@ pub trait View: Sized {
     fn from_raw(raw: RawTensor) -> Self;
 }
 
-impl<T: Element> View for TensorRef<'_, T> {
+impl<'a, T: Element> View<'a> for TensorRef<'a, T> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
     fn from_raw(raw: RawTensor) -> Self {
@@ -457,7 +460,7 @@ impl<T: Element> View for TensorRef<'_, T> {
     }
 }
 
-impl<T: Element> View for TensorMut<'_, T> {
+impl<'a, T: Element> View<'a> for TensorMut<'a, T> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
     fn from_raw(raw: RawTensor) -> Self {
@@ -467,7 +470,7 @@ impl<T: Element> View for TensorMut<'_, T> {
     }
 }
 
-impl View for TensorDyn<'_> {
+impl<'a> View<'a> for TensorDyn<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = false;
     fn from_raw(raw: RawTensor) -> Self {
@@ -478,7 +481,7 @@ impl View for TensorDyn<'_> {
     }
 }
 
-impl View for TensorDynMut<'_> {
+impl<'a> View<'a> for TensorDynMut<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = true;
     fn from_raw(raw: RawTensor) -> Self {
