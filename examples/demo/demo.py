@@ -195,6 +195,8 @@ cases = [
     # The output gets the transposed shape, so that only the memory order is wrong.
     ("transposed image under order(c)", lambda out: dd.box_blur(transposed, out), (W, H, 3)),
     ("output one row short", lambda out: dd.grayscale(img, out), (H - 1, W)),
+    # JAX arrays are immutable: never a writable output.
+    ("JAX array as the output", lambda out: dd.grayscale(img, jnp.asarray(out)), (H, W)),
 ]
 for label, call, out_shape in cases:
     out = np.full(out_shape, 7, np.uint8)
