@@ -28,17 +28,23 @@ use annot::{Annotations, Dim};
 ///   default `cpu`.
 /// - `#[order(c | f | contiguous)]`: required memory order; default any.
 ///
+/// The function may return anything PyO3 converts, including dlcast's
+/// owned `Tensor<T>` and views of its inputs (exported zero-copy as a
+/// `dlcast.Array`), inside `Option`, `PyResult` or tuples.
+/// `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`, `tensorflow`,
+/// `array_api`) hands every returned array to that framework instead.
+///
 /// Place it above `#[pyfunction]`.
 #[proc_macro_attribute]
 pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let attr = TokenStream2::from(attr);
-    if !attr.is_empty() {
-        return Error::new(attr.span(), "#[dlpack_fn] takes no arguments")
-            .to_compile_error()
-            .into();
-    }
+    let opts = match parse_options(attr.into()) {
+        Ok(o) => o,
+        Err(e) => return e.to_compile_error().into(),
+    };
     let func = parse_macro_input!(item as ItemFn);
-    expand(func).unwrap_or_else(|e| e.to_compile_error()).into()
+    expand(opts, func)
+        .unwrap_or_else(|e| e.to_compile_error())
+        .into()
 }
 
 /// The kinds of view parameter, recognised by the type's last path segment.
@@ -113,35 +119,61 @@ struct ViewParam {
     annots: Annotations,
 }
 
-/// How the body's result becomes the Python function's `PyResult`.
-enum Ret {
-    /// No return type: `()`.
-    Unit,
-    /// `PyResult<T>` / `Result<T, E>`: errors convert with `Into<PyErr>`.
-    Result(Type),
-    /// Any other `T`.
-    Plain(Type),
-}
-
-fn classify_return(ret: &ReturnType) -> Ret {
+/// Whether the body returns a `PyResult<T>` / `Result<T, E>` (its error
+/// then converts with `?`), judged by the last path segment.
+fn returns_result(ret: &ReturnType) -> bool {
     let ReturnType::Type(_, ty) = ret else {
-        return Ret::Unit;
+        return false;
     };
-    if let Type::Path(p) = &**ty {
-        if let Some(last) = p.path.segments.last() {
-            if last.ident == "PyResult" || last.ident == "Result" {
-                if let PathArguments::AngleBracketed(a) = &last.arguments {
-                    if let Some(GenericArgument::Type(t)) = a.args.first() {
-                        return Ret::Result(t.clone());
-                    }
-                }
-            }
-        }
-    }
-    Ret::Plain((**ty).clone())
+    matches!(&**ty, Type::Path(p) if p.path.segments.last().is_some_and(|l| {
+        (l.ident == "PyResult" || l.ident == "Result")
+            && matches!(l.arguments, PathArguments::AngleBracketed(_))
+    }))
 }
 
-fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
+/// The frameworks `returns = ...` accepts and the runtime's names for them.
+const FRAMEWORKS: &[(&str, &str)] = &[
+    ("numpy", "Numpy"),
+    ("torch", "Torch"),
+    ("jax", "Jax"),
+    ("cupy", "Cupy"),
+    ("tensorflow", "Tensorflow"),
+    ("array_api", "ArrayApi"),
+];
+
+/// Options of `#[dlpack_fn(...)]`.
+#[derive(Default)]
+struct FnOptions {
+    /// `returns = numpy | torch | ...`: the runtime's `Framework` variant.
+    returns: Option<Ident>,
+}
+
+fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
+    let mut opts = FnOptions::default();
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("returns") {
+            if opts.returns.is_some() {
+                return Err(meta.error("duplicate `returns`"));
+            }
+            let value: Ident = meta.value()?.parse()?;
+            let Some((_, variant)) = FRAMEWORKS.iter().find(|(n, _)| value == n) else {
+                let names: Vec<&str> = FRAMEWORKS.iter().map(|(n, _)| *n).collect();
+                return Err(Error::new_spanned(
+                    &value,
+                    format!("unknown framework `{value}`; expected one of: {}", names.join(", ")),
+                ));
+            };
+            opts.returns = Some(Ident::new(variant, value.span()));
+            Ok(())
+        } else {
+            Err(meta.error("unknown #[dlpack_fn] option; expected `returns = <framework>`"))
+        }
+    });
+    syn::parse::Parser::parse2(parser, attr)?;
+    Ok(opts)
+}
+
+fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
     if let Some(g) = func.sig.generics.params.first() {
@@ -277,19 +309,14 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
             pt.attrs.clear();
         }
     }
-    let (ret_ty, finish_call) = match classify_return(&func.sig.output) {
-        Ret::Unit => (
-            quote!(()),
-            quote!(::core::result::Result::Ok(#body_ident(#(#call_args),*))),
-        ),
-        Ret::Plain(t) => (
-            quote!(#t),
-            quote!(::core::result::Result::Ok(#body_ident(#(#call_args),*))),
-        ),
-        Ret::Result(t) => (
-            quote!(#t),
-            quote!(#body_ident(#(#call_args),*).map_err(::core::convert::Into::into)),
-        ),
+    let body_call = if returns_result(&func.sig.output) {
+        quote!(#body_ident(#(#call_args),*)?)
+    } else {
+        quote!(#body_ident(#(#call_args),*))
+    };
+    let framework = match &opts.returns {
+        Some(v) => quote!(::core::option::Option::Some(#rt::Framework::#v)),
+        None => quote!(::core::option::Option::None),
     };
 
     let ItemFn {
@@ -299,7 +326,10 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
     Ok(quote! {
         #(#attrs)*
         #[allow(clippy::too_many_arguments)]
-        #vis #fn_token #ident(#(#outer_params),*) -> #pyo3::PyResult<#ret_ty> {
+        #vis #fn_token #ident(
+            __dlcast_py: #pyo3::Python<'_>,
+            #(#outer_params),*
+        ) -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> {
             #[allow(clippy::too_many_arguments)]
             #body_fn
             static __DLCAST_SPEC: #rt::FnSpec = #rt::FnSpec {
@@ -311,7 +341,7 @@ fn expand(mut func: ItemFn) -> syn::Result<TokenStream2> {
             let mut __dlcast = #rt::CallCx::new(&__DLCAST_SPEC);
             #(#imports)*
             __dlcast.finish()?;
-            #finish_call
+            #rt::into_py_result(__dlcast_py, #body_call, #framework)
         }
     })
 }

@@ -39,6 +39,7 @@
 mod call;
 pub mod device;
 pub mod dtype;
+pub mod export;
 mod import;
 pub mod layout;
 pub mod spec;
@@ -48,12 +49,14 @@ pub use device::{Device, DeviceSpec};
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use import::{INLINE_DIMS, MAX_VERSION};
+pub use export::{Array, Framework, ShapeError, Tensor};
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        dlpack_fn, DType, Device, Element, TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError,
+        dlpack_fn, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut, TensorRef,
+        ViewError,
     };
 }
 
@@ -62,6 +65,7 @@ pub mod prelude {
 pub mod __private {
     pub use crate::call::CallCx;
     pub use crate::device::DeviceSpec;
+    pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec};
     pub use crate::view::View;
     pub use pyo3;

@@ -13,7 +13,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 /// Why an element-level access to a view is not possible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ViewError {
     /// The memory is on a device the CPU cannot read (CUDA, ROCm, ...).
     #[error("the array is on {0}, not in memory the CPU can access")]
@@ -33,6 +33,36 @@ pub enum ViewError {
     /// memory would alias.
     #[error("several indices of the array reach the same element")]
     SelfOverlap,
+    /// An axis number at or beyond `ndim`, or a permutation that is not one.
+    #[error("invalid axes {axes:?} for an array of {ndim} dimensions")]
+    Axes {
+        /// The axes given.
+        axes: Vec<usize>,
+        /// The array's number of dimensions.
+        ndim: usize,
+    },
+    /// A range outside the extent of its axis.
+    #[error("range {start}..{end} is outside the extent {extent} of axis {axis}")]
+    Range {
+        /// The axis.
+        axis: usize,
+        /// Range start.
+        start: usize,
+        /// Range end.
+        end: usize,
+        /// The axis' extent.
+        extent: usize,
+    },
+    /// A reshape to a different element count, or of a non-C-contiguous view.
+    #[error("cannot reshape {from:?} to {to:?}: {why}")]
+    Reshape {
+        /// The current shape.
+        from: Vec<usize>,
+        /// The requested shape.
+        to: Vec<usize>,
+        /// What is wrong.
+        why: &'static str,
+    },
 }
 
 impl From<ViewError> for pyo3::PyErr {
@@ -71,6 +101,128 @@ pub struct TensorDyn<'a> {
 pub struct TensorDynMut<'a> {
     raw: RawTensor,
     _marker: PhantomData<&'a ()>,
+}
+
+/// Layout transforms, the same for every view: they change which elements
+/// the view reaches and how, never the memory.
+impl RawTensor {
+    fn itemsize(&self) -> isize {
+        self.dtype.itemsize().unwrap_or(1) as isize
+    }
+
+    fn refresh_extent(&mut self) {
+        // A sub-layout of a validated layout: the arithmetic cannot overflow.
+        self.extent = layout::byte_extent(&self.shape, &self.strides, self.itemsize() as usize)
+            .unwrap_or(None);
+    }
+
+    fn slice_axis(&mut self, axis: usize, range: std::ops::Range<usize>) -> Result<(), ViewError> {
+        let Some(&extent) = self.shape.get(axis) else {
+            return Err(ViewError::Axes { axes: vec![axis], ndim: self.shape.len() });
+        };
+        if range.start > range.end || range.end > extent {
+            return Err(ViewError::Range { axis, start: range.start, end: range.end, extent });
+        }
+        if range.start < range.end {
+            // Element `start` along `axis` is inside the validated memory.
+            let step = range.start as isize * self.strides[axis] * self.itemsize();
+            self.data = self.data.wrapping_offset(step);
+        }
+        self.shape[axis] = range.end - range.start;
+        self.refresh_extent();
+        Ok(())
+    }
+
+    fn flip_axis(&mut self, axis: usize) -> Result<(), ViewError> {
+        let Some(&extent) = self.shape.get(axis) else {
+            return Err(ViewError::Axes { axes: vec![axis], ndim: self.shape.len() });
+        };
+        if extent > 0 {
+            let step = (extent as isize - 1) * self.strides[axis] * self.itemsize();
+            self.data = self.data.wrapping_offset(step);
+        }
+        self.strides[axis] = -self.strides[axis];
+        self.refresh_extent();
+        Ok(())
+    }
+
+    fn permute(&mut self, axes: &[usize]) -> Result<(), ViewError> {
+        let ndim = self.shape.len();
+        let mut seen = [false; 64];
+        let valid = axes.len() == ndim
+            && ndim <= seen.len()
+            && axes.iter().all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
+        if !valid {
+            return Err(ViewError::Axes { axes: axes.to_vec(), ndim });
+        }
+        self.shape = axes.iter().map(|&a| self.shape[a]).collect();
+        self.strides = axes.iter().map(|&a| self.strides[a]).collect();
+        Ok(())
+    }
+
+    fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewError> {
+        let err = |why| ViewError::Reshape { from: self.shape.to_vec(), to: shape.to_vec(), why };
+        if !layout::is_c_contiguous(&self.shape, &self.strides) {
+            return Err(err("only a C-contiguous view can be reshaped"));
+        }
+        if layout::element_count(shape) != layout::element_count(&self.shape) {
+            return Err(err("the element counts differ"));
+        }
+        let mut strides: crate::import::Dims<isize> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides(shape, &mut strides).ok_or_else(|| err("the shape overflows"))?;
+        self.shape = shape.iter().copied().collect();
+        self.strides = strides;
+        self.refresh_extent();
+        Ok(())
+    }
+}
+
+/// Layout transforms shared by every view (they consume the view and
+/// return it, so a function can return a slice of its input zero-copy).
+macro_rules! transform_methods {
+    ($($raw:ident).+) => {
+        /// Keeps the indices `range` along `axis`.
+        ///
+        /// # Errors
+        /// [`ViewError::Axes`] or [`ViewError::Range`].
+        pub fn slice_axis(mut self, axis: usize, range: std::ops::Range<usize>) -> Result<Self, ViewError> {
+            self.$($raw).+.slice_axis(axis, range)?;
+            Ok(self)
+        }
+        /// Reverses the order of the indices along `axis` (a negative stride).
+        ///
+        /// # Errors
+        /// [`ViewError::Axes`].
+        pub fn flip_axis(mut self, axis: usize) -> Result<Self, ViewError> {
+            self.$($raw).+.flip_axis(axis)?;
+            Ok(self)
+        }
+        /// Reorders the dimensions: dimension `i` of the result is
+        /// dimension `axes[i]` of `self`.
+        ///
+        /// # Errors
+        /// [`ViewError::Axes`] if `axes` is not a permutation of `0..ndim`.
+        pub fn permute(mut self, axes: &[usize]) -> Result<Self, ViewError> {
+            self.$($raw).+.permute(axes)?;
+            Ok(self)
+        }
+        /// The transpose: the dimensions in reverse order.
+        pub fn t(mut self) -> Self {
+            let axes: Vec<usize> = (0..self.$($raw).+.shape.len()).rev().collect();
+            // A reversal is always a valid permutation.
+            let _ = self.$($raw).+.permute(&axes);
+            self
+        }
+        /// The same elements in C order under another shape with the same
+        /// element count; the view must be C-contiguous.
+        ///
+        /// # Errors
+        /// [`ViewError::Reshape`].
+        pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
+            self.$($raw).+.reshape(shape)?;
+            Ok(self)
+        }
+    };
 }
 
 /// Read-only layout queries shared by every view.
@@ -124,6 +276,7 @@ macro_rules! layout_methods {
 
 impl<T: Element> TensorRef<'_, T> {
     layout_methods!();
+    transform_methods!(raw);
 
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
     /// It may be unaligned, and for non-CPU devices it is a device address.
@@ -284,6 +437,8 @@ impl<'a, T: Element> std::ops::Deref for TensorMut<'a, T> {
 }
 
 impl<T: Element> TensorMut<'_, T> {
+    transform_methods!(inner.raw);
+
     /// Address of element 0, writable.
     pub fn data_ptr_mut(&mut self) -> *mut T {
         self.inner.raw.data.cast()
@@ -354,6 +509,7 @@ impl<T: Element> TensorMut<'_, T> {
 
 impl<'a> TensorDyn<'a> {
     layout_methods!();
+    transform_methods!(raw);
 
     /// Address of element 0 (`data + byte_offset`), untyped.
     pub fn data_ptr(&self) -> *const u8 {
@@ -378,6 +534,7 @@ impl<'a> TensorDyn<'a> {
 
 impl<'a> TensorDynMut<'a> {
     layout_methods!();
+    transform_methods!(raw);
 
     /// Address of element 0 (`data + byte_offset`), untyped and writable.
     pub fn data_ptr_mut(&mut self) -> *mut u8 {
@@ -489,5 +646,43 @@ impl<'a> View<'a> for TensorDynMut<'a> {
             raw,
             _marker: PhantomData,
         }
+    }
+}
+
+/// Returning a view exports it: the input stays alive inside the exported
+/// object until the last consumer lets go (case C14); a view of a read-only
+/// input is exported read-only.
+macro_rules! into_py_view {
+    ($($t:ty => $($raw:ident).+);* $(;)?) => {$(
+        impl<'py> pyo3::IntoPyObject<'py> for $t {
+            type Target = crate::export::Array;
+            type Output = pyo3::Bound<'py, crate::export::Array>;
+            type Error = pyo3::PyErr;
+            fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+                crate::export::export_view(self.$($raw).+).into_pyobject(py)
+            }
+        }
+    )*};
+}
+into_py_view!(
+    TensorDyn<'_> => raw;
+    TensorDynMut<'_> => raw;
+);
+
+impl<'py, T: Element> pyo3::IntoPyObject<'py> for TensorRef<'_, T> {
+    type Target = crate::export::Array;
+    type Output = pyo3::Bound<'py, crate::export::Array>;
+    type Error = pyo3::PyErr;
+    fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+        crate::export::export_view(self.raw).into_pyobject(py)
+    }
+}
+
+impl<'py, T: Element> pyo3::IntoPyObject<'py> for TensorMut<'_, T> {
+    type Target = crate::export::Array;
+    type Output = pyo3::Bound<'py, crate::export::Array>;
+    type Error = pyo3::PyErr;
+    fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+        self.inner.into_pyobject(py)
     }
 }

@@ -392,5 +392,216 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
         maybe_fill,
         consume,
     );
+    add_export_functions(m)
+}
+
+// ---------------------------------------------------------------------------
+// Export: owned tensors and views of inputs returned to Python.
+
+/// `(buffers created, buffers freed, capsules created, capsule deleters run)`.
+#[pyfunction]
+fn export_stats() -> (usize, usize, usize, usize) {
+    let s = dlcast_runtime::export::stats();
+    (
+        s.buffers_created,
+        s.buffers_freed,
+        s.capsules_created,
+        s.capsule_deleters_run,
+    )
+}
+
+/// Values `0, 1, 2, ...` (as `T`) of `shape`, laid out in `order` ("c", "f",
+/// or "rev": C order walked backwards through negative strides), with the
+/// address of the Rust allocation.
+fn arange<T: Element>(shape: &[usize], order: &str, f: impl Fn(usize) -> T) -> PyResult<(Tensor<T>, usize)> {
+    let n: usize = shape.iter().product();
+    let data: Vec<T> = (0..n).map(&f).collect();
+    let ptr = data.as_ptr() as usize;
+    let t = match order {
+        "c" => Tensor::from_vec(data, shape)?,
+        "aligned" => {
+            let t = Tensor::from_fn(shape, &f)?;
+            let ptr = t.data_ptr() as usize;
+            return Ok((t, ptr));
+        }
+        "f" => {
+            // Element (i, j, ...) must hold its C-order index: permute data.
+            let mut fdata = data.clone();
+            let mut idx = vec![0usize; shape.len()];
+            for (flat, v) in data.into_iter().enumerate() {
+                let mut r = flat;
+                for d in (0..shape.len()).rev() {
+                    idx[d] = r % shape[d];
+                    r /= shape[d];
+                }
+                let mut fo = 0;
+                let mut m = 1;
+                for d in 0..shape.len() {
+                    fo += idx[d] * m;
+                    m *= shape[d];
+                }
+                fdata[fo] = v;
+            }
+            let ptr = fdata.as_ptr() as usize;
+            return Ok((Tensor::from_vec_f(fdata, shape)?, ptr));
+        }
+        "rev" => {
+            let mut rev = data;
+            rev.reverse();
+            let ptr = rev.as_ptr() as usize;
+            let mut strides = vec![0isize; shape.len()];
+            let mut acc = 1isize;
+            for d in (0..shape.len()).rev() {
+                strides[d] = -acc;
+                acc *= shape[d] as isize;
+            }
+            return Ok((Tensor::from_vec_strides(rev, shape, &strides)?, ptr));
+        }
+        _ => return Err(pyo3::exceptions::PyValueError::new_err("order")),
+    };
+    Ok((t, ptr))
+}
+
+macro_rules! arange_fns {
+    ($($name:ident => ($($opt:tt)*)),* $(,)?) => {$(
+        /// `arange` for every dtype, handed to the framework in its name.
+        #[dlpack_fn($($opt)*)]
+        #[pyfunction]
+        #[pyo3(signature = (dtype, shape, order="c"))]
+        fn $name(py: Python<'_>, dtype: &str, shape: Vec<usize>, order: &str) -> PyResult<(Py<PyAny>, usize)> {
+            use pyo3::IntoPyObjectExt;
+            macro_rules! go {
+                ($f:expr) => {{
+                    let (t, p) = arange(&shape, order, $f)?;
+                    Ok((t.into_py_any(py)?, p))
+                }};
+            }
+            match dtype {
+                "bool" => go!(|i| i % 2 == 1),
+                "int8" => go!(|i| i as i8),
+                "int16" => go!(|i| i as i16),
+                "int32" => go!(|i| i as i32),
+                "int64" => go!(|i| i as i64),
+                "uint8" => go!(|i| i as u8),
+                "uint16" => go!(|i| i as u16),
+                "uint32" => go!(|i| i as u32),
+                "uint64" => go!(|i| i as u64),
+                "float16" => go!(|i| f16::from_f64(i as f64)),
+                "bfloat16" => go!(|i| bf16::from_f64(i as f64)),
+                "float32" => go!(|i| i as f32),
+                "float64" => go!(|i| i as f64),
+                "complex64" => go!(|i| Complex::new(i as f32, -(i as f32))),
+                "complex128" => go!(|i| Complex::new(i as f64, -(i as f64))),
+                _ => Err(pyo3::exceptions::PyValueError::new_err(format!("dtype {dtype}"))),
+            }
+        }
+    )*};
+}
+arange_fns!(
+    arange_default => (),
+    arange_numpy => (returns = numpy),
+    arange_torch => (returns = torch),
+    arange_jax => (returns = jax),
+    arange_array_api => (returns = array_api),
+);
+
+/// A `Tensor` from a `Box<[u8]>`.
+#[dlpack_fn]
+#[pyfunction]
+fn boxed_bytes(n: usize) -> Tensor<u8> {
+    let b: Box<[u8]> = (0..n).map(|i| i as u8).collect();
+    Tensor::from(b)
+}
+
+/// A `Tensor` from an owned, transposed `ndarray` array (F order).
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn from_ndarray_t(rows: usize, cols: usize) -> (Tensor<f64>, usize) {
+    let a = ndarray::Array2::from_shape_fn((rows, cols), |(i, j)| (i * cols + j) as f64);
+    let t = a.reversed_axes();
+    let ptr = t.as_ptr() as usize;
+    (Tensor::from_ndarray(t), ptr)
+}
+
+/// `Option` and `PyResult` around tensors; a tuple of two.
+#[dlpack_fn]
+#[pyfunction]
+fn maybe_tensor(give: bool) -> Option<Tensor<f32>> {
+    give.then(|| Tensor::from(vec![1.0f32, 2.0]))
+}
+
+/// A fallible tensor.
+#[dlpack_fn(returns = torch)]
+#[pyfunction]
+fn fallible_tensor(ok: bool) -> PyResult<Tensor<i32>> {
+    if ok {
+        Ok(Tensor::from(vec![1, 2, 3]))
+    } else {
+        Err(pyo3::exceptions::PyRuntimeError::new_err("asked to fail"))
+    }
+}
+
+/// A tuple of tensors, handed to NumPy.
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn tensor_pair(n: usize) -> (Tensor<f32>, Tensor<i64>) {
+    (
+        Tensor::from(vec![0.5f32; n]),
+        Tensor::from((0..n as i64).collect::<Vec<_>>()),
+    )
+}
+
+/// The input itself, zero-copy.
+#[dlpack_fn]
+#[pyfunction]
+fn identity(#[device(any)] x: TensorDyn<'_>) -> TensorDyn<'_> {
+    x
+}
+
+/// The input itself as a writable view, handed to NumPy.
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn identity_mut(x: TensorMut<'_, f32>) -> TensorMut<'_, f32> {
+    x
+}
+
+/// Rows `start..stop` of the input (a slice along axis 0).
+#[dlpack_fn]
+#[pyfunction]
+fn rows(x: TensorRef<'_, f64>, start: usize, stop: usize) -> PyResult<TensorRef<'_, f64>> {
+    Ok(x.slice_axis(0, start..stop)?)
+}
+
+/// The transpose of the input, handed to PyTorch.
+#[dlpack_fn(returns = torch)]
+#[pyfunction]
+fn transposed(x: TensorDyn<'_>) -> TensorDyn<'_> {
+    x.t()
+}
+
+/// The input reshaped (it must be C-contiguous), flipped along axis 0.
+#[dlpack_fn]
+#[pyfunction]
+fn reshaped_flipped(x: TensorRef<'_, f64>, shape: Vec<usize>) -> PyResult<TensorRef<'_, f64>> {
+    Ok(x.reshape(&shape)?.flip_axis(0)?)
+}
+
+/// The axes of the input permuted.
+#[dlpack_fn]
+#[pyfunction]
+fn permuted(x: TensorRef<'_, f64>, axes: Vec<usize>) -> PyResult<TensorRef<'_, f64>> {
+    Ok(x.permute(&axes)?)
+}
+
+/// Registers the export functions (called from the module initialiser).
+fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    macro_rules! add {
+        ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
+    }
+    add!(
+        export_stats, arange_default, arange_numpy, arange_torch, arange_jax, arange_array_api,
+        boxed_bytes, from_ndarray_t, maybe_tensor, fallible_tensor, tensor_pair, identity,
+        identity_mut, rows, transposed, reshaped_flipped, permuted,
+    );
     Ok(())
 }

@@ -1,0 +1,1044 @@
+//! Export: arrays handed back to Python, zero-copy.
+//!
+//! - [`Tensor<T>`] owns Rust data (a `Vec<T>`, a `Box<[T]>`, an
+//!   `ndarray::Array`); its allocation becomes the exported buffer.
+//! - A view of an input (`TensorRef`, `TensorMut`, `TensorDyn`, ...) returned
+//!   from a `#[dlpack_fn]` function keeps the input's producer alive until
+//!   the last consumer lets go (case C14).
+//!
+//! Both become an [`Array`]: a small Python class (`dlcast.Array`) that
+//! follows the array API standard's `__dlpack__` / `__dlpack_device__`
+//! protocol to the letter and offers the buffer protocol for CPU data, so
+//! every framework's `from_dlpack` and `numpy.asarray` take it. With
+//! `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`, `tensorflow`,
+//! `array_api`) the function hands that framework's array instead.
+
+use crate::device::Device;
+use crate::dtype::{code, DType, Element};
+use crate::import::{Dims, RawTensor};
+use crate::layout;
+use dlpack_rs::ffi::{
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::{ffi, intern};
+use std::any::Any;
+use std::ffi::{c_int, c_void, CStr};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY` and `..._IS_COPIED` (DLPack header).
+const FLAG_READ_ONLY: u64 = 1;
+const FLAG_IS_COPIED: u64 = 2;
+/// The version written into versioned capsules.
+const EXPORT_VERSION: DLPackVersion = DLPackVersion {
+    major: 1,
+    minor: 3,
+};
+const NAME_LEGACY: &CStr = c"dltensor";
+const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+
+/// Counters of what dlcast exported, for leak tests and debugging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportStats {
+    /// Exported buffers created ([`Array`] objects).
+    pub buffers_created: usize,
+    /// Exported buffers freed: their memory (or the input they view) was
+    /// released because neither Python nor any consumer holds them.
+    pub buffers_freed: usize,
+    /// DLPack capsules handed out by `__dlpack__`.
+    pub capsules_created: usize,
+    /// Deleters of those capsules that ran (by a consumer, or by the capsule
+    /// destructor when nobody consumed the capsule).
+    pub capsule_deleters_run: usize,
+}
+
+static BUFFERS_CREATED: AtomicUsize = AtomicUsize::new(0);
+static BUFFERS_FREED: AtomicUsize = AtomicUsize::new(0);
+static CAPSULES_CREATED: AtomicUsize = AtomicUsize::new(0);
+static CAPSULE_DELETERS: AtomicUsize = AtomicUsize::new(0);
+
+/// The counters since the process started.
+pub fn stats() -> ExportStats {
+    ExportStats {
+        buffers_created: BUFFERS_CREATED.load(Ordering::SeqCst),
+        buffers_freed: BUFFERS_FREED.load(Ordering::SeqCst),
+        capsules_created: CAPSULES_CREATED.load(Ordering::SeqCst),
+        capsule_deleters_run: CAPSULE_DELETERS.load(Ordering::SeqCst),
+    }
+}
+
+/// Set by an `atexit` hook: once the interpreter shuts down, deleters that
+/// would need Python leak instead of touching it (case C13).
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+/// Why a [`Tensor`] cannot be built from the given parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The shape's element count differs from the data's length.
+    #[error("shape {shape:?} holds {expected} elements, but the data has {got}")]
+    Length {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// Elements the shape holds.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// Shape and strides have different lengths.
+    #[error("shape has {0} dimensions but strides have {1}")]
+    Rank(usize, usize),
+    /// Some index would reach outside the data.
+    #[error("strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}")]
+    OutOfBounds {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The requested strides (elements).
+        strides: Vec<isize>,
+        /// Elements given.
+        len: usize,
+    },
+}
+
+impl From<ShapeError> for PyErr {
+    fn from(e: ShapeError) -> Self {
+        PyValueError::new_err(e.to_string())
+    }
+}
+
+/// A zeroed heap buffer with a chosen alignment.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    /// `bytes` zero bytes aligned to `align` (a power of two); the caller
+    /// checked that `bytes + align` fits in `isize`.
+    fn zeroed(bytes: usize, align: usize) -> Self {
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), align)
+            .expect("size and alignment were checked by the caller");
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this very layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+// SAFETY: a plain heap allocation owned by this value alone.
+unsafe impl Send for AlignedBuf {}
+
+/// What keeps an exported buffer's memory alive; held only to be dropped.
+#[allow(dead_code)]
+enum Keep {
+    /// Rust data (a `Vec<T>` or an `ndarray` allocation), freed on drop.
+    Owned(Box<dyn Any + Send>),
+    /// An imported input; dropping it runs the producer's deleter.
+    Imported(RawTensor),
+}
+
+/// An exported buffer: a description plus what keeps its memory alive.
+struct Exported {
+    data: *mut u8,
+    shape: Dims<i64>,
+    /// In elements.
+    strides: Dims<i64>,
+    dtype: DType,
+    device: Device,
+    read_only: bool,
+    /// For the buffer protocol: shape and strides in bytes as `Py_ssize_t`.
+    buf_shape: Dims<isize>,
+    buf_strides: Dims<isize>,
+    _keep: Keep,
+}
+
+// SAFETY: `data` points into memory that `keep` owns or keeps alive; no
+// thread-bound state is involved except an imported `RawTensor`, which is
+// dropped only in `Array`'s deallocation, with the GIL held (deleters and
+// `PyBuffer_Release` then run with the GIL, as they require). Rust never
+// forms references into the exported memory from an `Array`.
+unsafe impl Send for Exported {}
+// SAFETY: all fields are read-only after construction.
+unsafe impl Sync for Exported {}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        BUFFERS_FREED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Exported {
+    fn new(
+        data: *mut u8,
+        shape: &[usize],
+        strides: &[isize],
+        dtype: DType,
+        device: Device,
+        read_only: bool,
+        keep: Keep,
+    ) -> Self {
+        let item = dtype.itemsize().unwrap_or(1) as isize;
+        BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
+        Exported {
+            data,
+            shape: shape.iter().map(|&n| n as i64).collect(),
+            strides: strides.iter().map(|&s| s as i64).collect(),
+            dtype,
+            device,
+            read_only,
+            buf_shape: shape.iter().map(|&n| n as isize).collect(),
+            buf_strides: strides.iter().map(|&s| s * item).collect(),
+            _keep: keep,
+        }
+    }
+
+    fn shape_usize(&self) -> Dims<usize> {
+        self.shape.iter().map(|&n| n as usize).collect()
+    }
+
+    fn strides_isize(&self) -> Dims<isize> {
+        self.strides.iter().map(|&s| s as isize).collect()
+    }
+
+    fn is_c_contiguous(&self) -> bool {
+        layout::is_c_contiguous(&self.shape_usize(), &self.strides_isize())
+    }
+
+    /// The elements copied into a fresh C-order buffer (host memory only).
+    fn copy_c_order(&self) -> Vec<u8> {
+        let item = self.dtype.itemsize().unwrap_or(1);
+        let shape = self.shape_usize();
+        let strides = self.strides_isize();
+        let count = layout::element_count(&shape).unwrap_or(0);
+        let mut out = Vec::with_capacity(count * item);
+        layout::for_each_offset(&shape, &strides, |off| {
+            // SAFETY: every offset of the walk is an element inside the
+            // exported memory (validated when the export was made), which is
+            // host-accessible (checked by the caller) and `item` bytes long.
+            let src = unsafe {
+                std::slice::from_raw_parts(self.data.offset(off * item as isize), item)
+            };
+            out.extend_from_slice(src);
+        });
+        out
+    }
+}
+
+/// An owned array made in Rust, exported to Python without a copy.
+///
+/// Build it from a `Vec<T>` plus a shape (C or F order, or explicit strides
+/// in elements), from a `Box<[T]>` (1-d), or from an `ndarray::Array` (its
+/// allocation becomes the exported buffer). Return it from a `#[dlpack_fn]`
+/// function (also inside `Option`, `PyResult` or a tuple); Python receives a
+/// `dlcast.Array`, or the framework named in `returns = ...`. The data is
+/// freed when the last Python object or DLPack consumer lets go.
+pub struct Tensor<T: Element> {
+    inner: Exported,
+    _marker: PhantomData<T>,
+}
+
+impl<T: Element> Tensor<T> {
+    /// A C-order (row-major) array of `shape` over `data`.
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if the shape does not hold `data.len()` elements.
+    pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self, ShapeError> {
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        Self::check_len(&data, shape)?;
+        layout::fill_c_strides(shape, &mut strides).ok_or_else(|| Self::len_error(&data, shape))?;
+        Self::from_vec_strides(data, shape, &strides)
+    }
+
+    /// An F-order (column-major) array of `shape` over `data`.
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if the shape does not hold `data.len()` elements.
+    pub fn from_vec_f(data: Vec<T>, shape: &[usize]) -> Result<Self, ShapeError> {
+        Self::check_len(&data, shape)?;
+        let rev: Dims<usize> = shape.iter().rev().copied().collect();
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides(&rev, &mut strides).ok_or_else(|| Self::len_error(&data, shape))?;
+        strides.reverse();
+        Self::from_vec_strides(data, shape, &strides)
+    }
+
+    /// An array of `shape` with explicit `strides` (in elements, negative
+    /// allowed) whose element 0 is `data[0]`... unless strides are negative,
+    /// in which case element 0 is placed so that the lowest element is
+    /// `data[0]`.
+    ///
+    /// # Errors
+    /// [`ShapeError`] if the ranks differ or an index reaches outside `data`.
+    pub fn from_vec_strides(
+        mut data: Vec<T>,
+        shape: &[usize],
+        strides: &[isize],
+    ) -> Result<Self, ShapeError> {
+        if shape.len() != strides.len() {
+            return Err(ShapeError::Rank(shape.len(), strides.len()));
+        }
+        let item = std::mem::size_of::<T>();
+        let oob = || ShapeError::OutOfBounds {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            len: data.len(),
+        };
+        let (first, empty) = match layout::byte_extent(shape, strides, item).ok_or_else(oob)? {
+            None => (0usize, true),
+            Some(e) => {
+                let span = usize::try_from(e.hi - e.lo).map_err(|_| oob())?;
+                if span > data.len() * item {
+                    return Err(oob());
+                }
+                (e.lo.unsigned_abs(), false)
+            }
+        };
+        let base = data.as_mut_ptr().cast::<u8>();
+        // Element 0 sits `first` bytes above the lowest element, which is
+        // `data[0]`; in bounds as checked above (or empty: never read).
+        let ptr = if empty { base } else { base.wrapping_add(first) };
+        Ok(Tensor {
+            inner: Exported::new(
+                ptr,
+                shape,
+                strides,
+                T::DTYPE,
+                Device::CPU,
+                false,
+                Keep::Owned(Box::new(data)),
+            ),
+            _marker: PhantomData,
+        })
+    }
+
+    /// A C-order array of `shape` whose element at flat (C-order) index `i`
+    /// is `f(i)`, in a buffer aligned to [`Tensor::ALIGN`] bytes.
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if the element count overflows.
+    pub fn from_fn(shape: &[usize], mut f: impl FnMut(usize) -> T) -> Result<Self, ShapeError> {
+        let mut t = Self::zeros(shape)?;
+        // `zeros` makes owned, C-contiguous, aligned and valid elements.
+        for (i, v) in t.as_slice_mut().unwrap_or_default().iter_mut().enumerate() {
+            *v = f(i);
+        }
+        Ok(t)
+    }
+
+    /// A C-order array of `shape` filled with zero bytes (0, 0.0, `false`),
+    /// in a buffer aligned to [`Tensor::ALIGN`] bytes, which frameworks such
+    /// as JAX need to take the buffer without a copy.
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if the byte size overflows.
+    pub fn zeros(shape: &[usize]) -> Result<Self, ShapeError> {
+        let overflow = || ShapeError::Length {
+            shape: shape.to_vec(),
+            expected: usize::MAX,
+            got: 0,
+        };
+        let count = layout::element_count(shape).ok_or_else(overflow)?;
+        let bytes = count
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize - Self::ALIGN)
+            .ok_or_else(overflow)?;
+        let buf = AlignedBuf::zeroed(bytes, Self::ALIGN);
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides(shape, &mut strides).ok_or_else(overflow)?;
+        Ok(Tensor {
+            inner: Exported::new(
+                buf.ptr.as_ptr(),
+                shape,
+                &strides,
+                T::DTYPE,
+                Device::CPU,
+                false,
+                Keep::Owned(Box::new(buf)),
+            ),
+            _marker: PhantomData,
+        })
+    }
+
+    /// Alignment in bytes of the buffers [`Tensor::zeros`] and
+    /// [`Tensor::from_fn`] allocate (XLA's, for JAX's zero-copy import).
+    pub const ALIGN: usize = 64;
+
+    /// The elements in C order, when the tensor is C-contiguous and its
+    /// data aligned for `T` (always so for `zeros`, `from_fn`, `from_vec`).
+    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
+        let e = &self.inner;
+        let ok = e.is_c_contiguous() && (e.data as usize) % std::mem::align_of::<T>() == 0;
+        if !ok {
+            return None;
+        }
+        let len = layout::element_count(&e.shape_usize())?;
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<T>::dangling().as_ptr()
+        } else {
+            e.data.cast::<T>()
+        };
+        // SAFETY: the tensor owns its buffer (no Python object exists yet,
+        // since exporting consumes the tensor), which holds `len` valid,
+        // aligned, C-contiguous elements; `&mut self` makes this the only
+        // access.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+
+    /// An owned `ndarray` array, exported with its own strides; its
+    /// allocation becomes the exported buffer.
+    #[cfg(feature = "ndarray")]
+    pub fn from_ndarray<D: ndarray::Dimension>(array: ndarray::Array<T, D>) -> Self {
+        let shape: Dims<usize> = array.shape().iter().copied().collect();
+        let strides: Dims<isize> = array.strides().iter().copied().collect();
+        let (vec, offset) = array.into_raw_vec_and_offset();
+        let mut vec = vec;
+        let base = vec.as_mut_ptr();
+        // `offset` is the index of element 0 in the vector (ndarray's own
+        // guarantee); an empty array may report none.
+        let ptr = base.wrapping_add(offset.unwrap_or(0)).cast::<u8>();
+        Tensor {
+            inner: Exported::new(
+                ptr,
+                &shape,
+                &strides,
+                T::DTYPE,
+                Device::CPU,
+                false,
+                Keep::Owned(Box::new(vec)),
+            ),
+            _marker: PhantomData,
+        }
+    }
+
+    fn check_len(data: &[T], shape: &[usize]) -> Result<(), ShapeError> {
+        match layout::element_count(shape) {
+            Some(n) if n == data.len() => Ok(()),
+            _ => Err(Self::len_error(data, shape)),
+        }
+    }
+
+    fn len_error(data: &[T], shape: &[usize]) -> ShapeError {
+        ShapeError::Length {
+            shape: shape.to_vec(),
+            expected: layout::element_count(shape).unwrap_or(usize::MAX),
+            got: data.len(),
+        }
+    }
+
+    /// Extents.
+    pub fn shape(&self) -> Vec<usize> {
+        self.inner.shape_usize().to_vec()
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> Vec<isize> {
+        self.inner.strides_isize().to_vec()
+    }
+
+    /// Address of element 0 (for zero-copy checks).
+    pub fn data_ptr(&self) -> *const T {
+        self.inner.data.cast()
+    }
+}
+
+impl<T: Element> From<Vec<T>> for Tensor<T> {
+    /// A 1-d array over the vector.
+    fn from(v: Vec<T>) -> Self {
+        let n = v.len();
+        Tensor::from_vec(v, &[n]).expect("a 1-d shape always fits")
+    }
+}
+
+impl<T: Element> From<Box<[T]>> for Tensor<T> {
+    /// A 1-d array over the boxed slice (no copy: it becomes a `Vec`).
+    fn from(b: Box<[T]>) -> Self {
+        Tensor::from(b.into_vec())
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<T: Element, D: ndarray::Dimension> From<ndarray::Array<T, D>> for Tensor<T> {
+    fn from(a: ndarray::Array<T, D>) -> Self {
+        Tensor::from_ndarray(a)
+    }
+}
+
+impl<T: Element> std::fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor")
+            .field("shape", &self.inner.shape.as_slice())
+            .field("strides", &self.inner.strides.as_slice())
+            .field("dtype", &self.inner.dtype)
+            .finish()
+    }
+}
+
+/// Exports an imported view (a slice, transpose, reshape or the input
+/// itself): the input stays alive inside the exported object.
+/// The export is read-only exactly when the input was.
+pub(crate) fn export_view(raw: RawTensor) -> ExportedArray {
+    let (data, dtype, device) = (raw.data, raw.dtype, raw.device);
+    let shape = raw.shape.clone();
+    let strides = raw.strides.clone();
+    ExportedArray(Exported::new(
+        data,
+        &shape,
+        &strides,
+        dtype,
+        device,
+        raw.read_only,
+        Keep::Imported(raw),
+    ))
+}
+
+/// An export ready to become a Python object; what views convert into.
+#[doc(hidden)]
+pub struct ExportedArray(Exported);
+
+impl<'py> IntoPyObject<'py> for ExportedArray {
+    type Target = Array;
+    type Output = Bound<'py, Array>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, Array>> {
+        Array::new(py, self.0)
+    }
+}
+
+impl<'py, T: Element> IntoPyObject<'py> for Tensor<T> {
+    type Target = Array;
+    type Output = Bound<'py, Array>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, Array>> {
+        Array::new(py, self.inner)
+    }
+}
+
+/// `dlcast.Array`: an array exported by a dlcast function.
+///
+/// Follows the array API standard's DLPack protocol: `__dlpack__(*,
+/// stream=None, max_version=None, dl_device=None, copy=None)` and
+/// `__dlpack_device__()`; offers the buffer protocol for host memory
+/// (refusing writable requests on read-only data); has `shape`, `dtype`,
+/// `ndim`, `__len__` and a readable `__repr__`. Pass it to any framework's
+/// `from_dlpack`, or to `numpy.asarray`.
+#[pyclass(module = "dlcast", name = "Array", frozen)]
+pub struct Array {
+    inner: Exported,
+}
+
+fn register_atexit(py: Python<'_>) {
+    static REGISTERED: PyOnceLock<()> = PyOnceLock::new();
+    REGISTERED.get_or_init(py, || {
+        #[pyfunction]
+        fn dlcast_mark_finalizing() {
+            FINALIZING.store(true, Ordering::SeqCst);
+        }
+        let hook = wrap_pyfunction!(dlcast_mark_finalizing, py);
+        if let (Ok(atexit), Ok(hook)) = (py.import("atexit"), hook) {
+            // Failing to register only means deleters keep their normal path.
+            let _ = atexit.call_method1("register", (hook,));
+        }
+    });
+}
+
+impl Array {
+    fn new(py: Python<'_>, inner: Exported) -> PyResult<Bound<'_, Array>> {
+        register_atexit(py);
+        Bound::new(py, Array { inner })
+    }
+}
+
+/// What the manager context of an exported capsule holds.
+struct CapsuleCtx {
+    /// The exported object (keeps the memory alive), or `None` for a copy.
+    owner: Option<Py<Array>>,
+    /// A copy's bytes (16-byte aligned), when `copy=True`.
+    _copy: Option<Vec<u128>>,
+    shape: Box<[i64]>,
+    strides: Box<[i64]>,
+}
+
+impl Drop for CapsuleCtx {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            if FINALIZING.load(Ordering::SeqCst) {
+                // The interpreter is shutting down: touching Python now can
+                // crash it. Leak the reference (case C13).
+                std::mem::forget(owner);
+            } else {
+                // Without the GIL, PyO3 defers the decref to its reference
+                // pool, which is safe from any thread.
+                drop(owner);
+            }
+        }
+        CAPSULE_DELETERS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: `m` and its context were made by `Box::into_raw` in
+    // `make_capsule`; the DLPack protocol has the deleter called once.
+    unsafe {
+        let m = Box::from_raw(m);
+        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
+    }
+}
+
+unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: as in `delete_versioned`.
+    unsafe {
+        let m = Box::from_raw(m);
+        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
+    }
+}
+
+/// Destructor of our capsules: frees the tensor if no consumer took it.
+unsafe extern "C" fn capsule_destructor(cap: *mut ffi::PyObject) {
+    // SAFETY: CPython calls this with the dying capsule and the GIL held; a
+    // consumer that took the capsule renamed it, so the names below match
+    // only untaken capsules, whose pointer is ours.
+    unsafe {
+        if ffi::PyCapsule_IsValid(cap, NAME_VERSIONED.as_ptr()) != 0 {
+            let m = ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr());
+            delete_versioned(m.cast());
+        } else if ffi::PyCapsule_IsValid(cap, NAME_LEGACY.as_ptr()) != 0 {
+            let m = ffi::PyCapsule_GetPointer(cap, NAME_LEGACY.as_ptr());
+            delete_legacy(m.cast());
+        }
+    }
+}
+
+/// The struct format character of a dtype (PEP 3118), for the buffer
+/// protocol; `None` where `struct` has none (bfloat16).
+fn buffer_format(dtype: DType) -> Option<&'static CStr> {
+    Some(match (dtype.code, dtype.bits) {
+        (code::BOOL, 8) => c"?",
+        (code::INT, 8) => c"b",
+        (code::INT, 16) => c"h",
+        (code::INT, 32) => c"i",
+        (code::INT, 64) => c"q",
+        (code::UINT, 8) => c"B",
+        (code::UINT, 16) => c"H",
+        (code::UINT, 32) => c"I",
+        (code::UINT, 64) => c"Q",
+        (code::FLOAT, 16) => c"e",
+        (code::FLOAT, 32) => c"f",
+        (code::FLOAT, 64) => c"d",
+        (code::COMPLEX, 64) => c"Zf",
+        (code::COMPLEX, 128) => c"Zd",
+        _ => return None,
+    })
+}
+
+/// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
+fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
+    v.extract::<(i64, i64)>().map_err(|_| {
+        PyTypeError::new_err("max_version must be a tuple (major, minor) of two integers")
+    })
+}
+
+#[pymethods]
+impl Array {
+    /// Exports the array as a DLPack capsule (array API standard).
+    ///
+    /// - `max_version`: `None` or major `< 1` gives a legacy `"dltensor"`
+    ///   capsule; `(1, x)` a `"dltensor_versioned"` one, with `READ_ONLY`
+    ///   set for read-only data.
+    /// - `copy`: `True` copies (setting `IS_COPIED`); `False` never copies.
+    /// - `dl_device`: `None` or the array's own device.
+    /// - `stream`: `None` or `-1` for host memory.
+    ///
+    /// Raises `BufferError` for what cannot be honoured, `TypeError` for
+    /// positional or unknown arguments.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        slf: &Bound<'_, Self>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<&Bound<'_, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = &slf.get().inner;
+        if let Some(s) = stream.filter(|s| !s.is_none()) {
+            let s: i64 = s
+                .extract()
+                .map_err(|_| PyTypeError::new_err("stream must be None or an integer"))?;
+            if this.device.is_host_accessible() && s != -1 {
+                return Err(PyBufferError::new_err(format!(
+                    "stream={s} is not supported for an array on {}; pass None",
+                    this.device
+                )));
+            }
+        }
+        if let Some((t, id)) = dl_device {
+            let own = (this.device.device_type, this.device.device_id);
+            if (t, id) != own {
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export an array on {} to device ({t}, {id})",
+                    this.device
+                )));
+            }
+        }
+        let versioned = match max_version.filter(|v| !v.is_none()) {
+            None => false,
+            Some(v) => parse_version(v)?.0 >= 1,
+        };
+        let copied = copy == Some(true);
+        if copied && !this.device.is_host_accessible() {
+            return Err(PyBufferError::new_err(format!(
+                "copy=True is not supported for an array on {}",
+                this.device
+            )));
+        }
+        if this.read_only && !versioned && !copied {
+            return Err(PyBufferError::new_err(
+                "the array is read-only; a legacy DLPack capsule cannot say so. \
+                 Ask for max_version=(1, 0) or later, or copy=True",
+            ));
+        }
+        make_capsule(py, slf, versioned, copied)
+    }
+
+    /// `(device_type, device_id)` as DLPack numbers them (array API standard).
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (self.inner.device.device_type, self.inner.device.device_id)
+    }
+
+    /// Extents, as a tuple.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape.iter())
+    }
+
+    /// Strides in elements, as a tuple.
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.strides.iter())
+    }
+
+    /// The dtype's name (`"float32"`, ...).
+    #[getter]
+    fn dtype(&self) -> String {
+        self.inner.dtype.to_string()
+    }
+
+    /// Number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.inner.shape.len()
+    }
+
+    /// Whether the data is read-only.
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.inner
+            .shape
+            .first()
+            .map(|&n| n as usize)
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
+    }
+
+    fn __repr__(&self) -> String {
+        let dims: Vec<String> = self.inner.shape.iter().map(i64::to_string).collect();
+        let shape = match dims.len() {
+            1 => format!("({},)", dims[0]),
+            _ => format!("({})", dims.join(", ")),
+        };
+        format!(
+            "dlcast.Array(shape={shape}, dtype={}, device={}{})",
+            self.inner.dtype,
+            self.inner.device,
+            if self.inner.read_only { ", read_only=True" } else { "" }
+        )
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = &slf.get().inner;
+        if !this.device.is_host_accessible() {
+            return Err(PyBufferError::new_err(format!(
+                "the array is on {}; the buffer protocol needs host memory",
+                this.device
+            )));
+        }
+        if flags & ffi::PyBUF_WRITABLE != 0 && this.read_only {
+            return Err(PyBufferError::new_err("the array is read-only"));
+        }
+        let format = buffer_format(this.dtype).ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "{} has no buffer-protocol format; use DLPack",
+                this.dtype
+            ))
+        })?;
+        let strided = flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES;
+        if !strided && !this.is_c_contiguous() {
+            return Err(PyBufferError::new_err(
+                "the array is not C-contiguous; request strides",
+            ));
+        }
+        let c_req = flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS;
+        if c_req && !this.is_c_contiguous() {
+            return Err(PyBufferError::new_err("the array is not C-contiguous"));
+        }
+        let shape = this.shape_usize();
+        let strides = this.strides_isize();
+        let f_req = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS;
+        if f_req && !layout::is_f_contiguous(&shape, &strides) {
+            return Err(PyBufferError::new_err("the array is not F-contiguous"));
+        }
+        let any_req = flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS;
+        if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, &strides) {
+            return Err(PyBufferError::new_err("the array is not contiguous"));
+        }
+        let item = this.dtype.itemsize().unwrap_or(1);
+        let len = layout::element_count(&shape).unwrap_or(0) * item;
+        // SAFETY: CPython passes a writable Py_buffer. The pointers stored
+        // (data, shape, strides, format) stay valid while `obj` (a new
+        // reference to this frozen object) lives, i.e. until release.
+        unsafe {
+            (*view).buf = this.data.cast();
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).len = len as isize;
+            (*view).readonly = c_int::from(this.read_only);
+            (*view).itemsize = item as isize;
+            (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
+                format.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = this.shape.len() as c_int;
+            (*view).shape = if flags & ffi::PyBUF_ND != 0 {
+                this.buf_shape.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if strided {
+                this.buf_strides.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        // Nothing to free: the view's arrays live in the object itself.
+    }
+}
+
+fn make_capsule(
+    py: Python<'_>,
+    slf: &Bound<'_, Array>,
+    versioned: bool,
+    copied: bool,
+) -> PyResult<Py<PyAny>> {
+    let this = &slf.get().inner;
+    let (data, strides, copy, owner) = if copied {
+        let bytes = this.copy_c_order();
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        // SAFETY: `words` holds at least `bytes.len()` bytes, and u128 has no
+        // invalid bit patterns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        let shape = this.shape_usize();
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides(&shape, &mut strides).unwrap_or(());
+        let strides: Box<[i64]> = strides.iter().map(|&s| s as i64).collect();
+        let ptr = words.as_mut_ptr().cast::<c_void>();
+        (ptr, strides, Some(words), None)
+    } else {
+        (
+            this.data.cast::<c_void>(),
+            this.strides.iter().copied().collect::<Box<[i64]>>(),
+            None,
+            Some(slf.clone().unbind()),
+        )
+    };
+    let mut ctx = Box::new(CapsuleCtx {
+        owner,
+        _copy: copy,
+        shape: this.shape.iter().copied().collect(),
+        strides,
+    });
+    let tensor = DLTensor {
+        data,
+        device: DLDevice {
+            device_type: this.device.device_type as u32,
+            device_id: this.device.device_id,
+        },
+        ndim: this.shape.len() as i32,
+        dtype: DLDataType {
+            code: this.dtype.code,
+            bits: this.dtype.bits,
+            lanes: this.dtype.lanes,
+        },
+        shape: ctx.shape.as_mut_ptr(),
+        strides: ctx.strides.as_mut_ptr(),
+        byte_offset: 0,
+    };
+    let ctx = Box::into_raw(ctx).cast::<c_void>();
+    let (ptr, name): (*mut c_void, &CStr) = if versioned {
+        let mut flags = 0;
+        if copied {
+            flags |= FLAG_IS_COPIED;
+        } else if this.read_only {
+            flags |= FLAG_READ_ONLY;
+        }
+        let m = Box::new(DLManagedTensorVersioned {
+            version: EXPORT_VERSION,
+            manager_ctx: ctx,
+            deleter: Some(delete_versioned),
+            flags,
+            dl_tensor: tensor,
+        });
+        (Box::into_raw(m).cast(), NAME_VERSIONED)
+    } else {
+        let m = Box::new(DLManagedTensor {
+            dl_tensor: tensor,
+            manager_ctx: ctx,
+            deleter: Some(delete_legacy),
+        });
+        (Box::into_raw(m).cast(), NAME_LEGACY)
+    };
+    CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: `ptr` is a non-NULL managed tensor; the name is 'static; the
+    // destructor frees the tensor only if no consumer renamed the capsule.
+    let cap = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(capsule_destructor)) };
+    if cap.is_null() {
+        // SAFETY: the capsule was not made, so nobody else owns `ptr`.
+        unsafe {
+            if versioned {
+                delete_versioned(ptr.cast());
+            } else {
+                delete_legacy(ptr.cast());
+            }
+        }
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new, non-NULL reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, cap) }.unbind())
+}
+
+/// The framework a `#[dlpack_fn(returns = ...)]` function hands its arrays to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framework {
+    /// `numpy.from_dlpack`.
+    Numpy,
+    /// `torch.from_dlpack`.
+    Torch,
+    /// `jax.numpy.from_dlpack`.
+    Jax,
+    /// `cupy.from_dlpack`.
+    Cupy,
+    /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
+    Tensorflow,
+    /// `array_api_strict.from_dlpack`.
+    ArrayApi,
+}
+
+impl Framework {
+    fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        static CACHE: [PyOnceLock<Py<PyAny>>; 6] = [
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+        ];
+        let (slot, module, attr) = match self {
+            Framework::Numpy => (0, "numpy", "from_dlpack"),
+            Framework::Torch => (1, "torch", "from_dlpack"),
+            Framework::Jax => (2, "jax.numpy", "from_dlpack"),
+            Framework::Cupy => (3, "cupy", "from_dlpack"),
+            Framework::Tensorflow => (4, "tensorflow.experimental.dlpack", "from_dlpack"),
+            Framework::ArrayApi => (5, "array_api_strict", "from_dlpack"),
+        };
+        CACHE[slot]
+            .get_or_try_init(py, || Ok(py.import(module)?.getattr(attr)?.unbind()))
+            .map(|f| f.bind(py).clone())
+    }
+
+    /// Hands one exported array to the framework.
+    fn convert<'py>(self, arr: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = arr.py();
+        let from_dlpack = self.importer(py)?;
+        if self == Framework::Tensorflow {
+            // TensorFlow takes a capsule, and only legacy ones.
+            let capsule = arr.call_method0(intern!(py, "__dlpack__"))?;
+            return from_dlpack.call1((capsule,));
+        }
+        from_dlpack.call1((arr,))
+    }
+}
+
+/// Replaces every `dlcast.Array` in a function's result (the result
+/// itself, or the items of a tuple or list) by `framework`'s array.
+#[doc(hidden)]
+pub fn convert_result(out: Bound<'_, PyAny>, framework: Option<Framework>) -> PyResult<Py<PyAny>> {
+    let Some(fw) = framework else {
+        return Ok(out.unbind());
+    };
+    let py = out.py();
+    if out.is_instance_of::<Array>() {
+        return Ok(fw.convert(&out)?.unbind());
+    }
+    if let Ok(t) = out.cast::<PyTuple>() {
+        let items = t
+            .iter()
+            .map(|x| convert_result(x, framework))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyTuple::new(py, items)?.into_any().unbind());
+    }
+    if let Ok(l) = out.cast::<PyList>() {
+        let items = l
+            .iter()
+            .map(|x| convert_result(x, framework))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyList::new(py, items)?.into_any().unbind());
+    }
+    Ok(out.unbind())
+}
+
+/// Converts a `#[dlpack_fn]` function's result to Python, handing exported
+/// arrays to `framework` when `returns = ...` names one.
+#[doc(hidden)]
+pub fn into_py_result<'py, R: IntoPyObject<'py>>(
+    py: Python<'py>,
+    result: R,
+    framework: Option<Framework>,
+) -> PyResult<Py<PyAny>> {
+    let out = pyo3::IntoPyObjectExt::into_bound_py_any(result, py)?;
+    convert_result(out, framework)
+}
