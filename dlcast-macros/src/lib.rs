@@ -160,7 +160,10 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 let names: Vec<&str> = FRAMEWORKS.iter().map(|(n, _)| *n).collect();
                 return Err(Error::new_spanned(
                     &value,
-                    format!("unknown framework `{value}`; expected one of: {}", names.join(", ")),
+                    format!(
+                        "unknown framework `{value}`; expected one of: {}",
+                        names.join(", ")
+                    ),
                 ));
             };
             opts.returns = Some(Ident::new(variant, value.span()));

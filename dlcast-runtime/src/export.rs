@@ -34,10 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 const FLAG_READ_ONLY: u64 = 1;
 const FLAG_IS_COPIED: u64 = 2;
 /// The version written into versioned capsules.
-const EXPORT_VERSION: DLPackVersion = DLPackVersion {
-    major: 1,
-    minor: 3,
-};
+const EXPORT_VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 3 };
 const NAME_LEGACY: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
 
@@ -92,7 +89,9 @@ pub enum ShapeError {
     #[error("shape has {0} dimensions but strides have {1}")]
     Rank(usize, usize),
     /// Some index would reach outside the data.
-    #[error("strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}")]
+    #[error(
+        "strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}"
+    )]
     OutOfBounds {
         /// The requested shape.
         shape: Vec<usize>,
@@ -123,7 +122,8 @@ impl AlignedBuf {
             .expect("size and alignment were checked by the caller");
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, layout }
     }
 }
@@ -214,6 +214,30 @@ impl Exported {
         layout::is_c_contiguous(&self.shape_usize(), &self.strides_isize())
     }
 
+    /// The elements copied, in C order, into a new buffer aligned to
+    /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
+    /// read-only mark.
+    fn aligned_copy(&self) -> Exported {
+        let bytes = self.copy_c_order();
+        let buf = AlignedBuf::zeroed(bytes.len(), Tensor::<u8>::ALIGN);
+        // SAFETY: `buf` holds at least `bytes.len()` writable bytes and does
+        // not overlap `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr.as_ptr(), bytes.len()) };
+        let shape = self.shape_usize();
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        // The shape was valid for the original, so its compact strides fit.
+        layout::fill_c_strides(&shape, &mut strides).unwrap_or(());
+        Exported::new(
+            buf.ptr.as_ptr(),
+            &shape,
+            &strides,
+            self.dtype,
+            self.device,
+            self.read_only,
+            Keep::Owned(Box::new(buf)),
+        )
+    }
+
     /// The elements copied into a fresh C-order buffer (host memory only).
     fn copy_c_order(&self) -> Vec<u8> {
         let item = self.dtype.itemsize().unwrap_or(1);
@@ -225,9 +249,8 @@ impl Exported {
             // SAFETY: every offset of the walk is an element inside the
             // exported memory (validated when the export was made), which is
             // host-accessible (checked by the caller) and `item` bytes long.
-            let src = unsafe {
-                std::slice::from_raw_parts(self.data.offset(off * item as isize), item)
-            };
+            let src =
+                unsafe { std::slice::from_raw_parts(self.data.offset(off * item as isize), item) };
             out.extend_from_slice(src);
         });
         out
@@ -306,7 +329,11 @@ impl<T: Element> Tensor<T> {
         let base = data.as_mut_ptr().cast::<u8>();
         // Element 0 sits `first` bytes above the lowest element, which is
         // `data[0]`; in bounds as checked above (or empty: never read).
-        let ptr = if empty { base } else { base.wrapping_add(first) };
+        let ptr = if empty {
+            base
+        } else {
+            base.wrapping_add(first)
+        };
         Ok(Tensor {
             inner: Exported::new(
                 ptr,
@@ -571,17 +598,31 @@ struct CapsuleCtx {
 impl Drop for CapsuleCtx {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
-            if FINALIZING.load(Ordering::SeqCst) {
-                // The interpreter is shutting down: touching Python now can
-                // crash it. Leak the reference (case C13).
-                std::mem::forget(owner);
-            } else {
-                // Without the GIL, PyO3 defers the decref to its reference
-                // pool, which is safe from any thread.
-                drop(owner);
-            }
+            release_array(owner);
         }
         CAPSULE_DELETERS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Drops a reference to an exported array from a DLPack deleter, which a
+/// consumer may call on any thread, with or without the GIL, and even from
+/// inside a call of ours after it released the GIL itself (JAX does). PyO3's
+/// own bookkeeping can then believe the GIL is held when it is not, so this
+/// takes the GIL through `PyGILState_Ensure`, which asks CPython. Once the
+/// interpreter is shutting down the reference is leaked instead (case C13).
+fn release_array(owner: Py<Array>) {
+    let ptr = owner.into_ptr();
+    if FINALIZING.load(Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: the interpreter is running (not finalizing: checked above), so
+    // PyGILState_Ensure may be called from any thread, GIL held or not;
+    // `ptr` is a strong reference we own, released exactly once, with the
+    // GIL held.
+    unsafe {
+        let state = ffi::PyGILState_Ensure();
+        ffi::Py_DECREF(ptr);
+        ffi::PyGILState_Release(state);
     }
 }
 
@@ -769,7 +810,11 @@ impl Array {
             "dlcast.Array(shape={shape}, dtype={}, device={}{})",
             self.inner.dtype,
             self.inner.device,
-            if self.inner.read_only { ", read_only=True" } else { "" }
+            if self.inner.read_only {
+                ", read_only=True"
+            } else {
+                ""
+            }
         )
     }
 
@@ -950,6 +995,32 @@ fn make_capsule(
     Ok(unsafe { Bound::from_owned_ptr(py, cap) }.unbind())
 }
 
+/// Hands a read-only [`Array`] to a consumer whose arrays are immutable
+/// (JAX) through a legacy capsule, which the array itself refuses to give.
+#[pyclass(module = "dlcast", frozen)]
+struct ImmutableConsumer(Py<Array>);
+
+#[pymethods]
+impl ImmutableConsumer {
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<&Bound<'_, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = (stream, max_version, dl_device, copy);
+        make_capsule(py, self.0.bind(py), false, false)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let d = self.0.get().inner.device;
+        (d.device_type, d.device_id)
+    }
+}
+
 /// The framework a `#[dlpack_fn(returns = ...)]` function hands its arrays to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Framework {
@@ -994,12 +1065,40 @@ impl Framework {
     fn convert<'py>(self, arr: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
         let from_dlpack = self.importer(py)?;
-        if self == Framework::Tensorflow {
+        match self {
+            Framework::Jax => jax_from_array(py, &from_dlpack, arr.cast::<Array>()?),
             // TensorFlow takes a capsule, and only legacy ones.
-            let capsule = arr.call_method0(intern!(py, "__dlpack__"))?;
-            return from_dlpack.call1((capsule,));
+            Framework::Tensorflow => {
+                from_dlpack.call1((arr.call_method0(intern!(py, "__dlpack__"))?,))
+            }
+            _ => from_dlpack.call1((arr,)),
         }
-        from_dlpack.call1((arr,))
+    }
+}
+
+/// Hands an array to `jax.numpy.from_dlpack`, working around two JAX
+/// behaviours (jaxlib 0.10, CPU):
+/// - JAX takes a buffer without a copy only if it is 64-byte aligned; it
+///   copies others asynchronously yet calls the producer's deleter before
+///   that copy has finished, so freeing the buffer then can crash. A
+///   misaligned buffer is therefore copied here, once, into an aligned one
+///   that JAX then takes without a copy.
+/// - JAX asks without `max_version` (a legacy capsule, which cannot carry
+///   `READ_ONLY`); JAX arrays are immutable, so read-only data may go to it.
+fn jax_from_array<'py>(
+    py: Python<'py>,
+    from_dlpack: &Bound<'py, PyAny>,
+    array: &Bound<'py, Array>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let e = &array.get().inner;
+    let mut array = array.clone();
+    if e.device.is_host_accessible() && (e.data as usize) % Tensor::<u8>::ALIGN != 0 {
+        array = Array::new(py, e.aligned_copy())?;
+    }
+    if array.get().inner.read_only {
+        from_dlpack.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))
+    } else {
+        from_dlpack.call1((array,))
     }
 }
 

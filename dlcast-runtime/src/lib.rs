@@ -48,8 +48,8 @@ mod view;
 pub use device::{Device, DeviceSpec};
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
-pub use import::{INLINE_DIMS, MAX_VERSION};
 pub use export::{Array, Framework, ShapeError, Tensor};
+pub use import::{INLINE_DIMS, MAX_VERSION};
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.

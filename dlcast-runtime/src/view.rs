@@ -118,10 +118,18 @@ impl RawTensor {
 
     fn slice_axis(&mut self, axis: usize, range: std::ops::Range<usize>) -> Result<(), ViewError> {
         let Some(&extent) = self.shape.get(axis) else {
-            return Err(ViewError::Axes { axes: vec![axis], ndim: self.shape.len() });
+            return Err(ViewError::Axes {
+                axes: vec![axis],
+                ndim: self.shape.len(),
+            });
         };
         if range.start > range.end || range.end > extent {
-            return Err(ViewError::Range { axis, start: range.start, end: range.end, extent });
+            return Err(ViewError::Range {
+                axis,
+                start: range.start,
+                end: range.end,
+                extent,
+            });
         }
         if range.start < range.end {
             // Element `start` along `axis` is inside the validated memory.
@@ -135,7 +143,10 @@ impl RawTensor {
 
     fn flip_axis(&mut self, axis: usize) -> Result<(), ViewError> {
         let Some(&extent) = self.shape.get(axis) else {
-            return Err(ViewError::Axes { axes: vec![axis], ndim: self.shape.len() });
+            return Err(ViewError::Axes {
+                axes: vec![axis],
+                ndim: self.shape.len(),
+            });
         };
         if extent > 0 {
             let step = (extent as isize - 1) * self.strides[axis] * self.itemsize();
@@ -151,9 +162,14 @@ impl RawTensor {
         let mut seen = [false; 64];
         let valid = axes.len() == ndim
             && ndim <= seen.len()
-            && axes.iter().all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
+            && axes
+                .iter()
+                .all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
         if !valid {
-            return Err(ViewError::Axes { axes: axes.to_vec(), ndim });
+            return Err(ViewError::Axes {
+                axes: axes.to_vec(),
+                ndim,
+            });
         }
         self.shape = axes.iter().map(|&a| self.shape[a]).collect();
         self.strides = axes.iter().map(|&a| self.strides[a]).collect();
@@ -161,7 +177,11 @@ impl RawTensor {
     }
 
     fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewError> {
-        let err = |why| ViewError::Reshape { from: self.shape.to_vec(), to: shape.to_vec(), why };
+        let err = |why| ViewError::Reshape {
+            from: self.shape.to_vec(),
+            to: shape.to_vec(),
+            why,
+        };
         if !layout::is_c_contiguous(&self.shape, &self.strides) {
             return Err(err("only a C-contiguous view can be reshaped"));
         }

@@ -413,7 +413,11 @@ fn export_stats() -> (usize, usize, usize, usize) {
 /// Values `0, 1, 2, ...` (as `T`) of `shape`, laid out in `order` ("c", "f",
 /// or "rev": C order walked backwards through negative strides), with the
 /// address of the Rust allocation.
-fn arange<T: Element>(shape: &[usize], order: &str, f: impl Fn(usize) -> T) -> PyResult<(Tensor<T>, usize)> {
+fn arange<T: Element>(
+    shape: &[usize],
+    order: &str,
+    f: impl Fn(usize) -> T,
+) -> PyResult<(Tensor<T>, usize)> {
     let n: usize = shape.iter().product();
     let data: Vec<T> = (0..n).map(&f).collect();
     let ptr = data.as_ptr() as usize;
@@ -593,15 +597,92 @@ fn permuted(x: TensorRef<'_, f64>, axes: Vec<usize>) -> PyResult<TensorRef<'_, f
     Ok(x.permute(&axes)?)
 }
 
+/// The input itself, handed to JAX (read-only inputs included).
+#[dlpack_fn(returns = jax)]
+#[pyfunction]
+fn identity_jax(x: TensorDyn<'_>) -> TensorDyn<'_> {
+    x
+}
+
+/// Takes a DLPack capsule the way a consumer does (renaming it) and runs its
+/// deleter on a new thread that never holds the GIL, while this thread has
+/// released it (case C13).
+#[pyfunction]
+fn delete_on_foreign_thread(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<()> {
+    use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+    use pyo3::ffi;
+    let cap = capsule.as_ptr();
+    let versioned = c"dltensor_versioned";
+    let legacy = c"dltensor";
+    // SAFETY: `cap` is a live object; IsValid checks it is a capsule of
+    // that name before GetPointer reads it.
+    let (ptr, is_versioned) = unsafe {
+        if ffi::PyCapsule_IsValid(cap, versioned.as_ptr()) != 0 {
+            (ffi::PyCapsule_GetPointer(cap, versioned.as_ptr()), true)
+        } else if ffi::PyCapsule_IsValid(cap, legacy.as_ptr()) != 0 {
+            (ffi::PyCapsule_GetPointer(cap, legacy.as_ptr()), false)
+        } else {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "not an unused DLPack capsule",
+            ));
+        }
+    };
+    let used = if is_versioned {
+        c"used_dltensor_versioned"
+    } else {
+        c"used_dltensor"
+    };
+    // SAFETY: renaming a live capsule to a 'static name.
+    unsafe { ffi::PyCapsule_SetName(cap, used.as_ptr()) };
+    let addr = ptr as usize;
+    py.detach(move || {
+        std::thread::spawn(move || {
+            // SAFETY: we took the capsule, so its deleter is ours to call,
+            // once; the struct kind follows the name we saw.
+            unsafe {
+                if is_versioned {
+                    let m = addr as *mut DLManagedTensorVersioned;
+                    if let Some(d) = (*m).deleter {
+                        d(m)
+                    }
+                } else {
+                    let m = addr as *mut DLManagedTensor;
+                    if let Some(d) = (*m).deleter {
+                        d(m)
+                    }
+                }
+            }
+        })
+        .join()
+        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("deleter thread panicked"))
+    })
+}
+
 /// Registers the export functions (called from the module initialiser).
 fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(
-        export_stats, arange_default, arange_numpy, arange_torch, arange_jax, arange_array_api,
-        boxed_bytes, from_ndarray_t, maybe_tensor, fallible_tensor, tensor_pair, identity,
-        identity_mut, rows, transposed, reshaped_flipped, permuted,
+        export_stats,
+        arange_default,
+        arange_numpy,
+        arange_torch,
+        arange_jax,
+        arange_array_api,
+        boxed_bytes,
+        from_ndarray_t,
+        maybe_tensor,
+        fallible_tensor,
+        tensor_pair,
+        identity,
+        identity_mut,
+        rows,
+        transposed,
+        reshaped_flipped,
+        permuted,
+        identity_jax,
+        delete_on_foreign_thread,
     );
     Ok(())
 }

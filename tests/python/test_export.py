@@ -1,0 +1,372 @@
+"""Arrays returned to Python: owned Rust data and views of inputs, into
+every framework, zero-copy, freed exactly once (issue: export)."""
+
+import ctypes
+import gc
+import subprocess
+import sys
+import textwrap
+
+import array_api_strict as xp
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+
+ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+# Data types each framework has (NumPy and the array API have no bfloat16;
+# the array API standard has no float16).
+UNSUPPORTED = {
+    "numpy": {"bfloat16"},
+    "array_api": {"bfloat16", "float16"},
+    "torch": set(),
+    "jax": set(),
+}
+FRAMEWORKS = {
+    "numpy": (ext.arange_numpy, np.ndarray),
+    "torch": (ext.arange_torch, torch.Tensor),
+    "jax": (ext.arange_jax, type(jnp.zeros(1))),
+    "array_api": (ext.arange_array_api, type(xp.zeros(1))),
+}
+
+
+def expected(dtype, shape):
+    n = int(np.prod(shape))
+    i = np.arange(n)
+    if dtype == "bool":
+        v = (i % 2 == 1)
+    elif dtype.startswith("complex"):
+        v = (i - 1j * i).astype(dtype)
+    elif dtype == "bfloat16":
+        v = i.astype(ml_dtypes.bfloat16)
+    else:
+        v = i.astype(dtype)
+    return v.reshape(shape)
+
+
+def to_numpy(x):
+    if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bfloat16:
+            return x.float().numpy().astype(ml_dtypes.bfloat16)
+        return x.numpy()
+    if isinstance(x, type(xp.zeros(1))):
+        return np.asarray(x._array)
+    return np.asarray(x)
+
+
+def stats():
+    gc.collect()
+    return ext.export_stats()
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_round_trip_every_dtype(fw, dtype):
+    make, cls = FRAMEWORKS[fw]
+    if dtype in UNSUPPORTED[fw]:
+        with pytest.raises((RuntimeError, TypeError, BufferError)):
+            make(dtype, [2, 3])
+        return
+    for order in ("c", "f", "rev"):
+        if fw == "torch" and order == "rev":
+            # PyTorch has no negative strides and says so.
+            with pytest.raises(RuntimeError, match="strides"):
+                make(dtype, [2, 3], order)
+            continue
+        out, _ = make(dtype, [2, 3], order)
+        assert isinstance(out, cls)
+        want = expected(dtype, [2, 3])
+        got = to_numpy(out)
+        assert got.shape == (2, 3)
+        assert np.array_equal(got.astype(want.dtype), want), (fw, dtype, order)
+        # ... and back into Rust, which reads the same values.
+        if dtype not in ("float16", "bfloat16") and not dtype.startswith("complex"):
+            assert ext.values(out) == want.ravel().tolist()
+
+
+def test_default_result_is_a_dlcast_array():
+    a, _ = ext.arange_default("float32", [2, 3])
+    assert type(a).__name__ == "Array" and type(a).__module__ == "dlcast"
+    assert a.shape == (2, 3) and a.ndim == 2 and a.dtype == "float32" and len(a) == 2
+    assert a.__dlpack_device__() == (1, 0)
+    assert repr(a) == "dlcast.Array(shape=(2, 3), dtype=float32, device=cpu)"
+    for f in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack, xp.from_dlpack, np.asarray):
+        assert to_numpy(f(a)).tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match="0-d"):
+        len(ext.identity(np.float64(1.0).reshape(())))
+
+
+def test_zero_copy_pointers_equal_the_rust_allocation():
+    a, ptr = ext.arange_default("float64", [4, 5])
+    assert np.asarray(a).__array_interface__["data"][0] == ptr
+    assert np.from_dlpack(a).__array_interface__["data"][0] == ptr
+    t, ptr = ext.arange_torch("float32", [3, 3])
+    assert t.data_ptr() == ptr
+    # JAX takes a buffer without a copy only when it is 64-byte aligned:
+    # Tensor::from_fn / Tensor::zeros allocate so.
+    j, ptr = ext.arange_jax("float32", [16], "aligned")
+    assert j.unsafe_buffer_pointer() == ptr
+    n, ptr = ext.arange_numpy("float64", [3, 2], "f")
+    assert n.__array_interface__["data"][0] == ptr and n.flags.f_contiguous
+    n, ptr = ext.from_ndarray_t(3, 4)
+    assert n.__array_interface__["data"][0] == ptr and n.shape == (4, 3)
+    assert n.tolist() == np.arange(12.0).reshape(3, 4).T.tolist()
+
+
+def test_writes_from_python_are_seen_by_rust():
+    a, _ = ext.arange_default("float64", [4])
+    view = np.asarray(a)
+    view[2] = 42.0
+    assert ext.values(a) == [0.0, 1.0, 42.0, 3.0]
+    t = torch.from_dlpack(a)
+    t[0] = -1.0
+    assert ext.values(a) == [-1.0, 1.0, 42.0, 3.0]
+    src = np.zeros(3, np.float32)
+    out = ext.identity_mut(src)
+    out[1] = 5.0
+    assert src.tolist() == [0.0, 5.0, 0.0]
+
+
+def test_boxed_slice_option_result_and_tuples():
+    b = ext.boxed_bytes(5)
+    assert np.asarray(b).tolist() == [0, 1, 2, 3, 4]
+    assert ext.maybe_tensor(False) is None
+    assert np.asarray(ext.maybe_tensor(True)).tolist() == [1.0, 2.0]
+    t = ext.fallible_tensor(True)
+    assert isinstance(t, torch.Tensor) and t.tolist() == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="asked to fail"):
+        ext.fallible_tensor(False)
+    f, i = ext.tensor_pair(3)
+    assert isinstance(f, np.ndarray) and isinstance(i, np.ndarray)
+    assert f.tolist() == [0.5] * 3 and i.tolist() == [0, 1, 2]
+
+
+def test_every_export_is_freed_exactly_once():
+    b0 = stats()
+    a, _ = ext.arange_default("float32", [10])
+    del a
+    s = stats()
+    assert s[0] - b0[0] == 1 and s[1] - b0[1] == 1
+    # Consumed by NumPy, PyTorch, JAX; a capsule never consumed.
+    for consume in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack,
+                    lambda a: a.__dlpack__(), lambda a: a.__dlpack__(max_version=(1, 0))):
+        before = stats()
+        a, _ = ext.arange_default("float32", [10], "aligned")
+        held = consume(a)
+        del a
+        mid = stats()
+        assert mid[1] == before[1], "freed while a consumer holds it"
+        del held
+        after = stats()
+        assert after[0] - before[0] == 1, consume
+        assert after[1] - before[1] == 1, consume
+        assert after[2] - before[2] == after[3] - before[3], "capsule deleters unbalanced"
+
+
+def test_c13_deleter_on_a_thread_without_the_gil():
+    before = stats()
+    a, _ = ext.arange_default("float64", [8])
+    cap = a.__dlpack__(max_version=(1, 0))
+    del a
+    ext.delete_on_foreign_thread(cap)
+    del cap
+    after = stats()
+    # The capsule's reference to the array was released off-thread; PyO3
+    # applies it the next time the GIL is taken.
+    np.zeros(1) + 1
+    after = stats()
+    assert after[3] - before[3] == 1
+    assert after[1] - before[1] == 1
+    # A legacy capsule too.
+    a, _ = ext.arange_default("int32", [3])
+    ext.delete_on_foreign_thread(a.__dlpack__())
+
+
+def test_c13_arrays_alive_at_interpreter_exit():
+    script = textwrap.dedent("""
+        import threading, numpy as np, torch, jax.numpy as jnp, dlcast_testext as ext
+        keep = []
+        for fw in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack, lambda a: a):
+            a, _ = ext.arange_default("float32", [64], "aligned")
+            keep.append(fw(a))
+        keep.append(ext.arange_default("float64", [4])[0].__dlpack__(max_version=(1, 0)))
+        keep.append(ext.rows(np.arange(12.0).reshape(3, 4), 0, 2))
+        def hold():
+            t = torch.from_dlpack(ext.arange_default("float32", [8])[0])
+            threading.Event().wait()
+        threading.Thread(target=hold, daemon=True).start()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+    assert "GIL" not in r.stderr and "Fatal" not in r.stderr
+
+
+def test_c14_view_outlives_its_input():
+    src = np.arange(12.0).reshape(3, 4)
+    view = ext.rows(src, 1, 3)
+    ptr = src.__array_interface__["data"][0]
+    del src
+    gc.collect()
+    np.zeros((3, 4))  # reuse of freed memory would show up as zeros
+    out = np.asarray(view)
+    assert out.__array_interface__["data"][0] == ptr + 4 * 8
+    assert out.tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
+    # Through PyTorch, after the intermediate dlcast.Array is gone too.
+    t = torch.from_dlpack(ext.rows(torch.arange(6.0, dtype=torch.float64).reshape(3, 2), 2, 3))
+    gc.collect()
+    assert t.tolist() == [[4.0, 5.0]]
+    # The producer's deleter ran exactly once, after the last consumer.
+    from conftest import deleters_balanced
+    with deleters_balanced(1):
+        _, deleted0 = ext.producer_counts()
+        c = ext.make_capsule(np.arange(4.0).tobytes(), [4], [1])
+        v = ext.identity(c)
+        del c
+        assert ext.producer_counts()[1] == deleted0, "the producer's deleter ran too early"
+        n = np.from_dlpack(v)
+        del v
+        assert n.tolist() == [0.0, 1.0, 2.0, 3.0]
+        del n
+
+
+def test_views_transpose_reshape_permute_slice():
+    src = np.arange(24.0).reshape(2, 3, 4)
+    t = ext.transposed(src)
+    assert isinstance(t, torch.Tensor) and t.shape == (4, 3, 2)
+    assert t.numpy().tolist() == src.T.tolist()
+    assert np.asarray(ext.permuted(src, [1, 0, 2])).tolist() == src.transpose(1, 0, 2).tolist()
+    r = np.asarray(ext.reshaped_flipped(src, [6, 4]))
+    assert r.tolist() == src.reshape(6, 4)[::-1].tolist()
+    with pytest.raises(ValueError, match="only a C-contiguous view can be reshaped"):
+        ext.reshaped_flipped(src.transpose(2, 1, 0), [4, 6])
+    with pytest.raises(ValueError, match="element counts differ"):
+        ext.reshaped_flipped(src, [5, 5])
+    with pytest.raises(ValueError, match="invalid axes"):
+        ext.permuted(src, [0, 0, 1])
+    with pytest.raises(ValueError, match="outside the extent 2 of axis 0"):
+        ext.rows(src.reshape(2, 12), 1, 3)
+    assert np.asarray(ext.rows(src.reshape(6, 4), 2, 2)).shape == (0, 4)
+
+
+def test_view_of_read_only_input_is_exported_read_only():
+    ro = np.arange(6.0)
+    ro.flags.writeable = False
+    v = ext.identity(ro)
+    assert v.read_only and "read_only=True" in repr(v)
+    n = np.from_dlpack(v)
+    assert not n.flags.writeable
+    assert not np.asarray(v).flags.writeable
+    with pytest.raises(BufferError, match="read-only"):
+        v.__dlpack__()
+    with pytest.raises((TypeError, BufferError)):
+        ctypes.c_char.from_buffer(v)  # asks for a writable buffer
+    assert memoryview(v).readonly
+    # JAX arrays are immutable, so they may take it.
+    j = ext.identity_jax(ro)
+    assert j.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    # A view of a writable input stays writable.
+    w = ext.identity(np.zeros(2))
+    assert not w.read_only and np.asarray(w).flags.writeable
+    assert ctypes.c_char.from_buffer(w) is not None
+
+
+def capsule_name(cap):
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    return get_name(cap).decode()
+
+
+def test_c15_legacy_without_max_version_versioned_with_it():
+    a, _ = ext.arange_default("float32", [3])
+    assert capsule_name(a.__dlpack__()) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=None)) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=(0, 8))) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
+    assert capsule_name(a.__dlpack__(max_version=(1, 3))) == "dltensor_versioned"
+    assert capsule_name(a.__dlpack__(max_version=(2, 0))) == "dltensor_versioned"
+    with pytest.raises(TypeError):
+        a.__dlpack__(max_version=(1, 0), unknown=True)
+    with pytest.raises(TypeError):
+        a.__dlpack__(None)  # positional
+    # Our own importer reads the versioned capsule's flags.
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    cap = ext.identity(ro).__dlpack__(max_version=(1, 0))
+    assert ext.describe(cap)[4] is True
+
+
+@pytest.mark.parametrize("stream", [None, -1])
+@pytest.mark.parametrize("max_version", [None, (1, 0), (1, 3)])
+@pytest.mark.parametrize("dl_device", [None, (1, 0)])
+@pytest.mark.parametrize("copy", [None, False, True])
+def test_protocol_allowed_keyword_combinations(stream, max_version, dl_device, copy):
+    a, ptr = ext.arange_default("float64", [2, 3], "f")
+    cap = a.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    name = capsule_name(cap)
+    assert name == ("dltensor" if max_version is None else "dltensor_versioned")
+    assert ext.values(cap) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    if copy:
+        # A copy lives elsewhere than the Rust allocation.
+        assert ext.data_ptr(cap_again := a.__dlpack__(max_version=max_version, copy=True)) != ptr
+        del cap_again
+
+
+def test_copy_true_makes_a_real_copy_marked_copied():
+    a, ptr = ext.arange_default("float64", [4])
+    n = np.from_dlpack(a, copy=True)
+    assert n.__array_interface__["data"][0] != ptr
+    n[0] = 99.0
+    assert ext.values(a)[0] == 0.0
+    # IS_COPIED is bit 1 of the flags; read them off the capsule.
+    cap = a.__dlpack__(max_version=(1, 0), copy=True)
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype = ctypes.c_void_p
+    get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    addr = get_ptr(cap, b"dltensor_versioned")
+    flags = ctypes.c_uint64.from_address(addr + 24).value
+    assert flags & 2 == 2 and flags & 1 == 0
+    # Read-only data may be copied out through a legacy capsule.
+    ro = np.arange(2.0)
+    ro.flags.writeable = False
+    cap = ext.identity(ro).__dlpack__(copy=True)
+    assert ext.values(cap) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(stream=0), BufferError, "stream=0 is not supported"),
+    (dict(stream=1), BufferError, "stream=1"),
+    (dict(stream="x"), TypeError, "stream must be None or an integer"),
+    (dict(dl_device=(2, 0)), BufferError, r"cannot export an array on cpu to device \(2, 0\)"),
+    (dict(dl_device=(1, 1)), BufferError, "device"),
+    (dict(max_version=3), TypeError, "max_version must be a tuple"),
+    (dict(max_version=(1,)), TypeError, "max_version"),
+    (dict(copy="yes"), TypeError, "copy"),
+    (dict(strem=None), TypeError, "strem"),
+])
+def test_protocol_forbidden_arguments(kwargs, exc, match):
+    a, _ = ext.arange_default("float32", [2])
+    with pytest.raises(exc, match=match):
+        a.__dlpack__(**kwargs)
+
+
+def test_buffer_protocol():
+    a, ptr = ext.arange_default("int16", [2, 3], "rev")
+    mv = memoryview(a)
+    assert mv.format == "h" and mv.shape == (2, 3) and mv.strides == (-6, -2)
+    assert mv.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert not mv.readonly
+    with pytest.raises(BufferError, match="no buffer-protocol format"):
+        memoryview(ext.arange_default("bfloat16", [2])[0])
+    # A consumer that needs contiguous data is refused.
+    with pytest.raises((BufferError, TypeError), match="contiguous"):
+        ctypes.c_char.from_buffer(a)
+    c, _ = ext.arange_default("uint8", [4])
+    assert bytes(c) == b"\x00\x01\x02\x03"
