@@ -141,11 +141,18 @@ const FRAMEWORKS: &[(&str, &str)] = &[
     ("array_api", "ArrayApi"),
 ];
 
+/// `returns = ...` of `#[dlpack_fn(...)]`.
+enum Returns {
+    /// A framework: the runtime's `Framework` variant.
+    Framework(Ident),
+    /// `like(param)`: the framework of that argument, decided per call.
+    Like(Ident),
+}
+
 /// Options of `#[dlpack_fn(...)]`.
 #[derive(Default)]
 struct FnOptions {
-    /// `returns = numpy | torch | ...`: the runtime's `Framework` variant.
-    returns: Option<Ident>,
+    returns: Option<Returns>,
 }
 
 fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
@@ -156,6 +163,12 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 return Err(meta.error("duplicate `returns`"));
             }
             let value: Ident = meta.value()?.parse()?;
+            if value == "like" {
+                let inner;
+                syn::parenthesized!(inner in meta.input);
+                opts.returns = Some(Returns::Like(inner.parse()?));
+                return Ok(());
+            }
             let Some((_, variant)) = FRAMEWORKS.iter().find(|(n, _)| value == n) else {
                 let names: Vec<&str> = FRAMEWORKS.iter().map(|(n, _)| *n).collect();
                 return Err(Error::new_spanned(
@@ -166,7 +179,7 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                     ),
                 ));
             };
-            opts.returns = Some(Ident::new(variant, value.span()));
+            opts.returns = Some(Returns::Framework(Ident::new(variant, value.span())));
             Ok(())
         } else {
             Err(meta.error("unknown #[dlpack_fn] option; expected `returns = <framework>`"))
@@ -317,8 +330,24 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
     } else {
         quote!(#body_ident(#(#call_args),*))
     };
+    // `like(param)` reads the argument's framework before it is imported.
+    let mut like_prelude = quote!();
     let framework = match &opts.returns {
-        Some(v) => quote!(::core::option::Option::Some(#rt::Framework::#v)),
+        Some(Returns::Framework(v)) => quote!(::core::option::Option::Some(#rt::Framework::#v)),
+        Some(Returns::Like(p)) => {
+            let Some(v) = views.iter().find(|v| v.ident == *p) else {
+                return Err(Error::new_spanned(
+                    p,
+                    format!("`like({p})` must name an array parameter of this function"),
+                ));
+            };
+            like_prelude = if v.optional {
+                quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
+            } else {
+                quote!(let __dlcast_like = #rt::Framework::of(#p);)
+            };
+            quote!(__dlcast_like)
+        }
         None => quote!(::core::option::Option::None),
     };
 
@@ -341,6 +370,7 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
                 params: &[#(#param_specs),*],
                 has_writable: #has_writable,
             };
+            #like_prelude
             let mut __dlcast = #rt::CallCx::new(&__DLCAST_SPEC);
             #(#imports)*
             __dlcast.finish()?;

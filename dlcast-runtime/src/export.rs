@@ -1039,6 +1039,26 @@ pub enum Framework {
 }
 
 impl Framework {
+    /// The framework whose array `obj` is, judged by the top-level package
+    /// of its type (`numpy`, `torch`, `jax`/`jaxlib`, `cupy`, `tensorflow`,
+    /// `array_api_strict`); `None` for anything else (buffers, capsules,
+    /// `dlcast.Array`). Used by `returns = like(param)`.
+    pub fn of(obj: &Bound<'_, PyAny>) -> Option<Framework> {
+        let py = obj.py();
+        let module = obj.get_type().getattr(intern!(py, "__module__")).ok()?;
+        let module = module.extract::<pyo3::pybacked::PyBackedStr>().ok()?;
+        let top = module.split('.').next().unwrap_or("");
+        Some(match top {
+            "numpy" => Framework::Numpy,
+            "torch" => Framework::Torch,
+            "jax" | "jaxlib" => Framework::Jax,
+            "cupy" => Framework::Cupy,
+            "tensorflow" => Framework::Tensorflow,
+            "array_api_strict" => Framework::ArrayApi,
+            _ => return None,
+        })
+    }
+
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         static CACHE: [PyOnceLock<Py<PyAny>>; 6] = [
             PyOnceLock::new(),

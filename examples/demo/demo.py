@@ -148,6 +148,19 @@ for k, ref in refs.items():
     check(np.array_equal(results["numpy"][k], ref), f"{k}: differs from the NumPy reference")
 print("  numpy, torch and jax give bit-identical results, equal to the NumPy reference")
 
+# Results in the caller's framework: `blurred` allocates the image in Rust
+# and hands the buffer over without a copy (returns = like(img)).
+print("\nreturned in the caller's framework (blurred, returns = like(img)):")
+expected_type = {"numpy": np.ndarray, "torch": torch.Tensor, "jax": type(jnp.zeros(1))}
+for name, (to_input, _) in frameworks.items():
+    x = to_input(img)
+    out = dd.blurred(x, RADIUS)
+    ms = median_ms(lambda: dd.blurred(x, RADIUS))
+    check(isinstance(out, expected_type[name]), f"blurred({name}) returned {type(out)}")
+    check(np.array_equal(as_numpy(out), refs["box_blur"]), f"blurred({name}) differs")
+    print(f"  {name:>6} in -> {type(out).__module__}.{type(out).__name__} "
+          f"{tuple(out.shape)} {out.dtype}  {ms:.3f} ms")
+
 # Strided views take the element-by-element path: a mirrored (negative
 # stride) input and a column-major output.
 mirror_out = np.empty((W, H), np.uint8).T

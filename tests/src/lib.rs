@@ -507,6 +507,8 @@ arange_fns!(
     arange_torch => (returns = torch),
     arange_jax => (returns = jax),
     arange_array_api => (returns = array_api),
+    arange_cupy => (returns = cupy),
+    arange_tensorflow => (returns = tensorflow),
 );
 
 /// A `Tensor` from a `Box<[u8]>`.
@@ -658,6 +660,24 @@ fn delete_on_foreign_thread(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyRes
     })
 }
 
+/// A new array of ones shaped like the input, in the input's framework
+/// (`returns = like(x)`); an optional second input takes the framework of
+/// the first one given.
+#[dlpack_fn(returns = like(x))]
+#[pyfunction]
+fn ones_like(#[device(any)] x: TensorDyn<'_>) -> PyResult<Tensor<f32>> {
+    Ok(Tensor::from_fn(x.shape(), |_| 1.0)?)
+}
+
+/// `returns = like(x)` on an optional parameter.
+#[dlpack_fn(returns = like(x))]
+#[pyfunction]
+#[pyo3(signature = (x=None))]
+fn maybe_ones_like(x: Option<TensorDyn<'_>>) -> PyResult<Tensor<f32>> {
+    let shape = x.map(|x| x.shape().to_vec()).unwrap_or_default();
+    Ok(Tensor::from_fn(&shape, |_| 1.0)?)
+}
+
 /// Registers the export functions (called from the module initialiser).
 fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -682,6 +702,10 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         reshaped_flipped,
         permuted,
         identity_jax,
+        arange_cupy,
+        arange_tensorflow,
+        ones_like,
+        maybe_ones_like,
         delete_on_foreign_thread,
     );
     Ok(())

@@ -122,6 +122,42 @@ fn box_blur(
     // `order(c)` guarantees a slice for host memory; `pixels` still covers
     // every case.
     let src = pixels(&img)?;
+    write_with(&mut out, |dst| blur(&src, h, w, radius, dst))
+}
+
+/// The same blur, returning a new image in the caller's framework: a NumPy
+/// array for NumPy input, a `torch.Tensor` for PyTorch input, a JAX array
+/// for JAX input (`returns = like(img)`), made without a copy from the Rust
+/// buffer.
+#[dlpack_fn(returns = like(img))]
+#[pyfunction]
+#[pyo3(signature = (img, radius = 4))]
+fn blurred(
+    #[shape(h, w, 3)]
+    #[order(c)]
+    img: TensorRef<'_, u8>,
+    radius: usize,
+) -> PyResult<Tensor<u8>> {
+    if radius > MAX_RADIUS {
+        return Err(PyValueError::new_err(format!(
+            "blurred(): radius {radius} is larger than {MAX_RADIUS}"
+        )));
+    }
+    let (h, w) = (img.shape()[0], img.shape()[1]);
+    let mut out = Tensor::<u8>::zeros(&[h, w, 3])?;
+    if h > 0 && w > 0 {
+        let src = pixels(&img)?;
+        let dst = out
+            .as_slice_mut()
+            .expect("zeros() is C-contiguous and aligned");
+        blur(&src, h, w, radius, dst);
+    }
+    Ok(out)
+}
+
+/// Box blur of the C-order `(h, w, 3)` pixels `src` into `dst` (same size):
+/// two passes of running sums, so the cost does not depend on `radius`.
+fn blur(src: &[u8], h: usize, w: usize, radius: usize, dst: &mut [u8]) {
     let r = radius as isize;
     let row_len = w * 3;
 
@@ -147,7 +183,7 @@ fn box_blur(
     // the `2r + 1` row sums around row `y`, i.e. the full window sum.
     let row = |y: isize| &rows[clamp_index(y, h) * row_len..][..row_len];
     let area = ((2 * radius + 1) * (2 * radius + 1)) as u32;
-    write_with(&mut out, |dst| {
+    {
         let mut acc = vec![0u32; row_len];
         for y in -r..=r {
             acc.iter_mut().zip(row(y)).for_each(|(a, s)| *a += s);
@@ -162,7 +198,7 @@ fn box_blur(
                 *a = *a + e - l;
             }
         }
-    })
+    }
 }
 
 /// Gradient magnitude `sqrt(gx² + gy²)` of a grayscale image `(h, w)` with
@@ -200,6 +236,7 @@ fn edge_magnitude(
 fn dlcast_demo(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grayscale, m)?)?;
     m.add_function(wrap_pyfunction!(box_blur, m)?)?;
+    m.add_function(wrap_pyfunction!(blurred, m)?)?;
     m.add_function(wrap_pyfunction!(edge_magnitude, m)?)?;
     Ok(())
 }
