@@ -174,7 +174,7 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 return Err(Error::new_spanned(
                     &value,
                     format!(
-                        "unknown framework `{value}`; expected one of: {}",
+                        "unknown framework `{value}`; expected one of: {}, or like(<parameter>)",
                         names.join(", ")
                     ),
                 ));
@@ -182,7 +182,10 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
             opts.returns = Some(Returns::Framework(Ident::new(variant, value.span())));
             Ok(())
         } else {
-            Err(meta.error("unknown #[dlpack_fn] option; expected `returns = <framework>`"))
+            Err(meta.error(
+                "unknown #[dlpack_fn] option; expected `returns = <framework>` \
+                 or `returns = like(<parameter>)`",
+            ))
         }
     });
     syn::parse::Parser::parse2(parser, attr)?;
