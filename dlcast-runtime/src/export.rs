@@ -144,7 +144,7 @@ enum Keep {
     /// Rust data (a `Vec<T>` or an `ndarray` allocation), freed on drop.
     Owned(Box<dyn Any + Send>),
     /// An imported input; dropping it runs the producer's deleter.
-    Imported(RawTensor),
+    Imported(Box<RawTensor>),
 }
 
 /// An exported buffer: a description plus what keeps its memory alive.
@@ -512,20 +512,22 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 
 /// Exports an imported view (a slice, transpose, reshape or the input
 /// itself): the input stays alive inside the exported object.
-/// The export is read-only exactly when the input was.
-pub(crate) fn export_view(raw: RawTensor) -> ExportedArray {
+/// The export is read-only exactly when the input was. A view read without
+/// ownership (the exchange API) first takes an owning reference.
+pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    raw.make_owning(py)?;
     let (data, dtype, device) = (raw.data, raw.dtype, raw.device);
     let shape = raw.shape.clone();
     let strides = raw.strides.clone();
-    ExportedArray(Exported::new(
+    Ok(ExportedArray(Exported::new(
         data,
         &shape,
         &strides,
         dtype,
         device,
         raw.read_only,
-        Keep::Imported(raw),
-    ))
+        Keep::Imported(Box::new(raw)),
+    )))
 }
 
 /// An export ready to become a Python object; what views convert into.

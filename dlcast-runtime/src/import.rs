@@ -13,11 +13,13 @@
 
 use crate::device::{device_type_name, Device};
 use crate::dtype::{code, DType};
+use crate::fast::{self, ImportPath};
 use crate::layout::{self, ByteExtent};
-use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLTensor};
+use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
 use pyo3::exceptions::{PyAttributeError, PyKeyboardInterrupt, PyMemoryError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyTuple;
 use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 use std::ffi::CStr;
@@ -46,6 +48,18 @@ pub(crate) enum Owner {
     Versioned(NonNull<DLManagedTensorVersioned>),
     /// A buffer-protocol view; boxed so its address stays fixed until release.
     Buffer(Box<ffi::Py_buffer>),
+    /// A strong reference to an object whose memory we read directly (an
+    /// exact `numpy.ndarray`: holding it keeps its data alive and unresized).
+    Object(#[allow(dead_code)] Py<PyAny>),
+    /// An object read through its type's DLPack C exchange API without
+    /// taking ownership; valid for the call only, see
+    /// [`RawTensor::make_owning`].
+    Exchange {
+        obj: Py<PyAny>,
+        api: NonNull<DLPackExchangeAPI>,
+        /// Element 0 as the producer described it (before any transform).
+        origin: usize,
+    },
 }
 
 impl Drop for Owner {
@@ -79,6 +93,8 @@ impl Drop for Owner {
                 // `PyObject_GetBuffer` and is released only here, with the GIL.
                 unsafe { ffi::PyBuffer_Release(&mut **view) }
             }
+            // The reference drops with the GIL held (see above).
+            Owner::Object(_) | Owner::Exchange { .. } => {}
         }
     }
 }
@@ -97,7 +113,49 @@ pub struct RawTensor {
     pub(crate) read_only: bool,
     /// The bytes the elements span relative to `data`; `None` if empty.
     pub(crate) extent: Option<ByteExtent>,
-    _owner: Owner,
+    /// How the input was imported.
+    pub(crate) path: ImportPath,
+    owner: Owner,
+}
+
+impl RawTensor {
+    /// Makes the view own what it reads, so that it may outlive the call (a
+    /// view returned to Python): an exchange-API import is replaced by the
+    /// producer's owning `managed_tensor_from_py_object_no_sync` tensor.
+    pub(crate) fn make_owning(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Owner::Exchange { obj, api, origin } = &self.owner else {
+            return Ok(());
+        };
+        // SAFETY: `api` is the producer's process-lifetime table.
+        let api = unsafe { api.as_ref() };
+        let Some(from_obj) = api.managed_tensor_from_py_object_no_sync else {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "the producer's exchange API cannot hand out an owning tensor",
+            ));
+        };
+        let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+        // SAFETY: `obj` has the type the API came from; on success `out`
+        // is an owning tensor whose deleter we must call once.
+        if unsafe { from_obj(obj.as_ptr().cast(), &mut out) } != 0 || out.is_null() {
+            return Err(PyErr::take(py).unwrap_or_else(|| {
+                pyo3::exceptions::PyBufferError::new_err("the exchange API returned no tensor")
+            }));
+        }
+        // SAFETY: `out` is non-NULL and owned by us from here on.
+        let owner = Owner::Versioned(unsafe { NonNull::new_unchecked(out) });
+        // SAFETY: a valid managed tensor's DLTensor.
+        let t = unsafe { &(*out).dl_tensor };
+        let data = (t.data as usize).wrapping_add(t.byte_offset as usize);
+        if data != *origin {
+            // The object changed between the two calls (it cannot while we
+            // hold the GIL, but never trust it): keep the old owner.
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "the producer's owning tensor does not match the view",
+            ));
+        }
+        self.owner = owner;
+        Ok(())
+    }
 }
 
 /// Why an import failed, before the call context adds the function and the
@@ -137,15 +195,19 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 
 /// Imports `obj` by the first path that applies (see the module docs).
 pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
-    let py = obj.py();
+    if let Some(raw) = fast::numpy(obj)? {
+        return Ok(raw);
+    }
     // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
     if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
-        return take_capsule(obj);
+        return take_capsule(obj, ImportPath::Capsule);
     }
-    match obj.getattr(intern!(py, "__dlpack__")) {
-        Ok(method) => {
-            let capsule = call_dlpack(&method)?;
-            let mut raw = take_capsule(&capsule)?;
+    if let Some(raw) = fast::exchange(obj)? {
+        return Ok(raw);
+    }
+    match call_dlpack(obj)? {
+        Some(capsule) => {
+            let mut raw = take_capsule(&capsule, ImportPath::Dlpack)?;
             // JAX arrays are immutable, but JAX answers with legacy capsules,
             // which cannot say so (DLPack notes): mark them read-only here.
             if !raw.read_only && is_from_module(obj, &["jax", "jaxlib"]) {
@@ -153,18 +215,17 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
             }
             Ok(raw)
         }
-        Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+        None => {
             // SAFETY: `obj` is a live object.
             if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
                 return import_buffer(obj);
             }
             if is_from_module(obj, &["tensorflow"]) {
                 let capsule = tensorflow_to_dlpack(obj)?;
-                return take_capsule(&capsule);
+                return take_capsule(&capsule, ImportPath::Tensorflow);
             }
             Err(ImportError::NotAnArray(type_name(obj)))
         }
-        Err(e) => Err(producer_error("__dlpack__", e, py)),
     }
 }
 
@@ -178,20 +239,53 @@ fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
     }
 }
 
-fn call_dlpack<'py>(method: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>, ImportError> {
-    let py = method.py();
-    let kwargs = PyDict::new(py);
-    kwargs
-        .set_item(intern!(py, "max_version"), MAX_VERSION)
+/// Calls `obj.__dlpack__(max_version=(1, 3))` through vectorcall with
+/// interned names (no per-call dict or tuple), retrying without keywords
+/// when the producer raises `TypeError` (case C9). `Ok(None)` when `obj` has
+/// no `__dlpack__`.
+fn call_dlpack<'py>(obj: &Bound<'py, PyAny>) -> Result<Option<Bound<'py, PyAny>>, ImportError> {
+    static KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let py = obj.py();
+    let name = intern!(py, "__dlpack__");
+    let kwnames = KWNAMES
+        .get_or_try_init(py, || PyTuple::new(py, ["max_version"]).map(Bound::unbind))
         .map_err(ImportError::Propagate)?;
-    match method.call((), Some(&kwargs)) {
-        Ok(capsule) => Ok(capsule),
-        // Case C9: a producer that predates `max_version`.
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => method
-            .call0()
+    let version = VERSION
+        .get_or_try_init(py, || {
+            PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1]).map(Bound::unbind)
+        })
+        .map_err(ImportError::Propagate)?;
+    let call = |with_version: bool| {
+        let args = [obj.as_ptr(), version.as_ptr()];
+        let kw = if with_version {
+            kwnames.as_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: `args` holds `self` plus one keyword value named by `kw`
+        // (or just `self`); all are live; the result is a new reference or
+        // NULL with an exception set.
+        unsafe {
+            let r = ffi::PyObject_VectorcallMethod(name.as_ptr(), args.as_ptr(), 1, kw);
+            Bound::from_owned_ptr_or_err(py, r)
+        }
+    };
+    match call(true) {
+        Ok(capsule) => Ok(Some(capsule)),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) && !has_dlpack(obj) => Ok(None),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => call(false)
+            .map(Some)
             .map_err(|e| producer_error("__dlpack__", e, py)),
         Err(e) => Err(producer_error("__dlpack__", e, py)),
     }
+}
+
+/// Whether `obj` has a `__dlpack__` attribute (asked only after a call
+/// failed with `AttributeError`, to tell "none" from "it raised").
+fn has_dlpack(obj: &Bound<'_, PyAny>) -> bool {
+    obj.hasattr(intern!(obj.py(), "__dlpack__"))
+        .unwrap_or(false)
 }
 
 /// Whether `type(obj).__module__` is one of `packages` or a submodule.
@@ -224,7 +318,7 @@ fn tensorflow_to_dlpack<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny
 /// Takes ownership of the managed tensor in a DLPack capsule: the name
 /// decides the struct, and the capsule is renamed `used_*` so that neither
 /// its destructor nor a second consumer touches it again (case C7).
-fn take_capsule(capsule: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
+fn take_capsule(capsule: &Bound<'_, PyAny>, path: ImportPath) -> Result<RawTensor, ImportError> {
     let py = capsule.py();
     let cap = capsule.as_ptr();
     // SAFETY: `cap` is a live object; the check reads only its type.
@@ -284,14 +378,14 @@ fn take_capsule(capsule: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
         // tensor lives until `owner` runs the deleter.
         let (tensor, flags) = unsafe { (&raw const (*m.as_ptr()).dl_tensor, (*m.as_ptr()).flags) };
         // SAFETY: `tensor` points into the managed tensor owned by `owner`.
-        unsafe { from_dltensor(tensor, flags & FLAG_READ_ONLY != 0, owner) }
+        unsafe { from_dltensor(tensor, flags & FLAG_READ_ONLY != 0, owner, path) }
     } else {
         let m = ptr.cast::<DLManagedTensor>();
         let owner = Owner::Legacy(m);
         // SAFETY: a legacy capsule holds a DLManagedTensor owned by `owner`.
         let tensor = unsafe { &raw const (*m.as_ptr()).dl_tensor };
         // SAFETY: as above.
-        unsafe { from_dltensor(tensor, false, owner) }
+        unsafe { from_dltensor(tensor, false, owner, path) }
     }
 }
 
@@ -305,6 +399,7 @@ pub(crate) unsafe fn from_dltensor(
     t: *const DLTensor,
     read_only: bool,
     owner: Owner,
+    path: ImportPath,
 ) -> Result<RawTensor, ImportError> {
     // SAFETY: the caller guarantees `t` is a valid DLTensor.
     let t = unsafe { &*t };
@@ -356,12 +451,13 @@ pub(crate) unsafe fn from_dltensor(
         device,
         read_only,
         owner,
+        path,
     )
 }
 
 /// Final checks shared by every path: sizes, extent and address arithmetic.
 #[allow(clippy::too_many_arguments)]
-fn make_raw(
+pub(crate) fn make_raw(
     data: *mut u8,
     byte_offset: u64,
     shape: Dims<usize>,
@@ -370,6 +466,7 @@ fn make_raw(
     device: Device,
     read_only: bool,
     owner: Owner,
+    path: ImportPath,
 ) -> Result<RawTensor, ImportError> {
     let itemsize = dtype.itemsize().ok_or(ImportError::DType(dtype))?;
     let invalid = |what: &str| ImportError::Invalid(what.to_string());
@@ -401,7 +498,8 @@ fn make_raw(
         device,
         read_only,
         extent,
-        _owner: owner,
+        path,
+        owner,
     })
 }
 
@@ -509,6 +607,7 @@ fn import_buffer(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
         Device::CPU,
         readonly,
         owner,
+        ImportPath::Buffer,
     )
 }
 

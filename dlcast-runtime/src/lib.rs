@@ -40,6 +40,7 @@ mod call;
 pub mod device;
 pub mod dtype;
 pub mod export;
+pub mod fast;
 mod import;
 pub mod layout;
 pub mod spec;

@@ -291,6 +291,11 @@ macro_rules! layout_methods {
         pub fn is_read_only(&self) -> bool {
             self.raw.read_only
         }
+        /// How the argument was imported (NumPy fields, the exchange API, a
+        /// capsule, `__dlpack__`, the buffer protocol, TensorFlow).
+        pub fn import_path(&self) -> crate::fast::ImportPath {
+            self.raw.path
+        }
     };
 }
 
@@ -679,7 +684,7 @@ macro_rules! into_py_view {
             type Output = pyo3::Bound<'py, crate::export::Array>;
             type Error = pyo3::PyErr;
             fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
-                crate::export::export_view(self.$($raw).+).into_pyobject(py)
+                crate::export::export_view(py, self.$($raw).+)?.into_pyobject(py)
             }
         }
     )*};
@@ -694,7 +699,7 @@ impl<'py, T: Element> pyo3::IntoPyObject<'py> for TensorRef<'_, T> {
     type Output = pyo3::Bound<'py, crate::export::Array>;
     type Error = pyo3::PyErr;
     fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
-        crate::export::export_view(self.raw).into_pyobject(py)
+        crate::export::export_view(py, self.raw)?.into_pyobject(py)
     }
 }
 

@@ -215,10 +215,18 @@ def test_c12_real_producer_refusals():
     with pytest.raises(BufferError, match=r"argument 'x': the producer's __dlpack__\(\) raised") as info:
         ext.values(swapped)
     assert isinstance(info.value.__cause__, BufferError)
-    # PyTorch refuses tensors that require grad.
+    # PyTorch's __dlpack__ refuses tensors that require grad; its C exchange
+    # API (the path dlcast takes for torch.Tensor) reads them, as PyTorch's
+    # own C++ extensions do. A subclass that forces __dlpack__ sees the refusal.
     t = torch.ones(3, requires_grad=True)
+    assert ext.sum_f32(t) == 3.0
+
+    class ViaDlpack:
+        def __dlpack__(self, **kw):
+            return t.__dlpack__(**kw)
+
     with pytest.raises(BufferError, match="argument 'x'") as info:
-        ext.sum_f32(t)
+        ext.sum_f32(ViaDlpack())
     assert "gradient" in str(info.value.__cause__)
 
 

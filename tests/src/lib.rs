@@ -9,6 +9,53 @@ use pyo3::types::PyComplex;
 
 mod producer;
 
+/// Counts the Rust heap allocations of this extension (dlcast's runtime is
+/// compiled into it), to show that the fast import paths allocate nothing.
+struct CountingAllocator;
+
+static RUST_ALLOCATIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        RUST_ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout contract is passed through.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` above, i.e. from `System`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Rust heap allocations so far.
+#[pyfunction]
+fn rust_allocations() -> usize {
+    RUST_ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Touches one element; allocates nothing itself.
+#[dlpack_fn]
+#[pyfunction]
+fn first_f64(x: TensorRef<'_, f64>) -> f64 {
+    let zeros = [0usize; 16];
+    x.get(&zeros[..x.ndim().min(16)]).unwrap_or(f64::NAN)
+}
+
+/// The benchmark's shape: `(n, 3)` float32 in C order.
+#[dlpack_fn]
+#[pyfunction]
+fn points_len(
+    #[shape(_, 3)]
+    #[order(c)]
+    x: TensorRef<'_, f32>,
+) -> usize {
+    x.len()
+}
+
 /// The README's first example.
 #[dlpack_fn]
 #[pyfunction]
@@ -678,6 +725,14 @@ fn maybe_ones_like(x: Option<TensorDyn<'_>>) -> PyResult<Tensor<f32>> {
     Ok(Tensor::from_fn(&shape, |_| 1.0)?)
 }
 
+/// How the argument was imported: "numpy", "exchange_api", "capsule",
+/// "dlpack", "buffer" or "tensorflow".
+#[dlpack_fn]
+#[pyfunction]
+fn import_path(#[device(any)] x: TensorDyn<'_>) -> &'static str {
+    x.import_path().name()
+}
+
 /// Registers the export functions (called from the module initialiser).
 fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -706,6 +761,10 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         arange_tensorflow,
         ones_like,
         maybe_ones_like,
+        import_path,
+        rust_allocations,
+        first_f64,
+        points_len,
         delete_on_foreign_thread,
     );
     Ok(())

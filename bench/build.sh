@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the benchmark's extension modules into bench/target/py:
+#   dlcast_bench  (bench/rust: floor, dlcast, rust-numpy, dlpark functions)
+#   nb_bench      (bench/nanobind: the same functions with nanobind)
+# and installs the bench-only Python packages (bench/requirements.txt) into
+# the project venv. Idempotent: cargo rebuilds only what changed, g++ runs
+# only when a source, a flag or the nanobind version changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-.venv}
+PY="$ROOT/$VENV/bin/python"
+[ -x "$PY" ] || { echo "bench/build.sh: no $PY (run: bash scripts/setup-venv.sh)" >&2; exit 1; }
+OUT=bench/target
+mkdir -p "$OUT/py" "$OUT/nanobind"
+
+# --- bench-only Python packages ------------------------------------------
+REQ=bench/requirements.txt
+STAMP="$VENV/.dlcast-bench-req-stamp"
+if ! { [ -f "$STAMP" ] && cmp -s "$REQ" "$STAMP"; }; then
+  echo "bench: installing $(grep -v '^#' "$REQ" | xargs) into $VENV"
+  "$PY" -m pip install -q -r "$REQ"
+  cp "$REQ" "$STAMP"
+fi
+
+EXT_SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+
+# --- Rust: one cdylib, cargo's release profile, no abi3 --------------------
+echo "bench: cargo build --release (bench/rust)"
+PYO3_PYTHON="$PY" CARGO_TARGET_DIR="$ROOT/$OUT" \
+  cargo build --release --quiet --manifest-path bench/rust/Cargo.toml
+install -m 755 "$OUT/release/libdlcast_bench.so" "$OUT/py/dlcast_bench$EXT_SUFFIX"
+
+# --- nanobind: nb_combined.cpp (libnanobind) + the module, system g++ -------
+# As nanobind's own instructions for building without CMake (comment at the
+# top of src/nb_combined.cpp): libnanobind at -O3 -fno-strict-aliasing, the
+# bindings at -O2, -DNDEBUG -DNB_COMPACT_ASSERTIONS, hidden visibility.
+NB_DIR=$("$PY" -c "import nanobind, os; print(os.path.dirname(nanobind.__file__))")
+NB_VER=$("$PY" -c "import nanobind; print(nanobind.__version__)")
+PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+CXX=${CXX:-g++}
+CXXFLAGS="-std=c++17 -fPIC -fvisibility=hidden -DNDEBUG -DNB_COMPACT_ASSERTIONS \
+-I$PY_INC -I$NB_DIR/include -I$NB_DIR/ext/robin_map/include"
+LIB_FLAGS="-O3 -fno-strict-aliasing -ffunction-sections -fdata-sections"
+MOD_FLAGS="-O2"
+SIG="$($CXX --version | head -1) | nanobind $NB_VER | $CXXFLAGS | $LIB_FLAGS | $MOD_FLAGS"
+NB_OBJ="$OUT/nanobind/libnanobind.o"
+NB_SO="$OUT/py/nb_bench$EXT_SUFFIX"
+SIG_FILE="$OUT/nanobind/build-signature"
+if [ ! -f "$SIG_FILE" ] || [ "$(cat "$SIG_FILE")" != "$SIG" ]; then
+  rm -f "$NB_OBJ" "$NB_SO"
+fi
+if [ ! -f "$NB_OBJ" ]; then
+  echo "bench: $CXX libnanobind (nanobind $NB_VER, once)"
+  $CXX "$NB_DIR/src/nb_combined.cpp" $CXXFLAGS $LIB_FLAGS -c -o "$NB_OBJ"
+fi
+if [ ! -f "$NB_SO" ] || [ bench/nanobind/nb_bench.cpp -nt "$NB_SO" ] || [ "$NB_OBJ" -nt "$NB_SO" ]; then
+  echo "bench: $CXX nb_bench"
+  $CXX bench/nanobind/nb_bench.cpp $CXXFLAGS $MOD_FLAGS -c -o "$OUT/nanobind/nb_bench.o"
+  $CXX -shared -Wl,-s -Wl,--gc-sections "$OUT/nanobind/nb_bench.o" "$NB_OBJ" -o "$NB_SO"
+fi
+echo "$SIG" > "$SIG_FILE"
+# Build settings, for BENCHMARKS.md.
+cat > "$OUT/build-info.txt" <<INFO
+rustc: $(rustc --version)
+cargo profile: release (opt-level 3, codegen-units 16, no LTO, cargo's defaults)
+pyo3 features: extension-module, no abi3 (version-specific build for $("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])'), METH_FASTCALL)
+c++: $($CXX --version | head -1)
+nanobind: $NB_VER, libnanobind $LIB_FLAGS, module $MOD_FLAGS, -std=c++17 -fvisibility=hidden -DNDEBUG -DNB_COMPACT_ASSERTIONS, linked -shared -Wl,-s -Wl,--gc-sections
+INFO
+echo "bench: modules in $OUT/py"

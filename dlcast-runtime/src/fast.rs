@@ -1,0 +1,319 @@
+//! Fast import paths, tried before the generic `__dlpack__` call:
+//!
+//! 1. **NumPy**: after an exact type check against `numpy.ndarray`, read the
+//!    array object's own fields (data, ndim, shape, strides, dtype, flags,
+//!    byte order). No capsule, no Python call, no allocation. The fields
+//!    read sit at the same offsets in NumPy 1.x and 2.x.
+//! 2. **The DLPack C exchange API** (`type(x).__dlpack_c_exchange_api__`, a
+//!    capsule named `"dlpack_exchange_api"`; PyTorch 2.11+): cached per
+//!    type, header major version checked (walking `prev_api`), then the
+//!    non-owning `dltensor_from_py_object_no_sync` fills a `DLTensor` on the
+//!    stack. A view that is returned to Python is upgraded to an owning
+//!    `managed_tensor_from_py_object_no_sync` tensor (see
+//!    [`RawTensor::make_owning`]).
+//!
+//! Each returns `Ok(None)` when it does not apply, so the caller falls back
+//! to the generic path, which also produces the producer's own error for
+//! inputs a fast path declines (byte-swapped data, exotic dtypes).
+
+use crate::device::{kind, Device};
+use crate::dtype::{code, DType};
+use crate::import::{self, Dims, ImportError, Owner, RawTensor};
+use dlpack_rs::ffi::{DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+use std::ffi::{c_char, c_int, CStr};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+/// How a view was imported (for tests and debugging).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImportPath {
+    /// NumPy's fields read directly.
+    Numpy,
+    /// The DLPack C exchange API.
+    ExchangeApi,
+    /// A capsule passed directly.
+    Capsule,
+    /// `__dlpack__()` called.
+    Dlpack,
+    /// The buffer protocol.
+    Buffer,
+    /// `tf.experimental.dlpack.to_dlpack`.
+    Tensorflow,
+}
+
+impl ImportPath {
+    /// A short name: `"numpy"`, `"exchange_api"`, `"capsule"`, `"dlpack"`,
+    /// `"buffer"`, `"tensorflow"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ImportPath::Numpy => "numpy",
+            ImportPath::ExchangeApi => "exchange_api",
+            ImportPath::Capsule => "capsule",
+            ImportPath::Dlpack => "dlpack",
+            ImportPath::Buffer => "buffer",
+            ImportPath::Tensorflow => "tensorflow",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// NumPy
+
+/// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x).
+#[repr(C)]
+struct NpArray {
+    ob_base: ffi::PyObject,
+    data: *mut u8,
+    nd: c_int,
+    dimensions: *const isize,
+    strides: *const isize,
+    base: *mut ffi::PyObject,
+    descr: *const NpDescr,
+    flags: c_int,
+}
+
+/// The leading fields of NumPy's `PyArray_Descr` (1.x and 2.x: the fourth
+/// char is `flags` in 1.x and `_former_flags` in 2.x; `type_num` follows).
+#[repr(C)]
+struct NpDescr {
+    ob_base: ffi::PyObject,
+    typeobj: *mut ffi::PyTypeObject,
+    kind: c_char,
+    type_char: c_char,
+    byteorder: c_char,
+    former_flags: c_char,
+    type_num: c_int,
+}
+
+/// `NPY_ARRAY_WRITEABLE`.
+const NPY_WRITEABLE: c_int = 0x0400;
+
+/// `numpy.ndarray`, once seen (a strong reference is kept, so the pointer
+/// stays valid for the process).
+static NDARRAY: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `obj`'s type is exactly `numpy.ndarray` (subclasses take the
+/// generic path: they may override `__dlpack__`).
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object; its type pointer is valid.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    let known = NDARRAY.load(Ordering::Relaxed);
+    if !known.is_null() {
+        return tp == known;
+    }
+    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
+    let name = unsafe { CStr::from_ptr((*tp).tp_name) };
+    if name != c"numpy.ndarray" {
+        return false;
+    }
+    // Confirm against the real `numpy.ndarray` (numpy is imported, since an
+    // object of a type of that name exists).
+    let py = obj.py();
+    let Ok(ndarray) = py.import("numpy").and_then(|m| m.getattr("ndarray")) else {
+        return false;
+    };
+    if ndarray.as_ptr().cast() != tp {
+        return false;
+    }
+    // Keep the type alive for the process, then cache its address.
+    std::mem::forget(ndarray.unbind());
+    NDARRAY.store(tp, Ordering::Relaxed);
+    true
+}
+
+/// DLPack type of a NumPy `type_num`, for the types DLPack can describe.
+fn numpy_dtype(type_num: c_int) -> Option<DType> {
+    let long_bits = (std::mem::size_of::<std::ffi::c_long>() * 8) as u8;
+    Some(match type_num {
+        0 => DType::BOOL,
+        1 => DType::INT8,
+        2 => DType::UINT8,
+        3 => DType::INT16,
+        4 => DType::UINT16,
+        5 => DType::INT32,
+        6 => DType::UINT32,
+        7 => DType::new(code::INT, long_bits, 1),
+        8 => DType::new(code::UINT, long_bits, 1),
+        9 => DType::INT64,
+        10 => DType::UINT64,
+        11 => DType::FLOAT32,
+        12 => DType::FLOAT64,
+        14 => DType::COMPLEX64,
+        15 => DType::COMPLEX128,
+        23 => DType::FLOAT16,
+        _ => return None,
+    })
+}
+
+/// Imports an exact `numpy.ndarray` from its fields; `Ok(None)` for other
+/// objects and for arrays DLPack cannot describe (left to NumPy's own
+/// `__dlpack__`, which raises the right `BufferError`).
+pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportError> {
+    if !is_ndarray(obj) {
+        return Ok(None);
+    }
+    // SAFETY: `obj` is exactly a `numpy.ndarray`, whose object starts with
+    // the fields of `NpArray`; we hold the GIL and a reference to `obj`, so
+    // the fields and the descr they point to stay valid while we read.
+    let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
+    // SAFETY: every array has a descr.
+    let descr = unsafe { &*arr.descr };
+    let Some(dtype) = numpy_dtype(descr.type_num) else {
+        return Ok(None);
+    };
+    let native = if cfg!(target_endian = "little") {
+        b'<'
+    } else {
+        b'>'
+    };
+    if descr.byteorder as u8 != b'='
+        && descr.byteorder as u8 != b'|'
+        && descr.byteorder as u8 != native
+    {
+        return Ok(None);
+    }
+    let Ok(ndim) = usize::try_from(arr.nd) else {
+        return Ok(None);
+    };
+    let item = dtype.itemsize().unwrap_or(1) as isize;
+    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
+    let mut strides: Dims<isize> = SmallVec::with_capacity(ndim);
+    for i in 0..ndim {
+        // SAFETY: `dimensions` and `strides` hold `nd` values each.
+        let (n, s) = unsafe { (*arr.dimensions.add(i), *arr.strides.add(i)) };
+        if n < 0 || s % item != 0 {
+            // Byte strides that are not whole elements: NumPy's __dlpack__
+            // refuses them with its own message.
+            return Ok(None);
+        }
+        shape.push(n as usize);
+        strides.push(s / item);
+    }
+    let read_only = arr.flags & NPY_WRITEABLE == 0;
+    let owner = Owner::Object(obj.clone().unbind());
+    import::make_raw(
+        arr.data,
+        0,
+        shape,
+        strides,
+        dtype,
+        Device::CPU,
+        read_only,
+        owner,
+        ImportPath::Numpy,
+    )
+    .map(Some)
+}
+
+// ---------------------------------------------------------------------------
+// The DLPack C exchange API
+
+/// Types seen, with their exchange API (or `NO_API`). A strong reference to
+/// each cached type is kept, so a cached address never names another type.
+const CACHE_SLOTS: usize = 8;
+const NO_API: usize = 1;
+static CACHE_TYPES: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+static CACHE_APIS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+
+/// The exchange API of `obj`'s type, if it has a usable one.
+fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    // SAFETY: `obj` is live.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) } as usize;
+    for (t, a) in CACHE_TYPES.iter().zip(&CACHE_APIS) {
+        match t.load(Ordering::Relaxed) {
+            0 => break,
+            x if x == tp => {
+                let api = a.load(Ordering::Relaxed);
+                // SAFETY: a cached API pointer came from a live capsule of a
+                // type we keep alive; the header requires the table to live
+                // for the process.
+                return (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
+            }
+            _ => {}
+        }
+    }
+    let api = lookup_exchange_api(obj);
+    // Cache the answer in a free slot (under the GIL, so no race), keeping
+    // the type alive; with no free slot, just answer.
+    if let Some(slot) = CACHE_TYPES
+        .iter()
+        .position(|t| t.load(Ordering::Relaxed) == 0)
+    {
+        std::mem::forget(obj.get_type().unbind());
+        CACHE_APIS[slot].store(
+            api.map_or(NO_API, |a| a as *const _ as usize),
+            Ordering::Relaxed,
+        );
+        CACHE_TYPES[slot].store(tp, Ordering::Relaxed);
+    }
+    api
+}
+
+fn lookup_exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let py = obj.py();
+    let capsule = obj
+        .get_type()
+        .getattr(pyo3::intern!(py, "__dlpack_c_exchange_api__"))
+        .ok()?;
+    // SAFETY: GetPointer checks the object is a capsule of that exact name
+    // (else NULL with an error, which we clear).
+    let ptr =
+        unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
+    if ptr.is_null() {
+        let _ = PyErr::take(py);
+        return None;
+    }
+    // Walk to a table of major version 1.
+    let mut header = ptr.cast::<DLPackExchangeAPIHeader>();
+    while !header.is_null() {
+        // SAFETY: the capsule holds a DLPackExchangeAPIHeader, valid for
+        // the process, whose `prev_api` chain is NULL-terminated.
+        let h = unsafe { &*header };
+        if h.version.major == 1 {
+            // SAFETY: a major-1 header starts a DLPackExchangeAPI table.
+            let api = unsafe { &*header.cast::<DLPackExchangeAPI>() };
+            return Some(api);
+        }
+        header = h.prev_api;
+    }
+    None
+}
+
+/// Imports `obj` through its type's DLPack C exchange API; `Ok(None)` when
+/// the type has none or the data is not in host memory (device data takes
+/// the generic path, which synchronises streams).
+pub(crate) fn exchange(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportError> {
+    let Some(api) = exchange_api(obj) else {
+        return Ok(None);
+    };
+    let py = obj.py();
+    let Some(from_obj) = api.dltensor_from_py_object_no_sync else {
+        return Ok(None);
+    };
+    // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
+    let mut t: DLTensor = unsafe { std::mem::zeroed() };
+    // SAFETY: `obj` has the type the API came from; the function fills `t`
+    // and returns 0, or returns -1 with a Python exception set.
+    if unsafe { from_obj(obj.as_ptr().cast(), &mut t) } != 0 {
+        let err = PyErr::take(py).unwrap_or_else(|| {
+            pyo3::exceptions::PyBufferError::new_err("the exchange API failed without an error")
+        });
+        return Err(ImportError::Producer("__dlpack_c_exchange_api__", err));
+    }
+    let device_type = t.device.device_type as i32;
+    if !matches!(device_type, kind::CPU) {
+        return Ok(None);
+    }
+    let owner = Owner::Exchange {
+        obj: obj.clone().unbind(),
+        api: NonNull::from(api),
+        origin: (t.data as usize).wrapping_add(t.byte_offset as usize),
+    };
+    // SAFETY: `t` was filled by the producer; its shape and strides stay
+    // valid while `obj` is alive and unchanged, which holds while we read
+    // them here (GIL held, no Python code runs); `owner` keeps `obj` alive.
+    unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }.map(Some)
+}
