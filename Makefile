@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint rust-test py-test demo demo-ext clean
+.PHONY: all venv ext test lint rust-test py-test demo demo-ext bench clean
 
 all: test
 
@@ -40,6 +40,12 @@ demo-ext: venv
 ## The demo on a real photo (examples/demo).
 demo: demo-ext
 	$(PY) examples/demo/demo.py
+
+## Call-overhead benchmark against rust-numpy, dlpark and nanobind
+## (bench/): builds its own modules, writes BENCHMARKS.md and bench/bench.png.
+## Not part of `make test` or CI.
+bench: venv
+	bash bench/build.sh && $(PY) bench/run.py
 
 clean:
 	cargo clean

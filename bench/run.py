@@ -239,6 +239,14 @@ def py_versions() -> dict:
     return out
 
 
+def loadavg() -> float:
+    """The 1-minute load average (0 where unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
 def git_rev() -> str:
     rev = sh("git", "rev-parse", "--short", "HEAD").strip() or "?"
     dirty = sh("git", "status", "--porcelain", "--", "dlcast-runtime", "dlcast-macros").strip()
@@ -273,6 +281,19 @@ def table(rows: list, first: str) -> list[str]:
     return lines
 
 
+def short_label(label: str) -> str:
+    """A two- or three-line tick label for the chart."""
+    if label.startswith("no conversion"):
+        return "no conversion\n(floor)"
+    m = re.match(r"sum_len: NumPy float64 ndim (\d+)", label)
+    if m:
+        return f"ndim {m.group(1)}"
+    label = re.sub(r"^(sum_len|sum_pts|make_f32\(1000\)): ", r"\1\n", label)
+    label = label.replace("make_f32(1000) -> ", "make_f32(1000)\n-> ")
+    label = label.replace("array-api-strict", "array-api-\nstrict")
+    return label.replace(", transposed (F-order)", "\ntransposed").replace(" float", "\nfloat")
+
+
 def chart(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -302,15 +323,17 @@ def chart(results: dict, path: Path) -> None:
         ax.set_ylabel("ns per call (median)")
         ax.set_title(title)
         ax.set_xticks(range(len(rows)))
-        labels = [re.sub(r"^(sum_len|sum_pts): ", r"\1\n", lab).replace(" (F-order)", "\n(F-order)")
-                  for lab, _ in rows]
-        labels = [lab.replace("no conversion (`&Bound<PyAny>` / `nb::handle`)", "no conversion")
-                  for lab in labels]
-        ax.set_xticklabels(labels, fontsize=7, rotation=0 if section != "inputs" else 30,
-                           ha="center" if section != "inputs" else "right")
+        ax.set_xticklabels([short_label(lab) for lab, _ in rows], fontsize=7)
+        # Mark the cells that raised (n/a) at the bottom of their slot.
+        for i, lib in enumerate(LIBS):
+            for j, (_, cells) in enumerate(rows):
+                if isinstance(cells.get(lib), str):
+                    ax.text(j + (i - (len(LIBS) - 1) / 2) * width, 0.02, "n/a", rotation=90,
+                            transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                            fontsize=6, color=colors[lib])
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0].legend(ncol=len(LIBS), loc="upper left", fontsize=8)
-    fig.suptitle("Array-boundary call overhead (lower is better; n/a bars omitted)")
+    fig.suptitle("Array-boundary call overhead, ns per call (log scale; lower is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -334,6 +357,7 @@ def main() -> None:
     results: dict = {"inputs": [], "sizes": [], "ndim": [], "returns": []}
     notes: dict = {}  # (row, lib) -> why not timed
 
+    load_start = loadavg()
     loop = timing.ns_per_call("pass")
     started = _dt.datetime.now()
 
@@ -378,6 +402,8 @@ def main() -> None:
         behaviour.append((label, row))
 
     elapsed = (_dt.datetime.now() - started).total_seconds()
+    load_end = loadavg()
+    busy = max(load_start, load_end) > 1.5
     bi = (TARGET / "build-info.txt").read_text().strip() if (TARGET / "build-info.txt").exists() else ""
     meta = {
         "date": started.strftime("%Y-%m-%d %H:%M"),
@@ -390,6 +416,7 @@ def main() -> None:
         "pinned_cpu": pinned,
         "timing": vars(timing),
         "elapsed_s": elapsed,
+        "loadavg": [load_start, load_end],
     }
 
     # ------------------------------------------------------------ output
@@ -501,7 +528,10 @@ def main() -> None:
         "- The Rust functions (bench/rust/src/lib.rs) and the C++ ones "
         "(bench/nanobind/nb_bench.cpp) do the same work per library: the conversion at the "
         "boundary, the checks the signature states, and a minimal touch of the data.",
-        f"- Whole run: {elapsed:.0f} s.",
+        f"- Whole run: {elapsed:.0f} s; 1-minute load average {load_start:.2f} at the start, "
+        f"{load_end:.2f} at the end"
+        + (" (other processes were busy on this machine: every figure is inflated, re-run "
+           "`make bench` on an idle machine)." if busy else "."),
         "",
         "## Build settings",
         "",
@@ -532,6 +562,9 @@ def main() -> None:
     for sec in ("inputs", "returns", "sizes", "ndim"):
         print("\n".join(table(results[sec], sec)))
         print()
+    if busy:
+        print(f"warning: load average {load_start:.2f} / {load_end:.2f}: the machine was busy, "
+              "figures are inflated", file=sys.stderr)
     print(f"wrote {Path(args.out).relative_to(ROOT) if Path(args.out).is_relative_to(ROOT) else args.out}, "
           f"{args.png}, {json_path} ({elapsed:.0f} s)")
 

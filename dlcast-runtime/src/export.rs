@@ -899,12 +899,10 @@ impl Array {
     }
 }
 
-fn make_capsule(
-    py: Python<'_>,
-    slf: &Bound<'_, Array>,
-    versioned: bool,
-    copied: bool,
-) -> PyResult<Py<PyAny>> {
+/// A managed tensor describing `slf` (or a copy of it), owned by the
+/// caller: a `DLManagedTensorVersioned` if `versioned`, else a legacy
+/// `DLManagedTensor`; its deleter releases what it holds.
+fn make_managed(slf: &Bound<'_, Array>, versioned: bool, copied: bool) -> *mut c_void {
     let this = &slf.get().inner;
     let (data, strides, copy, owner) = if copied {
         let bytes = this.copy_c_order();
@@ -955,7 +953,7 @@ fn make_capsule(
         byte_offset: 0,
     };
     let ctx = Box::into_raw(ctx).cast::<c_void>();
-    let (ptr, name): (*mut c_void, &CStr) = if versioned {
+    let ptr: *mut c_void = if versioned {
         let mut flags = 0;
         if copied {
             flags |= FLAG_IS_COPIED;
@@ -969,16 +967,32 @@ fn make_capsule(
             flags,
             dl_tensor: tensor,
         });
-        (Box::into_raw(m).cast(), NAME_VERSIONED)
+        Box::into_raw(m).cast()
     } else {
         let m = Box::new(DLManagedTensor {
             dl_tensor: tensor,
             manager_ctx: ctx,
             deleter: Some(delete_legacy),
         });
-        (Box::into_raw(m).cast(), NAME_LEGACY)
+        Box::into_raw(m).cast()
     };
     CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
+    ptr
+}
+
+/// A DLPack capsule over `slf` (legacy or versioned, or over a copy).
+fn make_capsule(
+    py: Python<'_>,
+    slf: &Bound<'_, Array>,
+    versioned: bool,
+    copied: bool,
+) -> PyResult<Py<PyAny>> {
+    let ptr = make_managed(slf, versioned, copied);
+    let name = if versioned {
+        NAME_VERSIONED
+    } else {
+        NAME_LEGACY
+    };
     // SAFETY: `ptr` is a non-NULL managed tensor; the name is 'static; the
     // destructor frees the tensor only if no consumer renamed the capsule.
     let cap = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(capsule_destructor)) };
@@ -1093,9 +1107,50 @@ impl Framework {
             Framework::Tensorflow => {
                 from_dlpack.call1((arr.call_method0(intern!(py, "__dlpack__"))?,))
             }
+            Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
             _ => from_dlpack.call1((arr,)),
         }
     }
+}
+
+/// Hands an array to PyTorch through `torch.Tensor`'s DLPack C exchange API
+/// (`managed_tensor_to_py_object_no_sync`: no capsule, no Python-level
+/// `from_dlpack`), or `torch.from_dlpack` where the API is missing. Host
+/// memory only: there is no stream to synchronise.
+fn torch_from_array<'py>(
+    py: Python<'py>,
+    from_dlpack: &Bound<'py, PyAny>,
+    array: &Bound<'py, Array>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static TO_TORCH: PyOnceLock<usize> = PyOnceLock::new();
+    let to_torch = *TO_TORCH.get_or_try_init(py, || -> PyResult<usize> {
+        let tensor_type = py.import("torch")?.getattr("Tensor")?;
+        let api = crate::fast::exchange_api_of_type(&tensor_type);
+        Ok(api
+            .and_then(|a| a.managed_tensor_to_py_object_no_sync)
+            .map_or(0, |f| f as usize))
+    })?;
+    if to_torch == 0 || !array.get().inner.device.is_host_accessible() {
+        return from_dlpack.call1((array,));
+    }
+    // SAFETY: `to_torch` is the non-NULL `managed_tensor_to_py_object_no_sync`
+    // of PyTorch's process-lifetime exchange table.
+    let to_torch: unsafe extern "C" fn(*mut DLManagedTensorVersioned, *mut *mut c_void) -> c_int =
+        unsafe { std::mem::transmute::<usize, _>(to_torch) };
+    let managed = make_managed(array, true, false).cast::<DLManagedTensorVersioned>();
+    let mut out: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `managed` is an owning versioned tensor whose ownership the
+    // call takes ("stolen", per the header); `out` receives a new reference,
+    // or the call fails with an exception set. On failure the header does
+    // not say who owns the tensor, so it is leaked rather than risk a
+    // double free.
+    let rc = unsafe { to_torch(managed, &mut out) };
+    if rc != 0 || out.is_null() {
+        return Err(PyErr::take(py)
+            .unwrap_or_else(|| PyBufferError::new_err("torch's exchange API returned no tensor")));
+    }
+    // SAFETY: `out` is a new reference to a torch.Tensor.
+    Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
 }
 
 /// Hands an array to `jax.numpy.from_dlpack`, working around two JAX

@@ -253,9 +253,14 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
 }
 
 fn lookup_exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
-    let py = obj.py();
-    let capsule = obj
-        .get_type()
+    exchange_api_of_type(obj.get_type().as_any())
+}
+
+/// The DLPack C exchange API a type publishes (`None` if it has none, or
+/// none of major version 1). The table lives for the process (DLPack header).
+pub(crate) fn exchange_api_of_type(tp: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let py = tp.py();
+    let capsule = tp
         .getattr(pyo3::intern!(py, "__dlpack_c_exchange_api__"))
         .ok()?;
     // SAFETY: GetPointer checks the object is a capsule of that exact name

@@ -81,7 +81,11 @@ fn rnp_sum_pts(x: PyReadonlyArray2<'_, f32>) -> PyResult<f32> {
     let s = x
         .as_slice()
         .map_err(|_| PyTypeError::new_err("expected a C-contiguous array"))?;
-    Ok(if s.len() >= 3 { s[0] + s[1] + s[2] } else { 0.0 })
+    Ok(if s.len() >= 3 {
+        s[0] + s[1] + s[2]
+    } else {
+        0.0
+    })
 }
 
 #[pyfunction]
@@ -136,7 +140,11 @@ mod dlpark_fns {
         // SAFETY: a validated, compact CPU float32 tensor, alive while
         // `imported` is.
         let s = unsafe { t.cpu_slice::<f32>() }.map_err(err)?;
-        Ok(if s.len() >= 3 { s[0] + s[1] + s[2] } else { 0.0 })
+        Ok(if s.len() >= 3 {
+            s[0] + s[1] + s[2]
+        } else {
+            0.0
+        })
     }
 
     /// dlpark has no Python array type to return: it hands out a DLPack
