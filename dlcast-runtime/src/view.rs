@@ -678,8 +678,8 @@ impl<'a> View<'a> for TensorDynMut<'a> {
 /// object until the last consumer lets go (case C14); a view of a read-only
 /// input is exported read-only.
 macro_rules! into_py_view {
-    ($($t:ty => $($raw:ident).+);* $(;)?) => {$(
-        impl<'py> pyo3::IntoPyObject<'py> for $t {
+    ($([$($g:tt)*] $t:ty => $($raw:ident).+;)*) => {$(
+        impl<'py, $($g)*> pyo3::IntoPyObject<'py> for $t {
             type Target = crate::export::Array;
             type Output = pyo3::Bound<'py, crate::export::Array>;
             type Error = pyo3::PyErr;
@@ -690,24 +690,8 @@ macro_rules! into_py_view {
     )*};
 }
 into_py_view!(
-    TensorDyn<'_> => raw;
-    TensorDynMut<'_> => raw;
+    [T: Element] TensorRef<'_, T> => raw;
+    [T: Element] TensorMut<'_, T> => inner.raw;
+    [] TensorDyn<'_> => raw;
+    [] TensorDynMut<'_> => raw;
 );
-
-impl<'py, T: Element> pyo3::IntoPyObject<'py> for TensorRef<'_, T> {
-    type Target = crate::export::Array;
-    type Output = pyo3::Bound<'py, crate::export::Array>;
-    type Error = pyo3::PyErr;
-    fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
-        crate::export::export_view(py, self.raw)?.into_pyobject(py)
-    }
-}
-
-impl<'py, T: Element> pyo3::IntoPyObject<'py> for TensorMut<'_, T> {
-    type Target = crate::export::Array;
-    type Output = pyo3::Bound<'py, crate::export::Array>;
-    type Error = pyo3::PyErr;
-    fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
-        self.inner.into_pyobject(py)
-    }
-}
