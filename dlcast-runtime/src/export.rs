@@ -1103,9 +1103,11 @@ impl Framework {
         let from_dlpack = self.importer(py)?;
         match self {
             Framework::Jax => jax_from_array(py, &from_dlpack, arr.cast::<Array>()?),
-            // TensorFlow takes a capsule, and only legacy ones.
+            // TensorFlow takes a legacy capsule. Its tensors are immutable,
+            // so read-only data may go to it although a legacy capsule
+            // cannot carry READ_ONLY.
             Framework::Tensorflow => {
-                from_dlpack.call1((arr.call_method0(intern!(py, "__dlpack__"))?,))
+                from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
             }
             Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
             _ => from_dlpack.call1((arr,)),
@@ -1130,6 +1132,15 @@ fn torch_from_array<'py>(
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
             .map_or(0, |f| f as usize))
     })?;
+    if array.get().inner.read_only {
+        // PyTorch has no read-only tensors and ignores DLPack's READ_ONLY:
+        // handing it read-only memory would let Python write into it.
+        return Err(PyBufferError::new_err(
+            "returns = torch: the array is read-only (a view of a read-only input), \
+             and PyTorch has no read-only tensors; return a copy \
+             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
+        ));
+    }
     if to_torch == 0 || !array.get().inner.device.is_host_accessible() {
         return from_dlpack.call1((array,));
     }
@@ -1153,15 +1164,18 @@ fn torch_from_array<'py>(
     Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
 }
 
-/// Hands an array to `jax.numpy.from_dlpack`, working around two JAX
+/// Hands an array to `jax.numpy.from_dlpack`, working around three JAX
 /// behaviours (jaxlib 0.10, CPU):
 /// - JAX takes a buffer without a copy only if it is 64-byte aligned; it
 ///   copies others asynchronously yet calls the producer's deleter before
-///   that copy has finished, so freeing the buffer then can crash. A
-///   misaligned buffer is therefore copied here, once, into an aligned one
-///   that JAX then takes without a copy.
+///   that copy has finished, so freeing the buffer then can crash.
+/// - JAX refuses layouts that are not compact (slices with steps, negative
+///   strides).
 /// - JAX asks without `max_version` (a legacy capsule, which cannot carry
 ///   `READ_ONLY`); JAX arrays are immutable, so read-only data may go to it.
+///
+/// Buffers of the first two kinds are copied here, once, into an aligned
+/// C-order buffer that JAX then takes without a copy.
 fn jax_from_array<'py>(
     py: Python<'py>,
     from_dlpack: &Bound<'py, PyAny>,
@@ -1169,7 +1183,11 @@ fn jax_from_array<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let e = &array.get().inner;
     let mut array = array.clone();
-    if e.device.is_host_accessible() && (e.data as usize) % Tensor::<u8>::ALIGN != 0 {
+    let (shape, strides) = (e.shape_usize(), e.strides_isize());
+    let compact =
+        layout::is_c_contiguous(&shape, &strides) || layout::is_f_contiguous(&shape, &strides);
+    let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
+    if e.device.is_host_accessible() && !(compact && aligned) {
         array = Array::new(py, e.aligned_copy())?;
     }
     if array.get().inner.read_only {

@@ -16,7 +16,7 @@ use crate::dtype::{code, DType};
 use crate::fast::{self, ImportPath};
 use crate::layout::{self, ByteExtent};
 use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
-use pyo3::exceptions::{PyAttributeError, PyKeyboardInterrupt, PyMemoryError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyException, PyMemoryError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
@@ -208,9 +208,10 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
     match call_dlpack(obj)? {
         Some(capsule) => {
             let mut raw = take_capsule(&capsule, ImportPath::Dlpack)?;
-            // JAX arrays are immutable, but JAX answers with legacy capsules,
-            // which cannot say so (DLPack notes): mark them read-only here.
-            if !raw.read_only && is_from_module(obj, &["jax", "jaxlib"]) {
+            // JAX arrays and TensorFlow tensors are immutable, but they answer
+            // with capsules that do not say so (DLPack notes): mark them
+            // read-only here.
+            if !raw.read_only && is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
                 raw.read_only = true;
             }
             Ok(raw)
@@ -232,7 +233,9 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
 /// Sorts a producer's exception: interrupts and memory errors propagate as
 /// they are; everything else is wrapped with the parameter's name.
 fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
-    if e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PyMemoryError>(py) {
+    // Not an `Exception` (KeyboardInterrupt, SystemExit, GeneratorExit), or
+    // out of memory: not the producer's answer about this array.
+    if !e.is_instance_of::<PyException>(py) || e.is_instance_of::<PyMemoryError>(py) {
         ImportError::Propagate(e)
     } else {
         ImportError::Producer(what, e)

@@ -8,6 +8,10 @@
 /// Number of elements, the product of the extents; `None` on overflow.
 /// A 0-d array (`shape == []`) has one element.
 pub fn element_count(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        // Empty, whatever the other extents: no overflow to report.
+        return Some(0);
+    }
     shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n))
 }
 

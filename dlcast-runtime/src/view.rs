@@ -159,9 +159,8 @@ impl RawTensor {
 
     fn permute(&mut self, axes: &[usize]) -> Result<(), ViewError> {
         let ndim = self.shape.len();
-        let mut seen = [false; 64];
+        let mut seen: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; ndim];
         let valid = axes.len() == ndim
-            && ndim <= seen.len()
             && axes
                 .iter()
                 .all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
@@ -263,7 +262,8 @@ macro_rules! layout_methods {
         }
         /// Number of elements (1 for a 0-d array).
         pub fn len(&self) -> usize {
-            self.raw.shape.iter().product()
+            // The import checked that the count fits.
+            layout::element_count(&self.raw.shape).unwrap_or(0)
         }
         /// Whether the array has no elements.
         pub fn is_empty(&self) -> bool {

@@ -370,3 +370,51 @@ def test_buffer_protocol():
         ctypes.c_char.from_buffer(a)
     c, _ = ext.arange_default("uint8", [4])
     assert bytes(c) == b"\x00\x01\x02\x03"
+
+
+def test_read_only_views_never_reach_a_writable_consumer():
+    ro = np.arange(6.0).reshape(2, 3)
+    ro.flags.writeable = False
+    # PyTorch has no read-only tensors: refused, with what to do instead.
+    with pytest.raises(BufferError, match="PyTorch has no read-only tensors"):
+        ext.transposed(ro)
+    assert ro.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    # TensorFlow and JAX arrays are immutable: they may take read-only data.
+    assert ext.identity_tf(ro).numpy().tolist() == ro.tolist()
+    assert ext.identity_tf(b"\x01\x02").numpy().tolist() == [1, 2]
+    assert ext.identity_jax(ro).tolist() == ro.tolist()
+
+
+def test_immutable_framework_inputs_are_read_only():
+    import tensorflow as tf
+
+    c = tf.constant([1.0, 2.0], dtype=tf.float64)
+    with pytest.raises(TypeError, match="read-only"):
+        ext.fill_f64(c, 5.0)
+    assert c.numpy().tolist() == [1.0, 2.0]
+
+
+def test_returns_jax_takes_any_layout():
+    base = np.arange(40.0)
+    for view in (base[::2], base[1::2], base[::-1], base.reshape(5, 8)[:, 1:3], base.reshape(5, 8).T):
+        assert ext.identity_jax(view).tolist() == view.tolist()
+
+
+def test_transpose_beyond_64_dimensions():
+    c = ext.make_capsule(np.arange(2.0).tobytes(), [2] + [1] * 69, [1] + [1] * 69)
+    t = ext.transposed(c)
+    assert tuple(t.shape) == (1,) * 69 + (2,)
+
+
+def test_empty_array_with_huge_extents():
+    c = ext.make_capsule(b"", [2**62, 2**62, 0], [0, 0, 0], null_data=True)
+    assert ext.describe(c)[0] == [2**62, 2**62, 0]
+
+
+def test_base_exceptions_from_producers_propagate():
+    class Exits:
+        def __dlpack__(self, **kw):
+            raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        ext.values(Exits())

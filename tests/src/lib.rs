@@ -439,7 +439,8 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
         maybe_fill,
         consume,
     );
-    add_export_functions(m)
+    add_export_functions(m)?;
+    add_robustness_functions(m)
 }
 
 // ---------------------------------------------------------------------------
@@ -761,11 +762,120 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         arange_tensorflow,
         ones_like,
         maybe_ones_like,
+        identity_tf,
         import_path,
         rust_allocations,
         first_f64,
         points_len,
         delete_on_foreign_thread,
+    );
+    Ok(())
+}
+
+/// The input itself, handed to TensorFlow (read-only inputs included).
+#[dlpack_fn(returns = tensorflow)]
+#[pyfunction]
+fn identity_tf(x: TensorDyn<'_>) -> TensorDyn<'_> {
+    x
+}
+
+// ---------------------------------------------------------------------------
+// Robustness (issue 6): functions for the thread and aliasing tests
+// (tests/python/test_threads.py, test_aliasing.py).
+
+/// Sum of the elements, computed with the GIL released. Views are neither
+/// `Send` nor `Sync`, so they cannot cross into `py.detach`: the elements
+/// are copied out first and the view is dropped (its deleter runs) while
+/// the GIL is still held.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_detached(py: Python<'_>, x: TensorRef<'_, f64>) -> PyResult<f64> {
+    let v = x.to_vec()?;
+    drop(x);
+    Ok(py.detach(move || {
+        // Yield once so that other threads run while this one is detached.
+        std::thread::yield_now();
+        v.iter().sum()
+    }))
+}
+
+/// `out = k * x`, computed with the GIL released from a copy of `x`, then
+/// written back through the writable view (which stayed on this thread).
+#[dlpack_fn]
+#[pyfunction]
+fn scale_detached(
+    py: Python<'_>,
+    #[shape(n)] x: TensorRef<'_, f64>,
+    #[shape(n)] mut out: TensorMut<'_, f64>,
+    k: f64,
+) -> PyResult<()> {
+    let v = x.to_vec()?;
+    let scaled: Vec<f64> = py.detach(move || {
+        std::thread::yield_now();
+        v.into_iter().map(|e| e * k).collect()
+    });
+    for (i, e) in scaled.into_iter().enumerate() {
+        out.set(&[i], e);
+    }
+    Ok(())
+}
+
+/// Number of bodies of `swap_f64` / `copy_into_counted` run so far: the
+/// aliasing tests check that a refused call never ran its body.
+static BODIES_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many bodies of the aliasing test functions have run.
+#[pyfunction]
+fn bodies_run() -> usize {
+    BODIES_RUN.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Swaps the elements of two writable arrays of one shape.
+#[dlpack_fn]
+#[pyfunction]
+fn swap_f64(#[shape(..)] mut a: TensorMut<'_, f64>, mut b: TensorMut<'_, f64>) -> PyResult<()> {
+    BODIES_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let (va, vb) = (a.to_vec()?, b.to_vec()?);
+    a.fill(0.0)?;
+    let shape = a.shape().to_vec();
+    let mut idx = vec![0usize; shape.len()];
+    for (flat, (x, y)) in va.into_iter().zip(vb).enumerate() {
+        let mut f = flat;
+        for d in (0..shape.len()).rev() {
+            idx[d] = f % shape[d];
+            f /= shape[d];
+        }
+        a.set(&idx, y);
+        b.set(&idx, x);
+    }
+    Ok(())
+}
+
+/// `dst[...] = src + 1` for two arrays of one shape (the writable one last).
+#[dlpack_fn]
+#[pyfunction]
+fn add_one_into(
+    #[shape(n)] src: TensorRef<'_, f64>,
+    #[shape(n)] mut dst: TensorMut<'_, f64>,
+) -> PyResult<()> {
+    BODIES_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    for (i, v) in src.to_vec()?.into_iter().enumerate() {
+        dst.set(&[i], v + 1.0);
+    }
+    Ok(())
+}
+
+/// Registers the robustness functions (called from the module initialiser).
+fn add_robustness_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    macro_rules! add {
+        ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
+    }
+    add!(
+        sum_detached,
+        scale_detached,
+        bodies_run,
+        swap_f64,
+        add_one_into
     );
     Ok(())
 }
