@@ -43,24 +43,54 @@ unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
     DELETER_CALLS.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Capsule destructor: frees the tensor if nobody consumed the capsule, as
-/// real producers do.
+/// What the capsule destructor needs to know: the struct kind, the name
+/// the capsule was made with (a consumer renames it to its own "used_*"
+/// string when it takes the tensor), and the custom name
+/// (`make_capsule(name=...)`), kept alive here as long as the capsule.
+struct CapsuleCtx {
+    versioned: bool,
+    made_as: *const std::ffi::c_char,
+    /// Only kept alive: the capsule's name points into it.
+    #[allow(dead_code)]
+    name: Option<std::ffi::CString>,
+}
+
+/// Capsules made with `null_deleter=True`: their backing is leaked on
+/// purpose, but stays reachable from here (so valgrind, `make sanitize`,
+/// sees no lost memory).
+static LEAKED_ON_PURPOSE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Capsule destructor: frees the tensor if nobody consumed the capsule
+/// (whatever its name, custom names included), as real producers do.
 unsafe extern "C" fn capsule_destructor(cap: *mut ffi::PyObject) {
-    // SAFETY: called by CPython with the dying capsule; the name checks
-    // tell which struct it holds, or that a consumer took it.
+    // SAFETY: called by CPython with the dying capsule. The context was set
+    // by `make_capsule` from `Box::into_raw` and is freed only here; while
+    // the capsule keeps the name it was made with, nobody took the tensor,
+    // whose struct kind the context records.
     unsafe {
-        if ffi::PyCapsule_IsValid(cap, LEGACY.as_ptr()) != 0 {
-            let m = ffi::PyCapsule_GetPointer(cap, LEGACY.as_ptr()).cast::<DLManagedTensor>();
-            if let Some(d) = (*m).deleter {
-                d(m);
-            }
-        } else if ffi::PyCapsule_IsValid(cap, VERSIONED.as_ptr()) != 0 {
-            let m = ffi::PyCapsule_GetPointer(cap, VERSIONED.as_ptr())
-                .cast::<DLManagedTensorVersioned>();
-            if let Some(d) = (*m).deleter {
-                d(m);
+        let ctx = ffi::PyCapsule_GetContext(cap).cast::<CapsuleCtx>();
+        if ctx.is_null() {
+            return;
+        }
+        let ctx = Box::from_raw(ctx);
+        let name = ffi::PyCapsule_GetName(cap);
+        if name == ctx.made_as {
+            let p = ffi::PyCapsule_GetPointer(cap, name);
+            if ctx.versioned {
+                let m = p.cast::<DLManagedTensorVersioned>();
+                if let Some(d) = (*m).deleter {
+                    d(m);
+                }
+            } else {
+                let m = p.cast::<DLManagedTensor>();
+                if let Some(d) = (*m).deleter {
+                    d(m);
+                }
             }
         }
+        // `ctx` (and the custom name) drops here, after the last use of
+        // the capsule's name.
+        drop(ctx);
     }
 }
 
@@ -92,6 +122,7 @@ pub fn make_capsule(
     ndim: Option<i32>,
     name: Option<String>,
 ) -> PyResult<Py<PyAny>> {
+    let name = name.map(std::ffi::CString::new).transpose()?;
     let mut words = vec![0u128; data.len().div_ceil(16).max(1)];
     // SAFETY: `words` has at least `data.len()` bytes; u128 has no invalid
     // bit patterns, so writing bytes into it is sound.
@@ -160,17 +191,33 @@ pub fn make_capsule(
         .cast()
     };
     CREATED.fetch_add(1, Ordering::SeqCst);
-    let name_ptr = match name {
-        // Leaked on purpose: a capsule name must outlive the capsule.
-        Some(n) => Box::leak(std::ffi::CString::new(n)?.into_boxed_c_str()).as_ptr(),
+    if null_deleter {
+        LEAKED_ON_PURPOSE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ptr as usize);
+    }
+    let name_ptr = match &name {
+        // Lives in the context, which the destructor frees last.
+        Some(n) => n.as_ptr(),
         None if versioned => VERSIONED.as_ptr(),
         None => LEGACY.as_ptr(),
     };
-    // SAFETY: `ptr` is non-NULL; the name lives for the process; the
-    // destructor handles both struct kinds by name.
+    let ctx = Box::new(CapsuleCtx {
+        versioned,
+        made_as: name_ptr,
+        name,
+    });
+    // SAFETY: `ptr` is non-NULL; the name lives as long as the capsule (in
+    // `ctx`, or 'static); the destructor handles both struct kinds.
     let cap = unsafe { ffi::PyCapsule_New(ptr, name_ptr, Some(capsule_destructor)) };
     // SAFETY: PyCapsule_New returns a new reference or NULL with an error set.
-    unsafe { Bound::from_owned_ptr_or_err(py, cap) }.map(Bound::unbind)
+    let cap = unsafe { Bound::from_owned_ptr_or_err(py, cap) }?;
+    // SAFETY: `cap` is a capsule; the context is ours, freed by the destructor.
+    if unsafe { ffi::PyCapsule_SetContext(cap.as_ptr(), Box::into_raw(ctx).cast()) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(cap.unbind())
 }
 
 /// `(capsules created, deleter calls)` since the process started.
