@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the benchmark's extension modules into bench/target/py:
+# Builds the benchmark's extension modules into bench/target/py (and a
+# second build of dlcast_bench with cargo's default profile, py-default):
 #   dlcast_bench  (bench/rust: floor, dlcast, rust-numpy, dlpark functions)
 #   nb_bench      (bench/nanobind: the same functions with nanobind)
 # and installs the bench-only Python packages (bench/requirements.txt) into
@@ -25,11 +26,22 @@ fi
 
 EXT_SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 
-# --- Rust: one cdylib, cargo's release profile, no abi3 --------------------
-echo "bench: cargo build --release (bench/rust)"
+# --- Rust: one cdylib, no abi3, two profiles --------------------------------
+# bench/target/py:          bench/rust/Cargo.toml's release profile (fat LTO,
+#                           codegen-units 1): the main table.
+# bench/target/py-default:  cargo's default release profile (no LTO,
+#                           codegen-units 16), for the profile table.
+echo "bench: cargo build --release (bench/rust: LTO fat, codegen-units 1)"
 PYO3_PYTHON="$PY" CARGO_TARGET_DIR="$ROOT/$OUT" \
   cargo build --release --quiet --manifest-path bench/rust/Cargo.toml
 install -m 755 "$OUT/release/libdlcast_bench.so" "$OUT/py/dlcast_bench$EXT_SUFFIX"
+echo "bench: cargo build --release (bench/rust: cargo's default profile)"
+mkdir -p "$OUT/py-default"
+PYO3_PYTHON="$PY" CARGO_TARGET_DIR="$ROOT/$OUT/default-profile" \
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+  cargo build --release --quiet --manifest-path bench/rust/Cargo.toml
+install -m 755 "$OUT/default-profile/release/libdlcast_bench.so" \
+  "$OUT/py-default/dlcast_bench$EXT_SUFFIX"
 
 # --- nanobind: nb_combined.cpp (libnanobind) + the module, system g++ -------
 # As nanobind's own instructions for building without CMake (comment at the
@@ -39,6 +51,7 @@ NB_DIR=$("$PY" -c "import nanobind, os; print(os.path.dirname(nanobind.__file__)
 NB_VER=$("$PY" -c "import nanobind; print(nanobind.__version__)")
 PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 CXX=${CXX:-g++}
+command -v "$CXX" >/dev/null || { echo "bench/build.sh: no $CXX (apt-get install g++)" >&2; exit 1; }
 CXXFLAGS="-std=c++17 -fPIC -fvisibility=hidden -DNDEBUG -DNB_COMPACT_ASSERTIONS \
 -I$PY_INC -I$NB_DIR/include -I$NB_DIR/ext/robin_map/include"
 LIB_FLAGS="-O3 -fno-strict-aliasing -ffunction-sections -fdata-sections"
@@ -63,7 +76,7 @@ echo "$SIG" > "$SIG_FILE"
 # Build settings, for BENCHMARKS.md.
 cat > "$OUT/build-info.txt" <<INFO
 rustc: $(rustc --version)
-cargo profile: release (opt-level 3, codegen-units 16, no LTO, cargo's defaults)
+cargo profile: release, opt-level 3, lto = "fat", codegen-units = 1, panic = "unwind" (bench/rust/Cargo.toml); the profile table also uses cargo's default release profile (lto = false, codegen-units = 16)
 pyo3 features: extension-module, no abi3 (version-specific build for $("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])'), METH_FASTCALL)
 c++: $($CXX --version | head -1)
 nanobind: $NB_VER, libnanobind $LIB_FLAGS, module $MOD_FLAGS, -std=c++17 -fvisibility=hidden -DNDEBUG -DNB_COMPACT_ASSERTIONS, linked -shared -Wl,-s -Wl,--gc-sections

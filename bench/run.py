@@ -53,7 +53,26 @@ try:
 except ImportError as e:  # pragma: no cover - a message, not a test
     sys.exit(f"bench/run.py: {e}; build the modules first: bash bench/build.sh")
 
+def _load_default_profile():
+    """dlcast_bench built with cargo's default release profile (a second copy
+    of the module, from bench/target/py-default), or None if not built."""
+    import importlib.machinery
+    import importlib.util
+
+    path = next((TARGET / "py-default").glob("dlcast_bench.*"), None)
+    if path is None:
+        return None
+    loader = importlib.machinery.ExtensionFileLoader("dlcast_bench", str(path))
+    spec = importlib.util.spec_from_file_location("dlcast_bench", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+rs_default = _load_default_profile()
+
 LIBS = ["floor", "dlcast", "rust-numpy", "dlpark", "nanobind"]
+RUST_LIBS = ["floor", "dlcast", "rust-numpy", "dlpark"]
 PEERS = ["rust-numpy", "dlpark", "nanobind"]
 
 
@@ -171,6 +190,34 @@ NOT_OFFERED = {
         "dlpark returns DLPack capsules only, and `numpy.from_dlpack` takes no capsules",
     ("make_f32(1000) -> PyTorch", "rust-numpy"): "rust-numpy makes NumPy arrays only",
 }
+
+
+def profile_rows():
+    """(label, stmt, {lib: names for the LTO build}, {lib: for the default build})."""
+    pts = np.ones((1000, 3), np.float32)
+    v10 = np.arange(10, dtype=np.float64)
+
+    def fns(m):
+        return {
+            "sum_len": {"floor": m.floor, "dlcast": m.dlcast_sum_len, "rust-numpy": m.rnp_sum_len,
+                        "dlpark": m.dlpark_sum_len},
+            "sum_pts": {"floor": m.floor, "dlcast": m.dlcast_sum_pts, "rust-numpy": m.rnp_sum_pts,
+                        "dlpark": m.dlpark_sum_pts},
+            "make": {"floor": m.floor, "dlcast": m.dlcast_make_f32_numpy,
+                     "rust-numpy": m.rnp_make_f32_numpy},
+        }
+
+    rows = []
+    for label, kind, x in [("sum_len: NumPy float64 (10,)", "sum_len", v10),
+                           ("sum_len: PyTorch float64 (10,)", "sum_len", torch.from_numpy(v10.copy())),
+                           ("sum_pts: NumPy float32 (1000, 3)", "sum_pts", pts),
+                           ("make_f32(1000) -> NumPy", "make", 1000)]:
+        per = []
+        for m in (rs, rs_default):
+            per.append({lib: {"f": f, "x": x} for lib, f in fns(m)[kind].items()
+                        if not (lib == "rust-numpy" and isinstance(x, torch.Tensor))})
+        rows.append((label, per[0], per[1]))
+    return rows
 
 
 def behaviour_cases():
@@ -294,6 +341,23 @@ def short_label(label: str) -> str:
     return label.replace(", transposed (F-order)", "\ntransposed").replace(" float", "\nfloat")
 
 
+def profile_table(profile: list) -> list[str]:
+    if not profile:
+        return ["(bench/target/py-default was not built: no profile table)"]
+    head = ["input", *[f"{lib} LTO / default" for lib in RUST_LIBS]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, cells in profile:
+        row = [label]
+        for lib in RUST_LIBS:
+            if lib in cells:
+                a, b = cells[lib]
+                row.append(f"{fmt_ns(a)} / {fmt_ns(b)}")
+            else:
+                row.append("—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def chart(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -389,6 +453,19 @@ def main() -> None:
         print(f"  {label:<58}" + "".join(f"{lib}={fmt_ns(cells.get(lib)):>7} " for lib in LIBS),
               flush=True)
 
+    # The same Rust functions from the two builds, timed back to back.
+    profile = []
+    if rs_default is not None:
+        for label, lto, dflt in profile_rows():
+            cells = {}
+            for lib in RUST_LIBS:
+                if lib in lto:
+                    cells[lib] = (timing.ns_per_call("f(x)", **lto[lib]),
+                                  timing.ns_per_call("f(x)", **dflt[lib]))
+            profile.append((label, cells))
+            print(f"  profiles: {label:<48}" + "".join(
+                f"{lib}={fmt_ns(a)}/{fmt_ns(b)} " for lib, (a, b) in cells.items()), flush=True)
+
     behaviour = []
     fns = {"dlcast": rs.dlcast_sum_pts, "rust-numpy": rs.rnp_sum_pts,
            "dlpark": rs.dlpark_sum_pts, "nanobind": nb.sum_pts}
@@ -422,7 +499,7 @@ def main() -> None:
     # ------------------------------------------------------------ output
     json_path = TARGET / "results.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"meta": meta, "results": results,
+    json_path.write_text(json.dumps({"meta": meta, "results": results, "profile": profile,
                                      "notes": {f"{r} | {l}": v for (r, l), v in notes.items()},
                                      "behaviour": behaviour}, indent=1, default=str))
     chart(results, Path(args.png))
@@ -496,6 +573,14 @@ def main() -> None:
         "",
         *table(results["ndim"], "input"),
         "",
+        "## Build profile",
+        "",
+        "The same Rust functions from two builds of bench/rust, timed back to back: "
+        "the main tables' profile (fat LTO, one codegen unit) and cargo's default release "
+        "profile (no LTO, 16 codegen units). ns per call, LTO / default:",
+        "",
+        *profile_table(profile),
+        "",
         "## Not timed: what each library does with a wrong input to `sum_pts`",
         "",
         "| input | " + " | ".join(fns) + " |",
@@ -535,10 +620,11 @@ def main() -> None:
         "",
         "## Build settings",
         "",
-        "All Rust libraries are in one extension module (bench/rust), built by "
-        "`cargo build --release` (no maturin step, same result), with the same PyO3 "
-        "build: no abi3 feature, i.e. a version-specific build that uses the "
-        "`METH_FASTCALL` convention (abi3 below 3.10 has none and adds about 30 ns per call).",
+        "All Rust libraries are in one extension module (bench/rust), so they share one "
+        "build: `cargo build --release` (what `maturin build --release` runs), fat LTO and "
+        "one codegen unit (see the build-profile table for cargo's defaults), and no abi3 "
+        "feature, i.e. a version-specific build that uses the `METH_FASTCALL` calling "
+        "convention (abi3 below 3.10 has none and adds about 30 ns per call).",
         "",
         "```",
         bi,
@@ -562,6 +648,8 @@ def main() -> None:
     for sec in ("inputs", "returns", "sizes", "ndim"):
         print("\n".join(table(results[sec], sec)))
         print()
+    print("\n".join(profile_table(profile)))
+    print()
     if busy:
         print(f"warning: load average {load_start:.2f} / {load_end:.2f}: the machine was busy, "
               "figures are inflated", file=sys.stderr)
