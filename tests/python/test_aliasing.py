@@ -1,0 +1,192 @@
+"""Aliasing (issue 6: never alias): a writable argument whose memory
+overlaps another argument is refused before the body runs, whatever the
+two views look like; disjoint memory is accepted; a writable view never
+reaches one element from two indices. (Views cannot leave the call or the
+thread: ui-tests/tests/ui/fail/view_escapes.rs, view_in_detach.rs.)
+
+NumPy only, so that `make sanitize` can run this file under valgrind."""
+
+import numpy as np
+import pytest
+
+import dlcast_testext as ext
+from conftest import capsule, deleters_balanced
+
+as_strided = np.lib.stride_tricks.as_strided
+
+
+def refused(f, *args, first, second):
+    """Calls `f(*args)`, which must be refused for sharing memory before its
+    body runs."""
+    before = ext.bodies_run()
+    with pytest.raises(TypeError) as info:
+        f(*args)
+    assert str(info.value) == (
+        f"{f.__name__}(): arguments '{first}' and '{second}' share memory, and '{first}' is writable"
+    )
+    assert ext.bodies_run() == before
+
+
+def accepted(f, *args):
+    before = ext.bodies_run()
+    f(*args)
+    assert ext.bodies_run() == before + 1
+
+
+def test_same_array_twice():
+    a = np.arange(6.0)
+    refused(ext.add_one_into, a, a, first="dst", second="src")
+    refused(ext.swap_f64, a, a, first="a", second="b")
+    assert a.tolist() == list(range(6))
+
+
+def overlapping_pairs():
+    """Pairs of views of one 1-d buffer `a` (12 elements) that share memory,
+    each pair of equal lengths."""
+    a = np.arange(12.0)
+    return a, [
+        (a[0:6], a[3:9]),              # overlapping slices
+        (a[3:9], a[0:6]),
+        (a[::-1][:6], a[3:9]),         # negative stride over a[6:12], a[3:9]
+        (a[8:2:-1], a[2:8]),           # the same range, reversed
+        (a[8:2:-1], a[7:1:-1]),        # both reversed, shifted
+        (a[::2], a[1::2]),             # interleaved: the spans overlap
+        (a[11:0:-2], a[0:11:2]),
+    ]
+
+
+def test_overlapping_views_are_refused_and_the_output_untouched():
+    a, pairs = overlapping_pairs()
+    for i, (src, dst) in enumerate(pairs):
+        before = a.copy()
+        refused(ext.add_one_into, src, dst, first="dst", second="src")
+        refused(ext.swap_f64, src, dst, first="a", second="b")
+        refused(ext.swap_f64, dst, src, first="a", second="b")
+        assert (a == before).all(), i
+
+
+def test_transposed_and_reshaped_aliases():
+    m = np.zeros((3, 4))
+    before = m.copy()
+    refused(ext.copy_into, m.T, m, first="dst", second="src")
+    refused(ext.copy_into, m, m.T, first="dst", second="src")
+    refused(ext.copy_into, m.reshape(4, 3), m[:, ::-1].T, first="dst", second="src")
+    refused(ext.copy_into, m[1:, 1:], m[:2, :3], first="dst", second="src")
+    # A view through a capsule of the same memory, and through the buffer protocol.
+    refused(ext.copy_into, m.__dlpack__(), m, first="dst", second="src")
+    refused(ext.copy_into, memoryview(m).cast("B").cast("d", [3, 4]), m, first="dst", second="src")
+    assert (m == before).all()
+
+
+def test_buffer_aliases():
+    ba = bytearray(8 * 6)
+    v = np.frombuffer(ba, np.float64)
+    refused(ext.add_one_into, memoryview(ba).cast("d"), v, first="dst", second="src")
+    refused(ext.add_one_into, v, memoryview(ba).cast("d"), first="dst", second="src")
+    assert bytes(ba) == bytes(48)
+    accepted(ext.add_one_into, memoryview(ba)[:24].cast("d"), v[3:])
+    assert v.tolist() == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_one_shared_byte_is_enough():
+    raw = np.zeros(8 * 7, np.uint8)
+    a = raw[0:48].view(np.float64)   # bytes 0..48
+    b = raw[47:55].view(np.float64)  # bytes 47..55 (unaligned)
+    refused(ext.copy_into, a[5:6], b, first="dst", second="src")
+    refused(ext.copy_into, b, a[5:6], first="dst", second="src")
+    # Adjacent (touching, not overlapping) ranges are fine.
+    c = raw[48:56].view(np.float64)
+    accepted(ext.add_one_into, a[5:6], c)
+    assert c.tolist() == [1.0]
+
+
+def test_disjoint_views_are_accepted():
+    a = np.arange(12.0)
+    accepted(ext.add_one_into, a[:6], a[6:])
+    assert a.tolist() == [0, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 6]
+    accepted(ext.add_one_into, a[6:][::-1], a[:6])
+    assert a[:6].tolist() == [7, 6, 5, 4, 3, 2]
+    b = np.arange(6.0)
+    accepted(ext.swap_f64, a[:6], b)
+    assert a[:6].tolist() == [0, 1, 2, 3, 4, 5] and b.tolist() == [7, 6, 5, 4, 3, 2]
+    m = np.zeros((4, 4))
+    accepted(ext.swap_f64, m[:2], m[2:])
+
+
+def test_read_only_views_may_overlap_each_other():
+    pts = np.ones((4, 3), np.float32)
+    # Two read-only parameters of one array: no writable one, no refusal.
+    assert ext.centroid(pts, pts[:, 0]) == [1.0, 1.0, 1.0]
+    assert ext.matmul_shapes(pts, pts.T, np.zeros((4, 4))) == (4, 3, 4)
+
+
+def test_empty_views_never_overlap():
+    a = np.arange(4.0)
+    accepted(ext.add_one_into, a[2:2], a[2:2])
+    accepted(ext.swap_f64, a[:0], a[:0])
+    with deleters_balanced(2):
+        # Same address, both empty, through capsules.
+        accepted(ext.add_one_into, capsule(np.zeros(0)), capsule(np.zeros(0)))
+
+
+def test_capsule_aliases_of_one_numpy_array():
+    a = np.arange(4.0)
+    refused(ext.add_one_into, a.__dlpack__(), a.__dlpack__(), first="dst", second="src")
+    refused(ext.add_one_into, a, a[::-1].__dlpack__(), first="dst", second="src")
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# ---------------------------------------------------------------------------
+# TensorMut refuses self-overlapping layouts
+
+
+SELF_OVERLAPPING = [
+    ((4,), (0,)),          # stride 0 on an extent above 1
+    ((3, 2), (0, 1)),      # a broadcast row
+    ((3, 3), (1, 1)),      # sliding windows
+    ((2, 3), (2, 1)),      # rows overlapping by one element
+    ((2, 2), (-1, -1)),    # negative strides, overlapping
+    ((3, 2), (1, 2)),      # element 2 reached as (2, 0) and (0, 1)
+    ((2, 2, 2), (4, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("shape,strides", SELF_OVERLAPPING)
+def test_self_overlapping_writable_views_are_refused(shape, strides):
+    base = np.arange(16.0)
+    start = 8  # room for negative strides
+    v = as_strided(base[start:], shape=shape, strides=[s * 8 for s in strides])
+    assert v.flags.writeable
+    before = base.copy()
+    for f in (lambda x: ext.fill_f64(x, -1.0), ext.double_slice_f64,
+              lambda x: ext.set_f64(x, [0] * len(shape), 5.0)):
+        with pytest.raises(TypeError, match="a writable array must not reach one element from two indices"):
+            f(v)
+    base32 = np.arange(16, dtype=np.float32)
+    v32 = as_strided(base32[start:], shape=shape, strides=[s * 4 for s in strides])
+    with pytest.raises(TypeError, match="must not reach one element from two indices"):
+        ext.add_one_f32(v32)
+    with pytest.raises(TypeError, match="must not reach one element from two indices"):
+        ext.identity_mut(v32)  # a writable view returned to NumPy
+    assert base32.tolist() == list(range(16))
+    # Through capsules (the producer's own copy) too.
+    with deleters_balanced(1):
+        c = ext.make_capsule(base.tobytes(), list(shape), list(strides), data_offset=start * 8)
+        with pytest.raises(TypeError, match="must not reach one element from two indices"):
+            ext.fill_f64(c, 0.0)
+    assert (base == before).all()
+    # Reading such a layout is fine.
+    assert ext.values(v) == v.ravel().tolist()
+
+
+@pytest.mark.parametrize(
+    "shape,strides",
+    [((4,), (1,)), ((1,), (0,)), ((1, 4), (0, 1)), ((3, 1), (1, 0)), ((2, 3), (1, 2)),
+     ((3, 2), (-2, -1)), ((2, 2), (2, -1)), ((0, 5), (0, 0)), ((2, 2), (5, 1))],
+)
+def test_non_overlapping_writable_views_are_accepted(shape, strides):
+    base = np.zeros(32)
+    v = as_strided(base[12:], shape=shape, strides=[s * 8 for s in strides])
+    ext.fill_f64(v, 3.0)
+    assert (v == 3.0).all()
+    assert base.sum() == 3.0 * v.size
