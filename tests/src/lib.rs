@@ -793,10 +793,25 @@ fn sum_detached(py: Python<'_>, x: TensorRef<'_, f64>) -> PyResult<f64> {
     let v = x.to_vec()?;
     drop(x);
     Ok(py.detach(move || {
-        // Yield once so that other threads run while this one is detached.
-        std::thread::yield_now();
-        v.iter().sum()
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = DETACHED.fetch_add(1, SeqCst) + 1;
+        DETACHED_PEAK.fetch_max(now, SeqCst);
+        // Stay detached a moment, so that other threads run meanwhile.
+        std::thread::sleep(std::time::Duration::from_micros(20));
+        let sum = v.iter().sum();
+        DETACHED.fetch_sub(1, SeqCst);
+        sum
     }))
+}
+
+/// Threads inside `sum_detached`'s detached section now, and at most so far.
+static DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static DETACHED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The most threads seen at once in `sum_detached`'s detached section.
+#[pyfunction]
+fn detached_peak() -> usize {
+    DETACHED_PEAK.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// `out = k * x`, computed with the GIL released from a copy of `x`, then
@@ -872,6 +887,7 @@ fn add_robustness_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     add!(
         sum_detached,
+        detached_peak,
         scale_detached,
         bodies_run,
         swap_f64,
