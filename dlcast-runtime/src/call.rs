@@ -21,13 +21,26 @@ struct Binding {
     param: u8,
 }
 
-/// The host memory one argument spans, for the overlap check.
+/// The memory one argument spans, for the overlap check.
 #[derive(Clone, Copy)]
 struct Span {
     param: u8,
     writable: bool,
+    /// The address space `lo..hi` is in (see [`address_space`]).
+    space: Device,
     lo: usize,
     hi: usize,
+}
+
+/// Memory the CPU can access (CPU, pinned and managed memory) shares the
+/// host's address space; device memory is only comparable with memory of
+/// the same device.
+fn address_space(device: Device) -> Device {
+    if device.is_host_accessible() {
+        Device::CPU
+    } else {
+        device
+    }
 }
 
 /// State of one call of a `#[dlpack_fn]` function. Created by the generated
@@ -75,7 +88,7 @@ impl CallCx {
     pub fn finish(&self) -> PyResult<()> {
         for (i, a) in self.spans.iter().enumerate() {
             for b in &self.spans[i + 1..] {
-                if (a.writable || b.writable) && a.lo < b.hi && b.lo < a.hi {
+                if (a.writable || b.writable) && a.space == b.space && a.lo < b.hi && b.lo < a.hi {
                     let (w, o) = if a.writable { (a, b) } else { (b, a) };
                     return Err(PyTypeError::new_err(format!(
                         "{}(): arguments '{}' and '{}' share memory, and '{}' is writable",
@@ -211,16 +224,25 @@ impl CallCx {
                 ));
             }
         }
-        if self.spec.has_writable && raw.device.is_host_accessible() {
+        // Device memory too: two views of one CUDA buffer, one writable,
+        // alias for the kernels the body launches as much as host memory
+        // does for Rust. (No `unsafe` here: spans are plain integers.)
+        if self.spec.has_writable {
             if let Some(e) = raw.extent {
                 let base = raw.data as usize;
-                self.spans.push(Span {
-                    param: index as u8,
-                    writable,
-                    // The import checked that these do not wrap.
-                    lo: base.wrapping_add_signed(e.lo),
-                    hi: base.wrapping_add_signed(e.hi),
-                });
+                // The import checked that host spans do not wrap; a device
+                // span that wraps describes no real memory: not compared.
+                if let (Some(lo), Some(hi)) =
+                    (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
+                {
+                    self.spans.push(Span {
+                        param: index as u8,
+                        writable,
+                        space: address_space(raw.device),
+                        lo,
+                        hi,
+                    });
+                }
             }
         }
         Ok(())

@@ -153,8 +153,13 @@ SELF_OVERLAPPING = [
 
 @pytest.mark.parametrize("shape,strides", SELF_OVERLAPPING)
 def test_self_overlapping_writable_views_are_refused(shape, strides):
-    base = np.arange(16.0)
-    start = 8  # room for negative strides
+    # Element 0 at 8, so that offsets -8..23 stay inside `base` (as_strided
+    # does not check: a view past the end once made `make sanitize` flag
+    # reads beyond the buffer, by NumPy and dlcast alike).
+    base = np.arange(32.0)
+    start = 8
+    offsets = [sum(i * s for i, s in zip(idx, strides)) for idx in np.ndindex(*shape)]
+    assert -start <= min(offsets) and start + max(offsets) < base.size
     v = as_strided(base[start:], shape=shape, strides=[s * 8 for s in strides])
     assert v.flags.writeable
     before = base.copy()
@@ -162,13 +167,13 @@ def test_self_overlapping_writable_views_are_refused(shape, strides):
               lambda x: ext.set_f64(x, [0] * len(shape), 5.0)):
         with pytest.raises(TypeError, match="a writable array must not reach one element from two indices"):
             f(v)
-    base32 = np.arange(16, dtype=np.float32)
+    base32 = np.arange(32, dtype=np.float32)
     v32 = as_strided(base32[start:], shape=shape, strides=[s * 4 for s in strides])
     with pytest.raises(TypeError, match="must not reach one element from two indices"):
         ext.add_one_f32(v32)
     with pytest.raises(TypeError, match="must not reach one element from two indices"):
         ext.identity_mut(v32)  # a writable view returned to NumPy
-    assert base32.tolist() == list(range(16))
+    assert base32.tolist() == list(range(32))
     # Through capsules (the producer's own copy) too.
     with deleters_balanced(1):
         c = ext.make_capsule(base.tobytes(), list(shape), list(strides), data_offset=start * 8)
@@ -186,7 +191,41 @@ def test_self_overlapping_writable_views_are_refused(shape, strides):
 )
 def test_non_overlapping_writable_views_are_accepted(shape, strides):
     base = np.zeros(32)
+    offsets = [sum(i * s for i, s in zip(idx, strides)) for idx in np.ndindex(*shape)] or [0]
+    assert -12 <= min(offsets) and 12 + max(offsets) < base.size
     v = as_strided(base[12:], shape=shape, strides=[s * 8 for s in strides])
     ext.fill_f64(v, 3.0)
     assert (v == 3.0).all()
     assert base.sum() == 3.0 * v.size
+
+
+# ---------------------------------------------------------------------------
+# Device memory: compared within one device, never across devices or with
+# host memory. Fake device capsules: their addresses are never read.
+
+
+def device_capsule(address, n, device=(2, 0)):
+    """`n` float64 at `address` on `device`, from the test producer."""
+    return ext.make_capsule(b"", [n], [1], device=device, null_data=True, byte_offset=address)
+
+
+def test_device_memory_overlap_is_refused_on_one_device():
+    with deleters_balanced(2):
+        refused(ext.device_pair, device_capsule(2**40, 8), device_capsule(2**40 + 56, 4),
+                first="dst", second="src")
+    with deleters_balanced(2):
+        refused(ext.device_pair, device_capsule(2**40, 8, (10, 3)), device_capsule(2**40, 8, (10, 3)),
+                first="dst", second="src")
+
+
+def test_device_memory_of_other_devices_or_disjoint_ranges_is_accepted():
+    with deleters_balanced(6):
+        # Adjacent ranges on one device.
+        accepted(ext.device_pair, device_capsule(2**40, 8), device_capsule(2**40 + 64, 8))
+        # The same addresses on two devices, or on two device types.
+        accepted(ext.device_pair, device_capsule(2**40, 8, (2, 0)), device_capsule(2**40, 8, (2, 1)))
+        accepted(ext.device_pair, device_capsule(2**40, 8, (2, 0)), device_capsule(2**40, 8, (10, 0)))
+    # Device memory at the numeric address of a host array is other memory.
+    a = np.zeros(8)
+    with deleters_balanced(1):
+        accepted(ext.device_pair, device_capsule(a.ctypes.data, 8), a)

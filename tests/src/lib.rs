@@ -880,6 +880,18 @@ fn add_one_into(
     Ok(())
 }
 
+/// Two arrays on any device, the second writable; touches neither (the
+/// aliasing checks on device memory).
+#[dlpack_fn]
+#[pyfunction]
+fn device_pair(
+    #[device(any)] src: TensorDyn<'_>,
+    #[device(any)] dst: TensorDynMut<'_>,
+) -> (usize, usize) {
+    BODIES_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    (src.len(), dst.len())
+}
+
 /// Registers the robustness functions (called from the module initialiser).
 fn add_robustness_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -891,7 +903,8 @@ fn add_robustness_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         scale_detached,
         bodies_run,
         swap_f64,
-        add_one_into
+        add_one_into,
+        device_pair
     );
     Ok(())
 }
