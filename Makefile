@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint rust-test py-test demo demo-ext bench clean
+.PHONY: all venv ext test lint rust-test py-test demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -46,6 +46,21 @@ demo: demo-ext
 ## Not part of `make test` or CI.
 bench: venv
 	bash bench/build.sh && $(PY) bench/run.py
+
+## The property test of generated capsule descriptions (tests/python/
+## test_capsules.py) with DLCAST_FUZZ_EXAMPLES cases (default 200,000;
+## `make test` runs 5,000). Not part of `make test`.
+DLCAST_FUZZ_EXAMPLES ?= 200000
+fuzz: ext
+	DLCAST_HYPOTHESIS_EXAMPLES=$(DLCAST_FUZZ_EXAMPLES) $(PY) -m pytest tests/python/test_capsules.py \
+		-q -s -p no:cacheprovider -k generated_capsules
+
+## The NumPy, capsule and buffer tests under valgrind memcheck with
+## PYTHONMALLOC=malloc (scripts/sanitize.py): prints the number of errors
+## whose stacks include dlcast code, and fails if there is one. Needs
+## valgrind. Not part of `make test`.
+sanitize: ext
+	$(PY) scripts/sanitize.py
 
 clean:
 	cargo clean
