@@ -73,6 +73,8 @@ rs_default = _load_default_profile()
 
 LIBS = ["floor", "dlcast", "rust-numpy", "dlpark", "nanobind"]
 RUST_LIBS = ["floor", "dlcast", "rust-numpy", "dlpark"]
+# Reference columns, no ratios: what the producer's own export costs.
+EXTRA = {"__dlpack__": "`x.__dlpack__(max_version=(1, 3))` alone"}
 PEERS = ["rust-numpy", "dlpark", "nanobind"]
 
 
@@ -80,14 +82,14 @@ PEERS = ["rust-numpy", "dlpark", "nanobind"]
 
 
 class Timing:
-    """Per-call time of `stmt` over `repeat` runs of `number` calls each."""
+    """Per-call times over `repeat` runs of `number` calls each."""
 
     def __init__(self, per_repeat_s: float, repeat: int, max_number: int):
         self.per_repeat_s = per_repeat_s
         self.repeat = repeat
         self.max_number = max_number
 
-    def ns_per_call(self, stmt: str, **names) -> dict:
+    def _timer(self, stmt: str, names: dict):
         # Names become locals of timeit's inner function (LOAD_FAST), so the
         # loop adds only the call itself.
         setup = "; ".join(f"{k} = _{k}" for k in names) or "pass"
@@ -97,14 +99,30 @@ class Timing:
         number = 1000
         t = timer.timeit(number)
         number = int(min(self.max_number, max(1000, number * self.per_repeat_s / max(t, 1e-9))))
-        runs = [t_run / number * 1e9 for t_run in timer.repeat(repeat=self.repeat, number=number)]
+        return timer, number
+
+    def row(self, cases: dict) -> dict:
+        """Times every `key: (stmt, names)` of one row, round-robin: repeat r
+        of every case runs before repeat r + 1 of any, so a disturbance from
+        outside hits the whole row rather than one library."""
+        timers = {k: self._timer(stmt, names) for k, (stmt, names) in cases.items()}
+        runs: dict = {k: [] for k in cases}
+        for _ in range(self.repeat):
+            for k, (timer, number) in timers.items():
+                runs[k].append(timer.timeit(number) / number * 1e9)
         return {
-            "median": statistics.median(runs),
-            "min": min(runs),
-            "max": max(runs),
-            "calls": number,
-            "repeats": self.repeat,
+            k: {
+                "median": statistics.median(r),
+                "min": min(r),
+                "max": max(r),
+                "calls": timers[k][1],
+                "repeats": self.repeat,
+            }
+            for k, r in runs.items()
         }
+
+    def ns_per_call(self, stmt: str, **names) -> dict:
+        return self.row({0: (stmt, names)})[0]
 
 
 def attempt(fn, *args):
@@ -319,12 +337,15 @@ def ratio(a, b) -> str:
 
 
 def table(rows: list, first: str) -> list[str]:
-    head = [first, *LIBS, "dlcast / floor", *[f"dlcast / {p}" for p in PEERS]]
+    extra = [c for c in EXTRA if any(c in cells for _, cells in rows)]
+    head = [first, *LIBS, "dlcast / floor", *[f"dlcast / {p}" for p in PEERS],
+            *[EXTRA[c] for c in extra]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells in rows:
         d = cells.get("dlcast")
         r = [ratio(d, cells.get("floor"))] + [ratio(d, cells.get(p)) for p in PEERS]
-        lines.append("| " + " | ".join([label, *[fmt_ns(cells.get(l)) for l in LIBS], *r]) + " |")
+        lines.append("| " + " | ".join([label, *[fmt_ns(cells.get(l)) for l in LIBS], *r,
+                                        *[fmt_ns(cells.get(c)) for c in extra]]) + " |")
     return lines
 
 
@@ -339,6 +360,20 @@ def short_label(label: str) -> str:
     label = label.replace("make_f32(1000) -> ", "make_f32(1000)\n-> ")
     label = label.replace("array-api-strict", "array-api-\nstrict")
     return label.replace(", transposed (F-order)", "\ntransposed").replace(" float", "\nfloat")
+
+
+def spread_note(results: dict) -> list[str]:
+    floors = [c["floor"]["median"] for sec in results.values() for _, c in sec
+              if isinstance(c.get("floor"), dict)]
+    if not floors or max(floors) < 1.25 * min(floors):
+        return []
+    return [
+        f"The floor column, the same call in every row, ranged from {min(floors):.0f} to "
+        f"{max(floors):.0f} ns across rows in this run: the machine's speed shifted between "
+        "rows (a shared virtual machine). The libraries of a row were timed in turns, so "
+        "compare ratios within a row rather than nanoseconds across rows.",
+        "",
+    ]
 
 
 def profile_table(profile: list) -> list[str]:
@@ -417,7 +452,7 @@ def main() -> None:
         pinned = cpus[-1]
         os.sched_setaffinity(0, {pinned})
 
-    timing = Timing(0.02, 3, 20_000) if args.quick else Timing(0.12, 5, 200_000)
+    timing = Timing(0.02, 3, 20_000) if args.quick else Timing(0.08, 7, 200_000)
     results: dict = {"inputs": [], "sizes": [], "ndim": [], "returns": []}
     notes: dict = {}  # (row, lib) -> why not timed
 
@@ -425,43 +460,52 @@ def main() -> None:
     loop = timing.ns_per_call("pass")
     started = _dt.datetime.now()
 
-    def time_cell(row, lib, stmt, names):
-        err = attempt(lambda: eval(stmt, {}, names))
-        if err:
-            notes[(row, lib)] = err
-            return err
-        return timing.ns_per_call(stmt, **names)
+    def time_row(row: str, cases: dict) -> dict:
+        """Calls each case once; times those that did not raise, together."""
+        cells, ok = {}, {}
+        for lib, (stmt, names) in cases.items():
+            err = attempt(lambda: eval(stmt, {}, names))
+            if err:
+                notes[(row, lib)] = err
+                cells[lib] = err
+            else:
+                ok[lib] = (stmt, names)
+        cells.update(timing.row(ok))
+        return {lib: cells[lib] for lib in [*LIBS, *EXTRA] if lib in cells}
 
     for section, label, x, fns in scalar_rows():
-        cells = {}
-        for lib in LIBS:
-            if lib in fns:
-                cells[lib] = time_cell(label, lib, "f(x)", {"f": fns[lib], "x": x})
+        cases = {lib: ("f(x)", {"f": f, "x": x}) for lib, f in fns.items()}
+        if section == "inputs" and "dlcast" in fns:
+            # The producer's Python-level export on its own (the capsule is
+            # dropped unconsumed, so its deleter runs: a full round trip).
+            cases["__dlpack__"] = ("f(x, max_version=v)",
+                                   {"f": type(x).__dlpack__, "x": x, "v": (1, 3)})
+        cells = time_row(label, cases)
         results[section].append((label, cells))
         print(f"  {label:<58}" + "".join(f"{lib}={fmt_ns(cells.get(lib)):>7} " for lib in LIBS),
               flush=True)
 
     for label, fns in return_rows():
-        cells = {}
+        cells = time_row(label, {lib: (stmt, {**names, "n": 1000})
+                                 for lib, (stmt, names) in fns.items()})
         for lib in LIBS:
-            if lib in fns:
-                stmt, names = fns[lib]
-                cells[lib] = time_cell(label, lib, stmt, {**names, "n": 1000})
-            elif (label, lib) in NOT_OFFERED:
+            if (label, lib) in NOT_OFFERED:
                 notes[(label, lib)] = NOT_OFFERED[(label, lib)]
         results["returns"].append((label, cells))
         print(f"  {label:<58}" + "".join(f"{lib}={fmt_ns(cells.get(lib)):>7} " for lib in LIBS),
               flush=True)
 
-    # The same Rust functions from the two builds, timed back to back.
+    # The same Rust functions from the two builds, timed together.
     profile = []
     if rs_default is not None:
         for label, lto, dflt in profile_rows():
-            cells = {}
+            cases = {}
             for lib in RUST_LIBS:
                 if lib in lto:
-                    cells[lib] = (timing.ns_per_call("f(x)", **lto[lib]),
-                                  timing.ns_per_call("f(x)", **dflt[lib]))
+                    cases[(lib, "lto")] = ("f(x)", lto[lib])
+                    cases[(lib, "default")] = ("f(x)", dflt[lib])
+            t = timing.row(cases)
+            cells = {lib: (t[(lib, "lto")], t[(lib, "default")]) for lib in RUST_LIBS if lib in lto}
             profile.append((label, cells))
             print(f"  profiles: {label:<48}" + "".join(
                 f"{lib}={fmt_ns(a)}/{fmt_ns(b)} " for lib, (a, b) in cells.items()), flush=True)
@@ -553,6 +597,7 @@ def main() -> None:
         "",
         *table(results["inputs"], "input"),
         "",
+        *spread_note(results),
         "## Return a new array",
         "",
         "`make_f32(1000)`: a new zero-filled float32 array of 1000 elements from Rust/C++ "
@@ -600,10 +645,12 @@ def main() -> None:
         "",
         "## Method",
         "",
-        f"- One Python process, pinned to CPU {pinned}" if pinned is not None else "- One Python process",
+        f"- One Python process, pinned to CPU {pinned}." if pinned is not None else "- One Python process.",
         f"- `timeit`: each cell is calibrated to about {timing.per_repeat_s:g} s per repeat "
         f"(at most {timing.max_number:,} calls), run {timing.repeat} times; the figure is "
         "the median of the per-repeat ns/call (min and max are in bench/target/results.json). "
+        "The libraries of one row take turns, one repeat each, so that a disturbance from "
+        "outside the process hits the whole row and the ratios stay put. "
         "Function and argument are locals of timeit's loop; the loop itself "
         f"(`pass`) costs {loop['median']:.1f} ns per iteration and is not subtracted. "
         "Garbage collection is off during timing (timeit's default).",
