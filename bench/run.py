@@ -687,6 +687,11 @@ def main() -> None:
         "![chart](bench/bench.png)",
         "",
     ]
+    # The hand-written analysis of the targets (bench/ANALYSIS.md) follows
+    # the generated tables.
+    analysis = ROOT / "bench" / "ANALYSIS.md"
+    if analysis.exists():
+        md_lines += [analysis.read_text()]
     Path(args.out).write_text("\n".join(md_lines))
 
     print()
