@@ -131,6 +131,32 @@ fn returns_result(ret: &ReturnType) -> bool {
     }))
 }
 
+/// Whether the body returns nothing: no return type, `()`, or a
+/// `PyResult<()>` / `Result<(), E>`. Python then gets `None` (PyO3 would turn
+/// a unit value into an empty tuple).
+fn returns_unit(ret: &ReturnType) -> bool {
+    let ReturnType::Type(_, ty) = ret else {
+        return true;
+    };
+    let is_unit = |t: &Type| matches!(t, Type::Tuple(tt) if tt.elems.is_empty());
+    if is_unit(ty) {
+        return true;
+    }
+    let Type::Path(p) = &**ty else { return false };
+    let Some(last) = p.path.segments.last() else {
+        return false;
+    };
+    if last.ident != "PyResult" && last.ident != "Result" {
+        return false;
+    }
+    match &last.arguments {
+        PathArguments::AngleBracketed(a) => {
+            matches!(a.args.first(), Some(GenericArgument::Type(t)) if is_unit(t))
+        }
+        _ => false,
+    }
+}
+
 /// The frameworks `returns = ...` accepts and the runtime's names for them.
 const FRAMEWORKS: &[(&str, &str)] = &[
     ("numpy", "Numpy"),
@@ -353,6 +379,14 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
         }
         None => quote!(::core::option::Option::None),
     };
+    let result = if returns_unit(&func.sig.output) {
+        quote! {
+            #body_call;
+            ::core::result::Result::Ok(__dlcast_py.None())
+        }
+    } else {
+        quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework))
+    };
 
     let ItemFn {
         attrs, vis, sig, ..
@@ -377,7 +411,7 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
             let mut __dlcast = #rt::CallCx::new(&__DLCAST_SPEC);
             #(#imports)*
             __dlcast.finish()?;
-            #rt::into_py_result(__dlcast_py, #body_call, #framework)
+            #result
         }
     })
 }

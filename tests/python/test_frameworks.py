@@ -177,3 +177,10 @@ def test_keyword_arguments_keep_python_names():
 
 def test_jax_on_cpu_only():
     assert jax.devices()[0].platform == "cpu"
+
+
+def test_functions_returning_nothing_return_none():
+    a = np.zeros(3)
+    assert ext.fill_f64(a, 1.0) is None  # -> PyResult<()>
+    assert ext.copy_into(np.ones(3), a) is None
+    assert ext.add_one_f32(np.zeros(2, np.float32)) is None
