@@ -591,8 +591,8 @@ impl Array {
 struct CapsuleCtx {
     /// The exported object (keeps the memory alive), or `None` for a copy.
     owner: Option<Py<Array>>,
-    /// A copy's bytes (16-byte aligned), when `copy=True`.
-    _copy: Option<Vec<u128>>,
+    /// The copy, when `copy=True`.
+    _copy: Option<Exported>,
     shape: Box<[i64]>,
     strides: Box<[i64]>,
 }
@@ -904,32 +904,18 @@ impl Array {
 /// `DLManagedTensor`; its deleter releases what it holds.
 fn make_managed(slf: &Bound<'_, Array>, versioned: bool, copied: bool) -> *mut c_void {
     let this = &slf.get().inner;
-    let (data, strides, copy, owner) = if copied {
-        let bytes = this.copy_c_order();
-        let mut words = vec![0u128; bytes.len().div_ceil(16)];
-        // SAFETY: `words` holds at least `bytes.len()` bytes, and u128 has no
-        // invalid bit patterns.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                words.as_mut_ptr().cast::<u8>(),
-                bytes.len(),
-            )
-        };
-        let shape = this.shape_usize();
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        layout::fill_c_strides(&shape, &mut strides).unwrap_or(());
-        let strides: Box<[i64]> = strides.iter().map(|&s| s as i64).collect();
-        let ptr = words.as_mut_ptr().cast::<c_void>();
-        (ptr, strides, Some(words), None)
+    // A copy is the same aligned C-order copy `returns = jax` uses, owned
+    // by the capsule; otherwise the capsule keeps `slf` alive.
+    let (copy, owner) = if copied {
+        (Some(this.aligned_copy()), None)
     } else {
-        (
-            this.data.cast::<c_void>(),
-            this.strides.iter().copied().collect::<Box<[i64]>>(),
-            None,
-            Some(slf.clone().unbind()),
-        )
+        (None, Some(slf.clone().unbind()))
     };
+    let described = copy.as_ref().unwrap_or(this);
+    let (data, strides) = (
+        described.data.cast::<c_void>(),
+        described.strides.iter().copied().collect::<Box<[i64]>>(),
+    );
     let mut ctx = Box::new(CapsuleCtx {
         owner,
         _copy: copy,
