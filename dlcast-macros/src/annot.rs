@@ -1,5 +1,6 @@
-//! Parsing of the parameter annotations `#[shape(..)]`, `#[device(..)]` and
-//! `#[order(..)]`, with errors spanned on the faulty token.
+//! Parsing of the parameter annotations `#[shape(..)]`, `#[device(..)]`,
+//! `#[order(..)]`, `#[dtype(..)]` and `#[noconvert]`, with errors spanned on
+//! the faulty token.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -69,8 +70,9 @@ const DEVICES: &[(&str, Option<i32>)] = &[
 
 /// One entry of `#[device(..)]`: a name and an optional device id.
 pub struct DeviceEntry {
+    pub name: String,
     code: Option<i32>,
-    id: Option<i32>,
+    pub id: Option<i32>,
 }
 
 impl Parse for DeviceEntry {
@@ -107,7 +109,11 @@ impl Parse for DeviceEntry {
         } else {
             None
         };
-        Ok(DeviceEntry { code, id })
+        Ok(DeviceEntry {
+            name: name.to_string(),
+            code,
+            id,
+        })
     }
 }
 
@@ -119,17 +125,55 @@ pub enum Order {
     Contiguous,
 }
 
+/// The dtypes `#[dtype(..)]` accepts: the Rust name, the element type's
+/// path, and the array API / NumPy name shown to Python.
+pub const DTYPES: &[(&str, &str, &str)] = &[
+    ("bool", "bool", "bool"),
+    ("i8", "i8", "int8"),
+    ("i16", "i16", "int16"),
+    ("i32", "i32", "int32"),
+    ("i64", "i64", "int64"),
+    ("u8", "u8", "uint8"),
+    ("u16", "u16", "uint16"),
+    ("u32", "u32", "uint32"),
+    ("u64", "u64", "uint64"),
+    ("f16", "::dlcast_runtime::__private::half::f16", "float16"),
+    (
+        "bf16",
+        "::dlcast_runtime::__private::half::bf16",
+        "bfloat16",
+    ),
+    ("f32", "f32", "float32"),
+    ("f64", "f64", "float64"),
+    (
+        "c64",
+        "::dlcast_runtime::__private::num_complex::Complex<f32>",
+        "complex64",
+    ),
+    (
+        "c128",
+        "::dlcast_runtime::__private::num_complex::Complex<f64>",
+        "complex128",
+    ),
+];
+
 /// The annotations of one parameter.
 #[derive(Default)]
 pub struct Annotations {
     pub shape: Option<Vec<Dim>>,
     pub devices: Option<Vec<DeviceEntry>>,
     pub order: Option<Order>,
+    /// `#[dtype(..)]`: names from [`DTYPES`], checked.
+    pub dtypes: Option<Vec<Ident>>,
+    /// `#[noconvert]`.
+    pub noconvert: bool,
     /// The first annotation, for "not an array parameter" errors.
     pub first: Option<Attribute>,
+    /// The `#[dtype(..)]` attribute, for "not a generic parameter" errors.
+    pub dtype_attr: Option<Attribute>,
 }
 
-const NAMES: [&str; 3] = ["shape", "device", "order"];
+const NAMES: [&str; 5] = ["shape", "device", "order", "dtype", "noconvert"];
 
 /// Removes dlcast's annotations from `attrs` and parses them.
 pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
@@ -158,9 +202,10 @@ pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
 }
 
 fn duplicate(attr: &Attribute, name: &str) -> Error {
+    let args = if name == "noconvert" { "" } else { "(..)" };
     Error::new(
         attr.path().span(),
-        format!("duplicate #[{name}(..)] on this parameter"),
+        format!("duplicate #[{name}{args}] on this parameter"),
     )
 }
 
@@ -180,6 +225,54 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
                 }
             };
             out.shape = Some(dims);
+        }
+        "dtype" => {
+            if out.dtypes.is_some() {
+                return Err(duplicate(attr, name));
+            }
+            let list: Punctuated<Ident, Token![,]> = match &attr.meta {
+                syn::Meta::List(l) if !l.tokens.is_empty() => {
+                    l.parse_args_with(Punctuated::parse_separated_nonempty)?
+                }
+                _ => {
+                    return Err(Error::new_spanned(
+                        attr,
+                        "list the dtypes to dispatch on, e.g. #[dtype(f32, f64)]",
+                    ))
+                }
+            };
+            let mut seen: Vec<String> = Vec::new();
+            for id in &list {
+                let s = id.to_string();
+                if !DTYPES.iter().any(|(n, _, _)| *n == s) {
+                    let known: Vec<&str> = DTYPES.iter().map(|(n, _, _)| *n).collect();
+                    return Err(Error::new(
+                        id.span(),
+                        format!(
+                            "unknown dtype `{id}`; expected one of: {}",
+                            known.join(", ")
+                        ),
+                    ));
+                }
+                if seen.contains(&s) {
+                    return Err(Error::new(id.span(), format!("`{id}` is listed twice")));
+                }
+                seen.push(s);
+            }
+            out.dtypes = Some(list.into_iter().collect());
+            out.dtype_attr = Some(attr.clone());
+        }
+        "noconvert" => {
+            if !matches!(attr.meta, syn::Meta::Path(_)) {
+                return Err(Error::new_spanned(
+                    attr,
+                    "write #[noconvert], without arguments",
+                ));
+            }
+            if out.noconvert {
+                return Err(duplicate(attr, name));
+            }
+            out.noconvert = true;
         }
         "device" => {
             if out.devices.is_some() {

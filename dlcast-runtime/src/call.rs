@@ -4,6 +4,7 @@
 //!
 //! Error messages are formatted only when a check fails.
 
+use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::import::{self, ImportError, RawTensor};
@@ -13,6 +14,33 @@ use crate::view::View;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
+
+/// An argument imported by [`CallCx::peek`], not yet checked.
+#[doc(hidden)]
+pub struct Peeked(RawTensor);
+
+impl Peeked {
+    /// The argument's dtype, for the dispatch of a dtype-generic function.
+    #[inline]
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+}
+
+/// Why a check refused an argument.
+enum Refusal {
+    /// The argument does not fit and cannot be converted.
+    Error(PyErr),
+    /// The argument fits but for its dtype or order (described by the
+    /// text), and may be converted.
+    Convert(Target, String),
+}
+
+impl From<PyErr> for Refusal {
+    fn from(e: PyErr) -> Self {
+        Refusal::Error(e)
+    }
+}
 
 /// A named extent's value and the parameter that set it.
 #[derive(Clone, Copy)]
@@ -63,12 +91,112 @@ impl CallCx {
         }
     }
 
-    /// Imports and checks the array argument of parameter `index`.
+    /// Imports and checks the array argument of parameter `index`,
+    /// converting a read-only argument whose dtype or order does not fit
+    /// where the parameter allows it (see [`crate::convert`]).
     pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
+        let raw = self.import(index, obj)?;
+        self.checked(index, obj, raw)
+    }
+
+    /// Imports the argument of the parameter that decides a dtype-generic
+    /// function's type parameter, without checking it; the generated code
+    /// dispatches on [`Peeked::dtype`] and then calls [`CallCx::arg_peeked`].
+    pub fn peek(&mut self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<Peeked> {
+        self.import(index, obj).map(Peeked)
+    }
+
+    /// Checks an argument imported by [`CallCx::peek`], as [`CallCx::arg`].
+    pub fn arg_peeked<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+        peeked: Peeked,
+    ) -> PyResult<V> {
+        self.checked(index, obj, peeked.0)
+    }
+
+    /// The error for a dtype-generic parameter whose dtype is not listed in
+    /// its `#[dtype(..)]`.
+    #[cold]
+    pub fn unlisted_dtype(&self, index: usize, peeked: &Peeked) -> PyErr {
         let param = &self.spec.params[index];
-        let raw = import::import(obj).map_err(|e| self.import_error(obj.py(), param, e))?;
-        self.check(index, param, &raw, V::DTYPE, V::WRITABLE)?;
-        Ok(V::from_raw(raw))
+        let mut names: Vec<String> = param.dtypes.iter().map(|d| d.to_string()).collect();
+        let last = names.pop().unwrap_or_default();
+        let listed = if names.is_empty() {
+            last
+        } else {
+            format!("{} or {last}", names.join(", "))
+        };
+        self.fail(
+            param,
+            format_args!("expected dtype {listed}, got {}", peeked.0.dtype),
+        )
+    }
+
+    fn import(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
+        import::import(obj).map_err(|e| self.import_error(obj.py(), &self.spec.params[index], e))
+    }
+
+    /// Checks `raw` against parameter `index`; on a dtype or order mismatch
+    /// that may convert, converts `obj` and checks the result.
+    fn checked<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+        raw: RawTensor,
+    ) -> PyResult<V> {
+        let param = &self.spec.params[index];
+        match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
+            Ok(()) => Ok(V::from_raw(raw)),
+            Err(Refusal::Error(e)) => Err(e),
+            Err(Refusal::Convert(target, what)) => {
+                let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
+                drop(raw);
+                let raw = self.convert(index, obj, host, ndim, target, &what)?;
+                match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
+                    Ok(()) => Ok(V::from_raw(raw)),
+                    Err(Refusal::Error(e)) => Err(e),
+                    Err(Refusal::Convert(..)) => Err(self.fail(
+                        param,
+                        format_args!(
+                            "{what}; converting it gave dtype {} with strides {}, \
+                             which still does not fit",
+                            raw.dtype,
+                            TupleDisplay(&raw.strides)
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn convert(
+        &self,
+        index: usize,
+        obj: &Bound<'_, PyAny>,
+        host: bool,
+        ndim: usize,
+        target: Target,
+        what: &str,
+    ) -> PyResult<RawTensor> {
+        let param = &self.spec.params[index];
+        match convert::convert(obj, host, ndim, target) {
+            Ok(tmp) => self.import(index, &tmp),
+            Err(ConvertError::Unsupported(why)) => Err(self.fail(
+                param,
+                format_args!("{what}, and it cannot be converted: {why}"),
+            )),
+            Err(ConvertError::Raised(call, cause)) => {
+                let e = self.fail(
+                    param,
+                    format_args!("{what}, and converting it with {call}() raised {cause}"),
+                );
+                e.set_cause(obj.py(), Some(cause));
+                Err(e)
+            }
+        }
     }
 
     /// As [`CallCx::arg`] for an `Option<..>` parameter: Python's `None` is
@@ -170,21 +298,14 @@ impl CallCx {
         raw: &RawTensor,
         dtype: Option<DType>,
         writable: bool,
-    ) -> PyResult<()> {
+    ) -> Result<(), Refusal> {
         if !param.devices.iter().any(|d| d.matches(raw.device)) {
-            return Err(self.device_error(param, raw.device));
-        }
-        if let Some(want) = dtype {
-            if raw.dtype != want {
-                return Err(self.fail(
-                    param,
-                    format_args!("expected dtype {want}, got {}", raw.dtype),
-                ));
-            }
+            return Err(self.device_error(param, raw.device).into());
         }
         if let Some(dims) = param.shape {
             self.check_shape(index, param, dims, &raw.shape)?;
         }
+        let dtype_ok = dtype.is_none_or(|want| raw.dtype == want);
         let order_ok = match param.order {
             Order::Any => true,
             Order::C => layout::is_c_contiguous(&raw.shape, &raw.strides),
@@ -194,34 +315,30 @@ impl CallCx {
                     || layout::is_f_contiguous(&raw.shape, &raw.strides)
             }
         };
-        if !order_ok {
-            return Err(self.fail(
-                param,
-                format_args!(
-                    "expected a {} array, got shape {} with strides {}",
-                    param.order.describe(),
-                    TupleDisplay(&raw.shape),
-                    TupleDisplay(&raw.strides)
-                ),
-            ));
+        if !(dtype_ok && order_ok) {
+            return Err(self.mismatch(param, raw, dtype.unwrap_or(raw.dtype), writable, dtype_ok));
         }
         if writable {
             if raw.read_only {
-                return Err(self.fail(
-                    param,
-                    format_args!("the array is read-only, but the parameter is writable"),
-                ));
+                return Err(self
+                    .fail(
+                        param,
+                        format_args!("the array is read-only, but the parameter is writable"),
+                    )
+                    .into());
             }
             if layout::may_self_overlap(&raw.shape, &raw.strides) {
-                return Err(self.fail(
-                    param,
-                    format_args!(
-                        "a writable array must not reach one element from two indices, got \
-                         shape {} with strides {}",
-                        TupleDisplay(&raw.shape),
-                        TupleDisplay(&raw.strides)
-                    ),
-                ));
+                return Err(self
+                    .fail(
+                        param,
+                        format_args!(
+                            "a writable array must not reach one element from two indices, \
+                             got shape {} with strides {}",
+                            TupleDisplay(&raw.shape),
+                            TupleDisplay(&raw.strides)
+                        ),
+                    )
+                    .into());
             }
         }
         // Device memory too: two views of one CUDA buffer, one writable,
@@ -246,6 +363,63 @@ impl CallCx {
             }
         }
         Ok(())
+    }
+
+    /// A dtype or memory-order mismatch: a conversion where the parameter
+    /// allows one, else the error that says why not.
+    #[cold]
+    fn mismatch(
+        &self,
+        param: &ParamSpec,
+        raw: &RawTensor,
+        want: DType,
+        writable: bool,
+        dtype_ok: bool,
+    ) -> Refusal {
+        if let (false, Some(shared)) = (dtype_ok, param.shares_dtype) {
+            return PyTypeError::new_err(format!(
+                "{}(): arguments '{}' and '{}' must have the same dtype (both are `{}`), \
+                 got {} and {}",
+                self.spec.name,
+                self.param_name(shared.decided_by),
+                param.name,
+                shared.type_param,
+                want,
+                raw.dtype
+            ))
+            .into();
+        }
+        let what = if dtype_ok {
+            format!(
+                "expected a {} array, got shape {} with strides {}",
+                param.order.describe(),
+                TupleDisplay(&raw.shape),
+                TupleDisplay(&raw.strides)
+            )
+        } else {
+            format!("expected dtype {want}, got {}", raw.dtype)
+        };
+        let why_not = if writable {
+            "; a writable parameter never converts (writes into a converted copy would be lost)"
+                .to_string()
+        } else if !param.convert {
+            String::new()
+        } else if !dtype_ok && !convert::same_kind(raw.dtype, want) {
+            format!(
+                "; {} does not convert to {want} implicitly (only same-kind casts do, \
+                 as NumPy's can_cast(..., casting=\"same_kind\"))",
+                raw.dtype
+            )
+        } else {
+            return Refusal::Convert(
+                Target {
+                    dtype: want,
+                    order: param.order,
+                },
+                what,
+            );
+        };
+        self.fail(param, format_args!("{what}{why_not}")).into()
     }
 
     fn device_error(&self, param: &ParamSpec, got: Device) -> PyErr {

@@ -37,6 +37,7 @@
 //! latest when the call returns), on error paths too.
 
 mod call;
+pub mod convert;
 pub mod device;
 pub mod dtype;
 pub mod export;
@@ -64,10 +65,15 @@ pub mod prelude {
 /// Used by the code `#[dlpack_fn]` generates; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::CallCx;
+    pub use crate::call::{CallCx, Peeked};
     pub use crate::device::DeviceSpec;
+    pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};
-    pub use crate::spec::{Dim, FnSpec, Order, ParamSpec};
+    pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::view::View;
+    #[cfg(feature = "half")]
+    pub use half;
+    #[cfg(feature = "complex")]
+    pub use num_complex;
     pub use pyo3;
 }

@@ -55,6 +55,28 @@ pub struct ParamSpec {
     pub devices: &'static [DeviceSpec],
     /// `#[order(..)]`.
     pub order: Order,
+    /// Whether a read-only argument whose dtype or memory order does not
+    /// fit may be converted by its own framework (see
+    /// [`convert`](crate::convert)); `false` under `#[noconvert]`,
+    /// `#[dlpack_fn(noconvert)]`, and for writable or dtype-generic
+    /// parameters.
+    pub convert: bool,
+    /// For the parameter that carries `#[dtype(..)]` in a dtype-generic
+    /// function: the accepted dtypes, in the order listed. Empty otherwise.
+    pub dtypes: &'static [crate::dtype::DType],
+    /// For a parameter whose element type is a type parameter decided by
+    /// another parameter's dtype: that type parameter and parameter.
+    pub shares_dtype: Option<SharedDType>,
+}
+
+/// A type parameter of a dtype-generic function, shared by several array
+/// parameters: all must have the dtype of the one that decides it.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedDType {
+    /// The type parameter's name, e.g. `"T"`.
+    pub type_param: &'static str,
+    /// Index (into [`FnSpec::params`]) of the parameter whose dtype decides it.
+    pub decided_by: u8,
 }
 
 /// The constraints of one `#[dlpack_fn]` function.

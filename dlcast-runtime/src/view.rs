@@ -695,3 +695,41 @@ into_py_view!(
     [] TensorDyn<'_> => raw;
     [] TensorDynMut<'_> => raw;
 );
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Never implemented: it makes PyO3's extraction of a view type fail with a
+/// message that says what is missing, when a function takes a view without
+/// `#[dlpack_fn]` or with `#[dlpack_fn]` placed below `#[pyfunction]` (PyO3
+/// then sees the view parameter itself).
+#[diagnostic::on_unimplemented(
+    message = "array parameter of type `{Self}` needs #[dlpack_fn] above #[pyfunction]",
+    label = "PyO3 cannot take a dlcast view by itself",
+    note = "place #[dlpack_fn] above #[pyfunction], or, for methods, on the impl block above #[pymethods]"
+)]
+pub trait NeedsDlpackFn: sealed::Sealed {}
+
+macro_rules! refuse_direct_extraction {
+    ($(impl[$($g:tt)*] $t:ty;)*) => {$(
+        impl<'a, 'py, $($g)*> pyo3::FromPyObject<'a, 'py> for $t
+        where
+            Self: NeedsDlpackFn,
+        {
+            type Error = pyo3::PyErr;
+            fn extract(_obj: pyo3::Borrowed<'a, 'py, pyo3::PyAny>) -> pyo3::PyResult<Self> {
+                Err(pyo3::exceptions::PyTypeError::new_err(
+                    "dlcast views are taken through #[dlpack_fn]",
+                ))
+            }
+        }
+    )*};
+}
+
+refuse_direct_extraction! {
+    impl[T: Element] TensorRef<'a, T>;
+    impl[T: Element] TensorMut<'a, T>;
+    impl[] TensorDyn<'a>;
+    impl[] TensorDynMut<'a>;
+}

@@ -49,8 +49,14 @@ def test_c2_transposed_numpy_and_torch():
     assert ext.get_f64(t, [0, 1]) == 3.0
     assert ext.describe(t)[1] == [1, 3]
     for x in (a, t):
+        # Conversion off: order(c) refuses them.
         with pytest.raises(TypeError, match=r"needs_c\(\): argument 'x': expected a C-contiguous \(order c\) array"):
             ext.needs_c(x)
+        # Conversion on (the default): the framework makes a C-order copy
+        # with the same values.
+        dtype, shape, strides, values = ext.seen_c(x)
+        assert (shape, strides) == (list(x.shape), [x.shape[1], 1])
+        assert values == np.asarray(x).ravel().tolist()
         # F order and "contiguous" accept the transposes.
         assert ext.needs_f(x) == list(x.shape)
         assert ext.needs_contiguous(x) == list(x.shape)

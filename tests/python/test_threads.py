@@ -151,7 +151,7 @@ def test_exceptions_from_many_threads(fast_switching):
             with pytest.raises(BufferError):
                 ext.sum_detached(Raises())
             with pytest.raises(TypeError, match="expected dtype float64"):
-                ext.sum_detached(np.zeros(3, np.float32))
+                ext.sum_detached(np.zeros(3, np.complex64))
             with pytest.raises(BufferError, match="invalid array"):
                 ext.sum_detached(ext.make_capsule(bytes(8), [-1], [1]))
             with pytest.raises(TypeError, match="dimension 'n'"):

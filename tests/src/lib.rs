@@ -7,6 +7,7 @@ use num_complex::Complex;
 use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
+mod api;
 mod producer;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -284,22 +285,22 @@ fn zero_bytes(#[order(c)] mut x: TensorDynMut<'_>) -> usize {
     bytes
 }
 
-/// `order(c)`.
-#[dlpack_fn]
+/// `order(c)`, conversion off: shows what the check accepts.
+#[dlpack_fn(noconvert)]
 #[pyfunction]
 fn needs_c(#[order(c)] x: TensorDyn<'_>) -> Vec<usize> {
     x.shape().to_vec()
 }
 
-/// `order(f)`.
-#[dlpack_fn]
+/// `order(f)`, conversion off: shows what the check accepts.
+#[dlpack_fn(noconvert)]
 #[pyfunction]
 fn needs_f(#[order(f)] x: TensorDyn<'_>) -> Vec<usize> {
     x.shape().to_vec()
 }
 
-/// `order(contiguous)`.
-#[dlpack_fn]
+/// `order(contiguous)`, conversion off: shows what the check accepts.
+#[dlpack_fn(noconvert)]
 #[pyfunction]
 fn needs_contiguous(#[order(contiguous)] x: TensorDyn<'_>) -> Vec<usize> {
     x.shape().to_vec()
@@ -440,6 +441,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
         consume,
     );
     add_export_functions(m)?;
+    api::add(m)?;
     add_robustness_functions(m)
 }
 

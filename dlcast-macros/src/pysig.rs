@@ -1,0 +1,279 @@
+//! The Python-facing signature of a `#[dlpack_fn]` function, written as the
+//! first line of its docstring (as pybind11 and nanobind do) with each array
+//! parameter's constraints as `ndarray[float32, (n, 3), cpu]`.
+//!
+//! The annotation grammar (valid Python expressions, so that `inspect` and
+//! the stub generator can parse them):
+//! `ndarray[<dtype>, <shape>, <order>, <device>, writable]`, where every part
+//! but the device is left out when unconstrained; `<dtype>` is a NumPy name
+//! or `float32 | float64` for a dtype-generic parameter; `<shape>` is a
+//! Python tuple of integers, names, `_` and `...`; `<order>` is
+//! `c_contiguous`, `f_contiguous` or `contiguous`; `<device>` is `cpu`,
+//! `cuda(0)`, ... joined with `|`.
+
+use crate::annot::{Annotations, Dim, Order, DTYPES};
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use syn::{Attribute, GenericArgument, PathArguments, ReturnType, Type};
+
+/// The NumPy name of an element type spelled in Rust, if dlcast knows it.
+pub fn element_name(ty: &Type) -> Option<&'static str> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last()?;
+    let id = last.ident.to_string();
+    let scalar = |n: &str| DTYPES.iter().find(|(r, _, _)| *r == n).map(|t| t.2);
+    match id.as_str() {
+        "Complex" => {
+            let PathArguments::AngleBracketed(a) = &last.arguments else {
+                return None;
+            };
+            match a.args.first()? {
+                GenericArgument::Type(t) => match element_name(t)? {
+                    "float32" => Some("complex64"),
+                    "float64" => Some("complex128"),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        "Complex32" => Some("complex64"),
+        "Complex64" => Some("complex128"),
+        other => scalar(other),
+    }
+}
+
+/// The array annotation of one parameter; `dtype` is its dtype text
+/// (`None` for the untyped views).
+pub fn array_annotation(
+    annots: &Annotations,
+    dtype: Option<String>,
+    names: &[String],
+    writable: bool,
+    optional: bool,
+) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    parts.extend(dtype);
+    if let Some(dims) = &annots.shape {
+        let items: Vec<String> = dims
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => n.to_string(),
+                Dim::Any => "_".into(),
+                Dim::Rest => "...".into(),
+                Dim::Named(id) => {
+                    let s = id.to_string();
+                    debug_assert!(names.contains(&s));
+                    s
+                }
+            })
+            .collect();
+        parts.push(if items.len() == 1 {
+            format!("({},)", items[0])
+        } else {
+            format!("({})", items.join(", "))
+        });
+    }
+    match annots.order {
+        Some(Order::C) => parts.push("c_contiguous".into()),
+        Some(Order::F) => parts.push("f_contiguous".into()),
+        Some(Order::Contiguous) => parts.push("contiguous".into()),
+        None => {}
+    }
+    parts.push(match &annots.devices {
+        None => "cpu".into(),
+        Some(list) => list
+            .iter()
+            .map(|d| match d.id {
+                Some(id) => format!("{}({id})", d.name),
+                None => d.name.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(" | "),
+    });
+    if writable {
+        parts.push("writable".into());
+    }
+    let ann = format!("ndarray[{}]", parts.join(", "));
+    if optional {
+        format!("{ann} | None")
+    } else {
+        ann
+    }
+}
+
+fn last_ident(ty: &Type) -> Option<(String, &PathArguments)> {
+    match ty {
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .map(|s| (s.ident.to_string(), &s.arguments)),
+        Type::Reference(r) => last_ident(&r.elem),
+        Type::Group(g) => last_ident(&g.elem),
+        _ => None,
+    }
+}
+
+fn first_type_arg(args: &PathArguments) -> Option<&Type> {
+    let PathArguments::AngleBracketed(a) = args else {
+        return None;
+    };
+    a.args.iter().find_map(|g| match g {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    })
+}
+
+/// The Python annotation of a plain (non-array) parameter or return type,
+/// where the Rust type says it: numbers, `bool`, strings, `Option`, `Vec`,
+/// arrays and tuples of those, PyO3's object types. `array` names the
+/// Python type of returned arrays, `self_name` the class `Self` means.
+pub fn python_type(ty: &Type, array: &str, self_name: Option<&str>) -> Option<String> {
+    let rec = |t: &Type| python_type(t, array, self_name);
+    if let Type::Tuple(t) = ty {
+        if t.elems.is_empty() {
+            return Some("None".into());
+        }
+        let items: Option<Vec<String>> = t.elems.iter().map(|e| rec(e)).collect();
+        return Some(format!("tuple[{}]", items?.join(", ")));
+    }
+    if let Type::Array(a) = ty {
+        return Some(format!("list[{}]", rec(&a.elem)?));
+    }
+    if let Type::Slice(a) = ty {
+        return Some(format!("list[{}]", rec(&a.elem)?));
+    }
+    let (id, args) = last_ident(ty)?;
+    Some(match id.as_str() {
+        "f32" | "f64" => "float".into(),
+        "i8" | "i16" | "i32" | "i64" | "isize" | "u8" | "u16" | "u32" | "u64" | "usize" => {
+            "int".into()
+        }
+        "bool" => "bool".into(),
+        "str" | "String" => "str".into(),
+        "Option" => format!("{} | None", rec(first_type_arg(args)?)?),
+        "Vec" => format!("list[{}]", rec(first_type_arg(args)?)?),
+        "PyResult" | "Result" => rec(first_type_arg(args)?)?,
+        "Tensor" | "TensorRef" | "TensorMut" | "TensorDyn" | "TensorDynMut" => array.into(),
+        "Bound" | "Py" | "Borrowed" | "PyRef" | "PyRefMut" => rec(first_type_arg(args)?)?,
+        "PyAny" | "PyObject" => "object".into(),
+        "PyType" => "type".into(),
+        "PyString" => "str".into(),
+        "PyBytes" => "bytes".into(),
+        "PyDict" => "dict[typing.Any, typing.Any]".into(),
+        "PyList" => "list[typing.Any]".into(),
+        "PyTuple" => "tuple[typing.Any, ...]".into(),
+        "PyFloat" => "float".into(),
+        "PyInt" => "int".into(),
+        "PyBool" => "bool".into(),
+        "Self" => self_name?.into(),
+        _ => return None,
+    })
+}
+
+/// The Python annotation of the function's result, if the Rust type says it.
+pub fn return_annotation(ret: &ReturnType, array: &str, self_name: Option<&str>) -> Option<String> {
+    match ret {
+        ReturnType::Default => Some("None".into()),
+        ReturnType::Type(_, ty) => python_type(ty, array, self_name),
+    }
+}
+
+/// What the user's `#[pyo3(..)]` attributes say about the signature.
+#[derive(Default)]
+pub struct Pyo3Attrs {
+    /// The parenthesised list of `signature = (..)`.
+    pub signature: Option<TokenStream>,
+}
+
+/// Scans `#[pyo3(..)]` attributes for `signature`.
+pub fn scan_pyo3_attrs(attrs: &[Attribute]) -> Pyo3Attrs {
+    let mut out = Pyo3Attrs::default();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("pyo3")) {
+        let syn::Meta::List(list) = &attr.meta else {
+            continue;
+        };
+        let tokens: Vec<TokenTree> = list.tokens.clone().into_iter().collect();
+        for (i, t) in tokens.iter().enumerate() {
+            let TokenTree::Ident(id) = t else { continue };
+            let is_eq =
+                |k: usize| matches!(tokens.get(k), Some(TokenTree::Punct(p)) if p.as_char() == '=');
+            if id == "signature" && is_eq(i + 1) {
+                if let Some(TokenTree::Group(g)) = tokens.get(i + 2) {
+                    if g.delimiter() == Delimiter::Parenthesis {
+                        out.signature = Some(g.stream());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A default value as Python would spell it; `...` where the Rust
+/// expression is not a plain literal.
+fn python_default(tokens: &[TokenTree]) -> String {
+    let text: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+    match text.join("").as_str() {
+        "None" => "None".into(),
+        "true" => "True".into(),
+        "false" => "False".into(),
+        s if tokens.iter().all(|t| match t {
+            TokenTree::Literal(_) => true,
+            TokenTree::Punct(p) => p.as_char() == '-',
+            _ => false,
+        }) && !s.is_empty() =>
+        {
+            s.to_string()
+        }
+        _ => "...".into(),
+    }
+}
+
+/// Writes the parameter list of the signature line: `params` are the
+/// Python-visible parameters in Rust order with their annotations;
+/// `signature` is the user's `#[pyo3(signature = (..))]`, which decides
+/// order, defaults, `/`, `*`, `*args` and `**kwargs` when given.
+pub fn parameter_list(
+    params: &[(String, Option<String>)],
+    signature: Option<&TokenStream>,
+) -> String {
+    let annotated = |name: &str| -> String {
+        match params.iter().find(|(n, _)| n == name) {
+            Some((_, Some(a))) => format!("{name}: {a}"),
+            _ => name.to_string(),
+        }
+    };
+    let Some(sig) = signature else {
+        return params
+            .iter()
+            .map(|(n, _)| annotated(n))
+            .collect::<Vec<_>>()
+            .join(", ");
+    };
+    let tokens: Vec<TokenTree> = sig.clone().into_iter().collect();
+    let mut items = Vec::new();
+    for chunk in tokens.split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ',')) {
+        let stars = chunk
+            .iter()
+            .take_while(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == '*'))
+            .count();
+        let rest = &chunk[stars..];
+        let item = match rest {
+            [] if stars == 0 => continue,
+            [] => "*".to_string(),
+            [TokenTree::Punct(p)] if p.as_char() == '/' => "/".to_string(),
+            [TokenTree::Ident(id)] if stars > 0 => format!("{}{id}", "*".repeat(stars)),
+            [TokenTree::Ident(id)] => annotated(&id.to_string()),
+            [TokenTree::Ident(id), TokenTree::Punct(eq), default @ ..] if eq.as_char() == '=' => {
+                format!(
+                    "{} = {}",
+                    annotated(&id.to_string()),
+                    python_default(default)
+                )
+            }
+            other => other.iter().map(|t| t.to_string()).collect::<String>(),
+        };
+        items.push(item);
+    }
+    items.join(", ")
+}

@@ -1,0 +1,210 @@
+//! Implicit conversion of read-only arguments whose dtype or memory order
+//! does not fit, done by the argument's own framework.
+//!
+//! The rules (nanobind's `ndarray` and NumPy's casting rules):
+//! - only read-only parameters convert (`TensorRef`, `TensorDyn`); a
+//!   writable one would write into a temporary and the caller would never
+//!   see it;
+//! - only "same kind" casts: NumPy's `can_cast(from, to, "same_kind")`,
+//!   i.e. the kind never goes down the ladder bool < unsigned int < signed
+//!   int < float < complex (`int -> float`, `f64 -> f32`, `bool -> int`
+//!   convert; `float -> int`, `complex -> float` never do);
+//! - shape, device and read-only constraints never convert;
+//! - `#[noconvert]` on a parameter, or `#[dlpack_fn(noconvert)]`, turns it
+//!   off.
+//!
+//! The converted array is a temporary that the view owns: it lives exactly
+//! as long as the view, i.e. for the call.
+
+use crate::dtype::{code, DType};
+use crate::export::Framework;
+use crate::spec::Order;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The position of a dtype's kind on NumPy's casting ladder, `None` for
+/// dtypes dlcast does not convert (vector lanes, opaque handles, unknown
+/// codes).
+fn kind_rank(d: DType) -> Option<u8> {
+    d.name()?;
+    Some(match d.code {
+        code::BOOL => 0,
+        code::UINT => 1,
+        code::INT => 2,
+        code::FLOAT | code::BFLOAT => 3,
+        code::COMPLEX => 4,
+        _ => return None,
+    })
+}
+
+/// Whether `from` converts implicitly to `to`: NumPy's
+/// `can_cast(from, to, casting="same_kind")` (bfloat16 counts as a float).
+pub fn same_kind(from: DType, to: DType) -> bool {
+    matches!((kind_rank(from), kind_rank(to)), (Some(a), Some(b)) if a <= b)
+}
+
+/// What a conversion must produce.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target {
+    pub dtype: DType,
+    /// `Order::Any` keeps the layout as far as the framework allows.
+    pub order: Order,
+}
+
+/// Why a conversion could not be attempted or failed.
+pub(crate) enum ConvertError {
+    /// No framework method applies; the text says why.
+    Unsupported(String),
+    /// The framework raised.
+    Raised(&'static str, PyErr),
+}
+
+/// Converts `obj` (host or device memory of a known framework) to `target`
+/// by asking its framework; see the module documentation for which
+/// framework call is used.
+pub(crate) fn convert<'py>(
+    obj: &Bound<'py, PyAny>,
+    host: bool,
+    ndim: usize,
+    target: Target,
+) -> Result<Bound<'py, PyAny>, ConvertError> {
+    let Some(name) = target.dtype.name() else {
+        return Err(ConvertError::Unsupported(format!(
+            "dlcast does not convert to {}",
+            target.dtype
+        )));
+    };
+    // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
+    if unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
+        return Err(ConvertError::Unsupported(
+            "a DLPack capsule can be read only once".into(),
+        ));
+    }
+    // F order is only a different layout from C for two or more dimensions.
+    let wants_f = target.order == Order::F && ndim >= 2;
+    let framework = Framework::of(obj);
+    let raised = |what: &'static str| move |e: PyErr| ConvertError::Raised(what, e);
+    match framework {
+        Some(Framework::Numpy | Framework::Cupy) => {
+            numpy_like_astype(obj, name, target.order).map_err(raised("x.astype"))
+        }
+        Some(Framework::Torch) => {
+            torch_convert(obj, name, target.order, ndim).map_err(raised("x.to"))
+        }
+        // These frameworks' arrays are always C-contiguous (row-major): a
+        // dtype change keeps that; F order needs NumPy.
+        Some(Framework::Jax | Framework::ArrayApi | Framework::Tensorflow) if !wants_f => {
+            let py = obj.py();
+            match framework {
+                Some(Framework::Jax) => obj
+                    .call_method1(intern!(py, "astype"), (name,))
+                    .map_err(raised("x.astype")),
+                Some(Framework::ArrayApi) => {
+                    let xp = obj
+                        .call_method0(intern!(py, "__array_namespace__"))
+                        .map_err(raised("x.__array_namespace__"))?;
+                    let dtype = xp.getattr(name).map_err(raised("xp.astype"))?;
+                    xp.call_method1(intern!(py, "astype"), (obj, dtype))
+                        .map_err(raised("xp.astype"))
+                }
+                _ => py
+                    .import(intern!(py, "tensorflow"))
+                    .and_then(|tf| tf.call_method1(intern!(py, "cast"), (obj, name)))
+                    .map_err(raised("tensorflow.cast")),
+            }
+        }
+        _ if host => numpy_fallback(obj, name, target.order).map_err(raised("numpy.asarray")),
+        _ => Err(ConvertError::Unsupported(
+            "its framework has no conversion dlcast knows for device memory".into(),
+        )),
+    }
+}
+
+fn order_letter(order: Order) -> &'static str {
+    match order {
+        Order::Any => "K",
+        Order::C | Order::Contiguous => "C",
+        Order::F => "F",
+    }
+}
+
+/// NumPy's (and CuPy's) `a.astype(dtype, order=...)`.
+fn numpy_like_astype<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    order: Order,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "order"), order_letter(order))?;
+    obj.call_method(intern!(py, "astype"), (name,), Some(&kwargs))
+}
+
+/// `x.detach().to(torch.<name>)`, then `.contiguous()` for C order, or the
+/// same under a reversed permutation for F order (which really yields
+/// column-major strides).
+fn torch_convert<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    order: Order,
+    ndim: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let torch = py.import(intern!(py, "torch"))?;
+    let dtype = torch.getattr(name)?;
+    let t = obj
+        .call_method0(intern!(py, "detach"))?
+        .call_method1(intern!(py, "to"), (dtype,))?;
+    match order {
+        Order::Any => Ok(t),
+        Order::C | Order::Contiguous => t.call_method0(intern!(py, "contiguous")),
+        Order::F => {
+            let rev: Vec<usize> = (0..ndim).rev().collect();
+            t.call_method1(intern!(py, "permute"), (rev.clone(),))?
+                .call_method0(intern!(py, "contiguous"))?
+                .call_method1(intern!(py, "permute"), (rev,))
+        }
+    }
+}
+
+/// For host memory of any other producer: `numpy.from_dlpack(x)` (or
+/// `numpy.asarray(memoryview(x))` for a buffer), then `astype`.
+fn numpy_fallback<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    order: Order,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let np = py.import(intern!(py, "numpy"))?;
+    let arr = if obj.hasattr(intern!(py, "__dlpack__"))? {
+        np.call_method1(intern!(py, "from_dlpack"), (obj,))?
+    } else {
+        let mv = pyo3::types::PyMemoryView::from(obj)?;
+        np.call_method1(intern!(py, "asarray"), (mv,))?
+    };
+    numpy_like_astype(&arr, name, order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_kind_follows_the_ladder() {
+        assert!(same_kind(DType::INT64, DType::FLOAT32));
+        assert!(same_kind(DType::FLOAT64, DType::FLOAT32));
+        assert!(same_kind(DType::BOOL, DType::INT8));
+        assert!(same_kind(DType::UINT8, DType::INT8));
+        assert!(same_kind(DType::FLOAT32, DType::BFLOAT16));
+        assert!(!same_kind(DType::FLOAT32, DType::INT32));
+        assert!(!same_kind(DType::INT8, DType::UINT64));
+        assert!(!same_kind(DType::COMPLEX64, DType::FLOAT64));
+        assert!(!same_kind(DType::INT8, DType::BOOL));
+        assert!(!same_kind(DType::new(code::FLOAT, 32, 4), DType::FLOAT32));
+        assert!(!same_kind(
+            DType::new(code::OPAQUE_HANDLE, 64, 1),
+            DType::INT64
+        ));
+    }
+}

@@ -1,0 +1,326 @@
+//! Conversion, dtype-generic functions, methods and signatures (issue #4).
+
+use dlcast_runtime::prelude::*;
+use half::f16;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+/// Layout seen by Rust: `(dtype, shape, strides)`.
+macro_rules! layout {
+    ($x:expr) => {
+        (
+            $x.dtype().to_string(),
+            $x.shape().to_vec(),
+            $x.strides().to_vec(),
+        )
+    };
+}
+
+/// The elements of a writable view as one slice.
+fn slice_mut<'s, T: Element>(x: &'s mut TensorMut<'_, T>) -> PyResult<&'s mut [T]> {
+    x.as_slice_mut()
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not contiguous"))
+}
+
+/// A float32 read-only parameter that converts (the default).
+#[dlpack_fn]
+#[pyfunction]
+fn seen_f32(x: TensorRef<'_, f32>) -> PyResult<(String, Vec<usize>, Vec<isize>, Vec<f32>)> {
+    let (dt, shape, strides) = layout!(x);
+    Ok((dt, shape, strides, x.to_vec()?))
+}
+
+/// An int32 read-only parameter that converts.
+#[dlpack_fn]
+#[pyfunction]
+fn seen_i32(x: TensorRef<'_, i32>) -> PyResult<Vec<i32>> {
+    Ok(x.to_vec()?)
+}
+
+/// C order, converting: returns the layout the body saw.
+#[dlpack_fn]
+#[pyfunction]
+fn seen_c(
+    #[order(c)] x: TensorRef<'_, f64>,
+) -> PyResult<(String, Vec<usize>, Vec<isize>, Vec<f64>)> {
+    let (dt, shape, strides) = layout!(x);
+    Ok((dt, shape, strides, x.to_vec()?))
+}
+
+/// F order, converting (any dtype, so only the order changes).
+#[dlpack_fn]
+#[pyfunction]
+fn seen_f(#[order(f)] x: TensorDyn<'_>) -> (String, Vec<usize>, Vec<isize>) {
+    layout!(x)
+}
+
+/// float32 in F order: dtype and order change in one conversion.
+#[dlpack_fn]
+#[pyfunction]
+fn seen_f32_f(#[order(f)] x: TensorRef<'_, f32>) -> PyResult<(String, Vec<isize>, Vec<f32>)> {
+    Ok((x.dtype().to_string(), x.strides().to_vec(), x.to_vec()?))
+}
+
+/// `#[noconvert]` on the parameter.
+#[dlpack_fn]
+#[pyfunction]
+fn strict_c(
+    #[noconvert]
+    #[order(c)]
+    x: TensorRef<'_, f64>,
+) -> usize {
+    x.len()
+}
+
+/// `#[dlpack_fn(noconvert)]` on the function; `y` would convert otherwise.
+#[dlpack_fn(noconvert)]
+#[pyfunction]
+fn strict_pair(x: TensorRef<'_, f32>, y: TensorRef<'_, f32>) -> usize {
+    x.len() + y.len()
+}
+
+/// A writable parameter never converts.
+#[dlpack_fn]
+#[pyfunction]
+fn fill_c_f32(#[order(c)] mut x: TensorMut<'_, f32>, value: f32) -> PyResult<()> {
+    slice_mut(&mut x)?.fill(value);
+    Ok(())
+}
+
+/// Shape and device constraints never convert.
+#[dlpack_fn]
+#[pyfunction]
+fn triple_f32(#[shape(3)] x: TensorRef<'_, f32>) -> usize {
+    x.len()
+}
+
+/// Numbers a test can compute with, for the generic functions below.
+trait Real: Element {
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Real for f32 {
+    fn to_f64(self) -> f64 {
+        self.into()
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Real for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+impl Real for f16 {
+    fn to_f64(self) -> f64 {
+        self.into()
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+/// Multiplies `x` in place: one Python function, three instances.
+#[dlpack_fn]
+#[pyfunction]
+fn scale<T: Real>(#[dtype(f32, f64, f16)] mut x: TensorMut<'_, T>, factor: f64) -> PyResult<()> {
+    for v in slice_mut(&mut x)? {
+        *v = T::from_f64(v.to_f64() * factor);
+    }
+    Ok(())
+}
+
+/// `out = a + b`; all three share `T`, so all must have one dtype.
+#[dlpack_fn]
+#[pyfunction]
+fn add_into<T: Real>(
+    #[dtype(f32, f64)]
+    #[shape(n)]
+    a: TensorRef<'_, T>,
+    #[shape(n)] b: TensorRef<'_, T>,
+    #[shape(n)] mut out: TensorMut<'_, T>,
+) -> PyResult<()> {
+    let (a, b) = (a.to_vec()?, b.to_vec()?);
+    for ((o, x), y) in slice_mut(&mut out)?.iter_mut().zip(a).zip(b) {
+        *o = T::from_f64(x.to_f64() + y.to_f64());
+    }
+    Ok(())
+}
+
+/// The Rust type of the instance that ran, for every dtype dlcast knows.
+#[dlpack_fn]
+#[pyfunction]
+fn instance<T: Element>(
+    #[dtype(
+        bool, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, c64, c128
+    )]
+    x: TensorRef<'_, T>,
+) -> &'static str {
+    let _ = x;
+    std::any::type_name::<T>()
+}
+
+/// Two type parameters: a cross product of instances.
+#[dlpack_fn]
+#[pyfunction]
+fn instance_pair<A: Element, B: Element>(
+    #[dtype(f32, i64)] a: TensorRef<'_, A>,
+    b: Option<TensorRef<'_, B>>,
+    #[dtype(f64, u8)] _c: TensorRef<'_, B>,
+) -> (&'static str, &'static str, bool) {
+    let _ = a;
+    (
+        std::any::type_name::<A>(),
+        std::any::type_name::<B>(),
+        b.is_some(),
+    )
+}
+
+/// A generic function returning a tensor of its own dtype, read-only input
+/// with an order constraint (which still converts the layout).
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn doubled<T: Real>(
+    #[dtype(f32, f64)]
+    #[order(c)]
+    x: TensorRef<'_, T>,
+) -> PyResult<Tensor<T>> {
+    let v: Vec<T> = x
+        .to_vec()?
+        .into_iter()
+        .map(|v| T::from_f64(v.to_f64() * 2.0))
+        .collect();
+    Ok(Tensor::from_vec(v, x.shape())?)
+}
+
+/// Plain PyO3 arguments in any order around an array.
+#[dlpack_fn]
+#[pyfunction]
+fn mixed(
+    label: &Bound<'_, PyAny>,
+    py: Python<'_>,
+    #[shape(n)] x: TensorRef<'_, f64>,
+    k: usize,
+) -> PyResult<String> {
+    let _ = py;
+    Ok(format!("{}:{}:{}", label.str()?, x.len(), k))
+}
+
+/// Positional-only, defaults, keyword-only and an optional array.
+#[dlpack_fn]
+#[pyfunction]
+#[pyo3(signature = (x, /, y = None, *, scale = 2.0, name = "sum"))]
+fn with_signature(
+    #[shape(n)] x: TensorRef<'_, f32>,
+    #[shape(n)] y: Option<TensorRef<'_, f32>>,
+    scale: f64,
+    name: &str,
+) -> PyResult<(String, f64)> {
+    let mut total: f64 = x.to_vec()?.into_iter().map(f64::from).sum();
+    if let Some(y) = y {
+        total += y.to_vec()?.into_iter().map(f64::from).sum::<f64>();
+    }
+    Ok((name.to_string(), total * scale))
+}
+
+/// A class whose methods take arrays.
+#[pyclass(module = "dlcast_testext")]
+struct Accumulator {
+    total: f64,
+}
+
+#[dlpack_fn]
+#[pymethods]
+impl Accumulator {
+    #[new]
+    fn new() -> Self {
+        Accumulator { total: 0.0 }
+    }
+
+    /// Adds the sum of `x`; returns the running total.
+    fn add(&mut self, #[shape(n)] x: TensorRef<'_, f64>) -> PyResult<f64> {
+        self.total += x.to_vec()?.into_iter().sum::<f64>();
+        Ok(self.total)
+    }
+
+    /// A plain method: untouched by dlcast.
+    fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// Weighted sum with PyO3 signature features.
+    #[pyo3(signature = (x, *, weights = None, scale = 1.0))]
+    fn weighted(
+        &self,
+        #[shape(n)] x: TensorRef<'_, f64>,
+        #[shape(n)] weights: Option<TensorRef<'_, f64>>,
+        scale: f64,
+    ) -> PyResult<f64> {
+        let x = x.to_vec()?;
+        let w = match weights {
+            Some(w) => w.to_vec()?,
+            None => vec![1.0; x.len()],
+        };
+        Ok(self.total + scale * x.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>())
+    }
+
+    /// Euclidean norm, no instance needed.
+    #[staticmethod]
+    fn norm(#[order(c)] x: TensorRef<'_, f64>) -> PyResult<f64> {
+        Ok(x.to_vec()?.iter().map(|v| v * v).sum::<f64>().sqrt())
+    }
+
+    /// An accumulator that starts at the sum of `x`.
+    #[classmethod]
+    fn starting_at(_cls: &Bound<'_, PyType>, x: TensorRef<'_, f64>) -> PyResult<Self> {
+        Ok(Accumulator {
+            total: x.to_vec()?.into_iter().sum(),
+        })
+    }
+
+    /// Scales `x` in place by the running total: a generic method.
+    fn scale_by_total<T: Real>(&self, #[dtype(f32, f64)] mut x: TensorMut<'_, T>) -> PyResult<()> {
+        for v in slice_mut(&mut x)? {
+            *v = T::from_f64(v.to_f64() * self.total);
+        }
+        Ok(())
+    }
+
+    /// Returns a view of `x` as NumPy (method-level options).
+    #[dlpack_fn(returns = numpy, noconvert)]
+    fn echo<'a>(&self, x: TensorRef<'a, f32>) -> TensorRef<'a, f32> {
+        x
+    }
+}
+
+pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    macro_rules! add {
+        ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
+    }
+    add!(
+        seen_f32,
+        seen_i32,
+        seen_c,
+        seen_f,
+        seen_f32_f,
+        strict_c,
+        strict_pair,
+        fill_c_f32,
+        triple_f32,
+        scale,
+        add_into,
+        instance,
+        instance_pair,
+        doubled,
+        mixed,
+        with_signature,
+    );
+    m.add_class::<Accumulator>()
+}
