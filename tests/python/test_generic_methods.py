@@ -1,0 +1,176 @@
+"""dtype-generic functions, methods, PyO3 signatures and the signature line
+in docstrings (issue #4)."""
+
+import inspect
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+
+# (NumPy dtype name, the Rust type the instance for it reports)
+INSTANCES = [
+    ("bool", "bool"),
+    ("int8", "i8"),
+    ("int16", "i16"),
+    ("int32", "i32"),
+    ("int64", "i64"),
+    ("uint8", "u8"),
+    ("uint16", "u16"),
+    ("uint32", "u32"),
+    ("uint64", "u64"),
+    ("float16", "half::binary16::f16"),
+    ("bfloat16", "half::bfloat::bf16"),
+    ("float32", "f32"),
+    ("float64", "f64"),
+    ("complex64", "num_complex::Complex<f32>"),
+    ("complex128", "num_complex::Complex<f64>"),
+]
+
+
+@pytest.mark.parametrize("name,rust", INSTANCES, ids=[n for n, _ in INSTANCES])
+def test_dispatch_reaches_the_instance_of_each_listed_dtype(name, rust):
+    if name == "bfloat16":  # NumPy's (ml_dtypes') bfloat16 has no DLPack export
+        assert ext.instance(torch.zeros(2, dtype=torch.bfloat16)) == rust
+        assert ext.instance(jnp.zeros(2, dtype=jnp.bfloat16)) == rust
+        return
+    x = np.zeros(2, dtype=name)
+    assert ext.instance(x) == rust
+    assert ext.instance(jnp.asarray(x)) == rust
+    if name not in ("uint16", "uint32", "uint64"):  # torch.from_numpy lacks them
+        assert ext.instance(torch.from_numpy(x)) == rust
+
+
+@pytest.mark.parametrize("make", [np.ones, lambda n, dtype: torch.ones(n, dtype=getattr(torch, dtype))])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_generic_writable_scale(make, dtype):
+    x = make(4, dtype=dtype)
+    assert ext.scale(x, 2.5) is None
+    assert np.asarray(x).tolist() == [2.5] * 4
+    assert str(np.asarray(x).dtype) == dtype
+
+
+def test_unlisted_dtype_lists_the_accepted_ones():
+    with pytest.raises(TypeError) as info:
+        ext.scale(np.ones(3, np.int32), 2.0)
+    assert str(info.value) == (
+        "scale(): argument 'x': expected dtype float32, float64 or float16, got int32"
+    )
+    # A generic parameter never converts: not even int64 -> float64.
+    with pytest.raises(TypeError, match="expected dtype float32 or float64, got int64"):
+        ext.doubled(np.arange(3))
+
+
+def test_parameters_sharing_a_type_parameter_must_match():
+    a32, a64 = np.ones(3, np.float32), np.ones(3)
+    out = np.zeros(3, np.float32)
+    ext.add_into(a32, a32, out)
+    assert out.tolist() == [2.0] * 3
+    with pytest.raises(TypeError) as info:
+        ext.add_into(a32, a64, out)
+    assert str(info.value) == (
+        "add_into(): arguments 'a' and 'b' must have the same dtype (both are `T`), "
+        "got float32 and float64"
+    )
+    with pytest.raises(TypeError, match="arguments 'a' and 'out' must have the same dtype"):
+        ext.add_into(a64, a64, out)
+    # Named extents still apply across the generic parameters.
+    with pytest.raises(TypeError, match="dimension 'n' is 3 in 'a' but 2 in 'b'"):
+        ext.add_into(a32, np.ones(2, np.float32), out)
+
+
+def test_two_type_parameters_and_an_optional_follower():
+    f32, i64, f64, u8 = (np.zeros(1, d) for d in ("float32", "int64", "float64", "uint8"))
+    assert ext.instance_pair(f32, None, f64) == ("f32", "f64", False)
+    assert ext.instance_pair(i64, u8, u8) == ("i64", "u8", True)
+    with pytest.raises(TypeError, match="arguments '_c' and 'b' must have the same dtype"):
+        ext.instance_pair(i64, f64, u8)
+    with pytest.raises(TypeError, match="argument '_c': expected dtype float64 or uint8, got float32"):
+        ext.instance_pair(i64, None, f32)
+
+
+def test_generic_result_has_the_input_dtype_and_order_still_converts():
+    for dt in ("float32", "float64"):
+        a = np.arange(6, dtype=dt).reshape(2, 3).T  # F order, order(c) wanted
+        out = ext.doubled(a)
+        assert out.dtype == dt and out.flags.c_contiguous
+        np.testing.assert_array_equal(out, a * 2)
+
+
+def test_instance_static_and_class_methods():
+    acc = ext.Accumulator()
+    assert acc.add(np.ones(3)) == 3.0
+    assert acc.add(torch.ones(2, dtype=torch.float64)) == 5.0
+    assert acc.total() == 5.0
+    assert ext.Accumulator.norm(np.array([3.0, 4.0])) == 5.0
+    assert acc.norm(jnp.array([6.0, 8.0])) == 10.0
+    assert ext.Accumulator.starting_at(np.arange(4.0)).total() == 6.0
+    x = np.ones(2, np.float32)
+    assert acc.scale_by_total(x) is None
+    assert x.tolist() == [5.0, 5.0]
+    with pytest.raises(TypeError, match=r"^add\(\): argument 'x': expected shape \(n,\), got \(2, 2\)$"):
+        acc.add(np.ones((2, 2)))
+
+
+def test_pyo3_signature_defaults_keywords_and_options():
+    acc = ext.Accumulator.starting_at(np.array([1.0]))
+    assert acc.weighted(np.array([1.0, 2.0])) == 4.0
+    assert acc.weighted(np.array([1.0, 2.0]), weights=np.array([0.0, 1.0]), scale=3.0) == 7.0
+    with pytest.raises(TypeError):
+        acc.weighted(np.array([1.0]), np.array([1.0]))  # weights is keyword-only
+    with pytest.raises(TypeError, match="dimension 'n' is 2 in 'x' but 1 in 'weights'"):
+        acc.weighted(np.array([1.0, 2.0]), weights=np.array([1.0]))
+    one = np.ones(3, np.float32)
+    assert ext.with_signature(one) == ("sum", 6.0)
+    assert ext.with_signature(one, one, scale=1.0, name="both") == ("both", 6.0)
+    with pytest.raises(TypeError):
+        ext.with_signature(x=one)  # positional-only
+    assert ext.mixed("label", np.zeros(4), 7) == "label:4:7"
+    assert ext.mixed(k=1, x=np.zeros(2), label=3) == "3:2:1"
+
+
+def test_method_level_options_apply():
+    acc = ext.Accumulator()
+    x = np.arange(3, dtype=np.float32)
+    out = acc.echo(x)
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(TypeError, match=r"^echo\(\): argument 'x': expected dtype float32, got float64$"):
+        acc.echo(np.arange(3.0))  # noconvert
+
+
+SIGNATURES = {
+    ext.centroid: "centroid(points: ndarray[float32, (n, 3), cpu], weights: ndarray[float32, (n,), cpu]) -> list[float]",
+    ext.scale: "scale(x: ndarray[float32 | float64 | float16, cpu, writable], factor: float) -> None",
+    ext.add_into: "add_into(a: ndarray[float32 | float64, (n,), cpu], b: ndarray[float32 | float64, (n,), cpu], out: ndarray[float32 | float64, (n,), cpu, writable]) -> None",
+    ext.doubled: "doubled(x: ndarray[float32 | float64, c_contiguous, cpu]) -> numpy.ndarray",
+    ext.mixed: "mixed(label: object, x: ndarray[float64, (n,), cpu], k: int) -> str",
+    ext.with_signature: 'with_signature(x: ndarray[float32, (n,), cpu], /, y: ndarray[float32, (n,), cpu] | None = None, *, scale: float = 2.0, name: str = "sum") -> tuple[str, float]',
+    ext.needs_f: "needs_f(x: ndarray[f_contiguous, cpu]) -> list[int]",
+    ext.cuda1_or_cpu: "cuda1_or_cpu(x: ndarray[cuda(1) | cpu]) -> tuple[int, int]",
+    ext.batch_of_pairs: "batch_of_pairs(x: ndarray[(..., 2), cpu]) -> list[int]",
+    ext.maybe_fill: "maybe_fill(x: ndarray[float64, cpu, writable] | None = None) -> bool",
+    ext.Accumulator.add: "add(self, x: ndarray[float64, (n,), cpu]) -> float",
+    ext.Accumulator.weighted: "weighted(self, x: ndarray[float64, (n,), cpu], *, weights: ndarray[float64, (n,), cpu] | None = None, scale: float = 1.0) -> float",
+    ext.Accumulator.norm: "norm(x: ndarray[float64, c_contiguous, cpu]) -> float",
+    ext.Accumulator.starting_at: "starting_at(cls, x: ndarray[float64, cpu]) -> Accumulator",
+    ext.Accumulator.echo: "echo(self, x: ndarray[float32, cpu]) -> numpy.ndarray",
+}
+
+
+@pytest.mark.parametrize("fn", SIGNATURES, ids=[f.__name__ for f in SIGNATURES])
+def test_docstring_first_line_shows_the_constraints(fn):
+    assert fn.__doc__.splitlines()[0] == SIGNATURES[fn]
+    # The user's own docstring follows after a blank line.
+    lines = fn.__doc__.splitlines()
+    assert lines[1] == "" and lines[2]
+
+
+def test_text_signature_stays_usable_by_inspect():
+    assert ext.centroid.__text_signature__ == "(points, weights)"
+    assert str(inspect.signature(ext.with_signature)) == "(x, /, y=None, *, scale=2.0, name='sum')"
+    assert str(inspect.signature(ext.Accumulator.weighted)) == "(self, /, x, *, weights=None, scale=1.0)"
+    # A method without arrays is left to PyO3.
+    assert ext.Accumulator.total.__doc__ == "A plain method: untouched by dlcast."
