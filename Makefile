@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint rust-test py-test demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint rust-test py-test typecheck demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -30,9 +30,15 @@ rust-test:
 py-test: ext
 	$(PY) -m pytest tests/python -q
 
+## The stub generator on the test extension, then `mypy --strict` on the
+## stub, a typed caller and a file of calls it must refuse (tests/typing/).
+typecheck: ext
+	$(PY) tests/typing/check.py
+
 ## Run every test: formatting, clippy, Rust unit/property tests, ui-tests,
-## and the pytest suite against NumPy, PyTorch, JAX and array-api-strict.
-test: venv lint rust-test py-test
+## the pytest suite against NumPy, PyTorch, JAX and array-api-strict, and
+## the generated stubs under mypy --strict.
+test: venv lint rust-test py-test typecheck
 
 demo-ext: venv
 	maturin develop -q --release -m examples/demo/Cargo.toml

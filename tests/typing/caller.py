@@ -1,0 +1,47 @@
+"""A typed caller of the test extension: `make test` generates the
+extension's stub with scripts/dlcast_stubgen.py and runs `mypy --strict` on
+the stub and on this file (tests/typing/check.py)."""
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import numpy.typing as npt
+import torch
+
+import dlcast_testext as ext
+
+
+def centroid_of(points: npt.NDArray[np.float32], weights: npt.NDArray[np.float32]) -> list[float]:
+    return ext.centroid(points, weights)
+
+
+def accumulate(chunks: list[torch.Tensor]) -> float:
+    acc = ext.Accumulator()
+    total = 0.0
+    for chunk in chunks:
+        total = acc.add(chunk)
+    return total + acc.weighted(jnp.ones(2), weights=None, scale=2.0)
+
+
+def doubled_numpy(x: npt.NDArray[np.float64]) -> npt.NDArray[Any]:
+    return ext.doubled(x)
+
+
+def summed(x: torch.Tensor, scale: float) -> tuple[str, float]:
+    return ext.with_signature(x, scale=scale, name="total")
+
+
+def own_array_shape(x: npt.NDArray[np.float64]) -> tuple[int, ...]:
+    arr = ext.identity(x)  # a dlcast.Array
+    assert len(arr) == arr.shape[0]
+    return arr.shape
+
+
+def from_buffer(b: bytes) -> float:
+    return ext.sum_f64(memoryview(b)) + ext.sum_u8(b)
+
+
+ext.scale(np.ones(3, np.float32), 2.0)
+norm: float = ext.Accumulator.norm(np.array([3.0, 4.0]))
+started: ext.Accumulator = ext.Accumulator.starting_at(np.ones(2))

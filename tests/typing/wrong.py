@@ -1,0 +1,12 @@
+"""Calls the stub must reject (each line's expected mypy error code after
+`# E:`), so that the stubs are shown to carry types, not just `Any`."""
+
+import numpy as np
+
+import dlcast_testext as ext
+
+ext.centroid("not an array", np.ones(3, np.float32))  # E: arg-type
+label: str = ext.sum_f64(np.ones(3))  # E: assignment
+ext.Accumulator().weighted(np.ones(2), np.ones(2))  # E: call-arg
+ext.with_signature(x=np.ones(2, np.float32))  # E: call-arg
+ext.scale(np.ones(3, np.float32))  # E: call-arg
