@@ -137,22 +137,14 @@ pub const DTYPES: &[(&str, &str, &str)] = &[
     ("u16", "u16", "uint16"),
     ("u32", "u32", "uint32"),
     ("u64", "u64", "uint64"),
-    ("f16", "::dlcast_runtime::__private::half::f16", "float16"),
-    (
-        "bf16",
-        "::dlcast_runtime::__private::half::bf16",
-        "bfloat16",
-    ),
+    ("f16", "::dlcast_runtime::__private::F16", "float16"),
+    ("bf16", "::dlcast_runtime::__private::BF16", "bfloat16"),
     ("f32", "f32", "float32"),
     ("f64", "f64", "float64"),
-    (
-        "c64",
-        "::dlcast_runtime::__private::num_complex::Complex<f32>",
-        "complex64",
-    ),
+    ("c64", "::dlcast_runtime::__private::Complex64", "complex64"),
     (
         "c128",
-        "::dlcast_runtime::__private::num_complex::Complex<f64>",
+        "::dlcast_runtime::__private::Complex128",
         "complex128",
     ),
 ];

@@ -315,10 +315,12 @@ fn expand_fn(opts: &FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
 
 fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2> {
     if !has_attr(&imp.attrs, "pymethods") {
-        return Err(Error::new_spanned(
+        let err = Error::new_spanned(
             &imp.self_ty,
             "#[dlpack_fn] on an impl block must be placed above #[pymethods]",
-        ));
+        )
+        .to_compile_error();
+        return Ok(quote!(#err #imp));
     }
     let mut bodies = Vec::new();
     let mut errors: Option<Error> = None;
@@ -586,6 +588,7 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
                             ),
                         );
                     } else if optional {
+                        tp.decided_by = Some(index); // no second error for `T`
                         combine(
                             &mut errors,
                             Error::new_spanned(
@@ -628,6 +631,11 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
             annots,
             tparam,
         });
+    }
+    // After an error in the parameters, a missing `#[dtype]` is most likely
+    // its consequence: report only the first.
+    if let Some(e) = errors {
+        return Err(e);
     }
     for tp in &a.tparams {
         if tp.decided_by.is_none() {
@@ -890,10 +898,7 @@ fn expand_callable(
         };
         let ann =
             pysig::array_annotation(&v.annots, dtype, &dim_names, v.kind.writable(), v.optional);
-        if let Some(p) = py_params
-            .iter_mut()
-            .find(|(n, _)| *n == v.ident.to_string())
-        {
+        if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident == n) {
             p.1 = Some(ann);
         }
     }

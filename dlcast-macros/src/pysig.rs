@@ -133,7 +133,7 @@ pub fn python_type(ty: &Type, array: &str, self_name: Option<&str>) -> Option<St
         if t.elems.is_empty() {
             return Some("None".into());
         }
-        let items: Option<Vec<String>> = t.elems.iter().map(|e| rec(e)).collect();
+        let items: Option<Vec<String>> = t.elems.iter().map(&rec).collect();
         return Some(format!("tuple[{}]", items?.join(", ")));
     }
     if let Type::Array(a) = ty {

@@ -71,9 +71,15 @@ pub mod __private {
     pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::view::View;
+    /// Element types named by `#[dtype(..)]` (aliases, not re-exports,
+    /// so that diagnostics keep the crates' own paths).
     #[cfg(feature = "half")]
-    pub use half;
+    pub type F16 = half::f16;
+    #[cfg(feature = "half")]
+    pub type BF16 = half::bf16;
     #[cfg(feature = "complex")]
-    pub use num_complex;
+    pub type Complex64 = num_complex::Complex<f32>;
+    #[cfg(feature = "complex")]
+    pub type Complex128 = num_complex::Complex<f64>;
     pub use pyo3;
 }

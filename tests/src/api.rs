@@ -16,6 +16,9 @@ macro_rules! layout {
     };
 }
 
+/// `(dtype, shape, strides, values)` as the body saw them.
+type Seen<T> = (String, Vec<usize>, Vec<isize>, Vec<T>);
+
 /// The elements of a writable view as one slice.
 fn slice_mut<'s, T: Element>(x: &'s mut TensorMut<'_, T>) -> PyResult<&'s mut [T]> {
     x.as_slice_mut()
@@ -25,7 +28,7 @@ fn slice_mut<'s, T: Element>(x: &'s mut TensorMut<'_, T>) -> PyResult<&'s mut [T
 /// A float32 read-only parameter that converts (the default).
 #[dlpack_fn]
 #[pyfunction]
-fn seen_f32(x: TensorRef<'_, f32>) -> PyResult<(String, Vec<usize>, Vec<isize>, Vec<f32>)> {
+fn seen_f32(x: TensorRef<'_, f32>) -> PyResult<Seen<f32>> {
     let (dt, shape, strides) = layout!(x);
     Ok((dt, shape, strides, x.to_vec()?))
 }
@@ -40,9 +43,7 @@ fn seen_i32(x: TensorRef<'_, i32>) -> PyResult<Vec<i32>> {
 /// C order, converting: returns the layout the body saw.
 #[dlpack_fn]
 #[pyfunction]
-fn seen_c(
-    #[order(c)] x: TensorRef<'_, f64>,
-) -> PyResult<(String, Vec<usize>, Vec<isize>, Vec<f64>)> {
+fn seen_c(#[order(c)] x: TensorRef<'_, f64>) -> PyResult<Seen<f64>> {
     let (dt, shape, strides) = layout!(x);
     Ok((dt, shape, strides, x.to_vec()?))
 }

@@ -1,0 +1,15 @@
+use dlcast_runtime::prelude::*;
+use pyo3::prelude::*;
+
+#[pyclass]
+struct C;
+
+#[pymethods]
+impl C {
+    #[dlpack_fn]
+    fn m(&self, x: TensorRef<'_, f32>) -> usize {
+        x.len()
+    }
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use dlcast_runtime::prelude::*;
+use pyo3::prelude::*;
+
+#[dlpack_fn]
+#[pyfunction]
+fn f<T: Element>(#[dtype(f32, float128)] x: TensorRef<'_, T>) -> usize {
+    x.len()
+}
+
+fn main() {}
