@@ -13,6 +13,7 @@ use syn::{
 };
 
 mod annot;
+mod stream;
 
 use annot::{Annotations, Dim};
 
@@ -27,6 +28,14 @@ use annot::{Annotations, Dim};
 /// - `#[device(cpu, cuda(0), ..)]`: allowed devices, optionally with an id;
 ///   default `cpu`.
 /// - `#[order(c | f | contiguous)]`: required memory order; default any.
+/// - `#[stream]` on an integer parameter (or `Option` of one): its value is
+///   the stream handle CUDA/ROCm inputs are made ready on (`-1`: no
+///   synchronisation; `None`: the default rule).
+///
+/// `#[dlpack_fn(stream = legacy | per_thread | no_sync)]` chooses the stream
+/// for every CUDA/ROCm input of the function; the default (`producer`) is
+/// the producer's current work stream where the DLPack C exchange API says
+/// it, else the default stream (see `dlcast_runtime::stream`).
 ///
 /// The function may return anything PyO3 converts, including dlcast's
 /// owned `Tensor<T>` and views of its inputs (exported zero-copy as a
@@ -179,6 +188,8 @@ enum Returns {
 #[derive(Default)]
 struct FnOptions {
     returns: Option<Returns>,
+    /// `stream = ...`: the runtime's `StreamRequest` variant.
+    stream: Option<Ident>,
 }
 
 fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
@@ -207,10 +218,12 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
             };
             opts.returns = Some(Returns::Framework(Ident::new(variant, value.span())));
             Ok(())
+        } else if meta.path.is_ident("stream") {
+            stream::parse_option(&meta, &mut opts.stream)
         } else {
             Err(meta.error(
-                "unknown #[dlpack_fn] option; expected `returns = <framework>` \
-                 or `returns = like(<parameter>)`",
+                "unknown #[dlpack_fn] option; expected `returns = <framework>`, \
+                 `returns = like(<parameter>)` or `stream = <stream>`",
             ))
         }
     });
@@ -231,6 +244,7 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
     let mut views: Vec<ViewParam> = Vec::new();
     let mut outer_params = Vec::new();
     let mut call_args = Vec::new();
+    let mut stream_param: Option<stream::StreamParam> = None;
     let mut errors: Option<Error> = None;
     let mut push_err = |e: Error| match &mut errors {
         Some(all) => all.combine(e),
@@ -242,6 +256,13 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
                 arg,
                 "#[dlpack_fn] does not support methods yet",
             ));
+        };
+        let stream_attr = match stream::take_attr(&mut pt.attrs) {
+            Ok(a) => a,
+            Err(e) => {
+                push_err(e);
+                continue;
+            }
         };
         let annots = match annot::take(&mut pt.attrs) {
             Ok(a) => a,
@@ -263,11 +284,21 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
                 ));
                 continue;
             }
+            if let Some(attr) = stream_attr {
+                if let Err(e) = stream::record(&mut stream_param, attr, pt) {
+                    push_err(e);
+                    continue;
+                }
+            }
             outer_params.push(quote!(#pt));
             let pat = &pt.pat;
             call_args.push(quote!(#pat));
             continue;
         };
+        if let Some(attr) = &stream_attr {
+            push_err(stream::on_view_error(attr));
+            continue;
+        }
         if let Some(e) = named_lifetime(inner) {
             push_err(e);
             continue;
@@ -330,6 +361,8 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
         })
         .collect::<Vec<_>>();
     let fn_name = func.sig.ident.to_string();
+    let stream_setup =
+        stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), stream_param.as_ref());
     let has_writable = views.iter().any(|v| v.kind.writable());
 
     let imports = views.iter().enumerate().map(|(i, v)| {
@@ -409,6 +442,7 @@ fn expand(opts: FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
             };
             #like_prelude
             let mut __dlcast = #rt::CallCx::new(&__DLCAST_SPEC);
+            #stream_setup
             #(#imports)*
             __dlcast.finish()?;
             #result

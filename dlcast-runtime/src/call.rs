@@ -50,6 +50,9 @@ pub struct CallCx {
     spec: &'static FnSpec,
     names: SmallVec<[Option<Binding>; 4]>,
     spans: SmallVec<[Span; 4]>,
+    /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
+    /// the generated code before the first `arg`.
+    pub(crate) stream: crate::stream::StreamRequest,
 }
 
 impl CallCx {
@@ -60,13 +63,18 @@ impl CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],
             spans: SmallVec::new(),
+            stream: crate::stream::StreamRequest::Producer,
         }
     }
 
     /// Imports and checks the array argument of parameter `index`.
     pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
         let param = &self.spec.params[index];
-        let raw = import::import(obj).map_err(|e| self.import_error(obj.py(), param, e))?;
+        let sx = import::StreamCx {
+            request: self.stream,
+            may_need: crate::stream::may_need_stream(param.devices),
+        };
+        let raw = import::import(obj, sx).map_err(|e| self.import_error(obj.py(), param, e))?;
         self.check(index, param, &raw, V::DTYPE, V::WRITABLE)?;
         Ok(V::from_raw(raw))
     }
@@ -153,6 +161,7 @@ impl CallCx {
                 "{prefix}: unsupported device (device_type={}, device_id={})",
                 d.device_type, d.device_id
             )),
+            ImportError::Stream(msg) => PyTypeError::new_err(format!("{prefix}: {msg}")),
             ImportError::Buffer(e) => {
                 let py_err = PyBufferError::new_err(format!(
                     "{prefix}: the buffer protocol refused: {e}"

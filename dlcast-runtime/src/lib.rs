@@ -37,6 +37,8 @@
 //! latest when the call returns), on error paths too.
 
 mod call;
+#[cfg(feature = "cudarc")]
+mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod export;
@@ -44,6 +46,7 @@ pub mod fast;
 mod import;
 pub mod layout;
 pub mod spec;
+pub mod stream;
 mod view;
 
 pub use device::{Device, DeviceSpec};
@@ -51,6 +54,7 @@ pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
 pub use import::{INLINE_DIMS, MAX_VERSION};
+pub use stream::StreamRequest;
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
@@ -68,6 +72,7 @@ pub mod __private {
     pub use crate::device::DeviceSpec;
     pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec};
+    pub use crate::stream::{StreamArg, StreamRequest};
     pub use crate::view::View;
     pub use pyo3;
 }
