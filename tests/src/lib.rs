@@ -7,6 +7,7 @@ use num_complex::Complex;
 use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
+mod gpu;
 mod producer;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -440,6 +441,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
         consume,
     );
     add_export_functions(m)?;
+    gpu::add(m)?;
     add_robustness_functions(m)
 }
 
