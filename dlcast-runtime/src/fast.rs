@@ -26,7 +26,7 @@ use dlpack_rs::ffi::{DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -107,9 +107,7 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     if !known.is_null() {
         return tp == known;
     }
-    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
-    let name = unsafe { CStr::from_ptr((*tp).tp_name) };
-    if name != c"numpy.ndarray" {
+    if !type_named_ndarray(obj, tp) {
         return false;
     }
     // Confirm against the real `numpy.ndarray` (numpy is imported, since an
@@ -125,6 +123,23 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     std::mem::forget(ndarray.unbind());
     NDARRAY.store(tp, Ordering::Relaxed);
     true
+}
+
+/// Whether the type's name is `numpy.ndarray` (a cheap filter before the
+/// exact check against NumPy's type).
+#[cfg(not(Py_LIMITED_API))]
+fn type_named_ndarray(_obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bool {
+    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
+    unsafe { std::ffi::CStr::from_ptr((*tp).tp_name) == c"numpy.ndarray" }
+}
+
+/// The same for abi3 builds, where type objects are opaque: the name is
+/// asked through the API (only until `numpy.ndarray` is first seen).
+#[cfg(Py_LIMITED_API)]
+fn type_named_ndarray(obj: &Bound<'_, PyAny>, _tp: *mut ffi::PyTypeObject) -> bool {
+    obj.get_type()
+        .fully_qualified_name()
+        .is_ok_and(|n| n.to_str().is_ok_and(|n| n == "numpy.ndarray"))
 }
 
 /// DLPack type of a NumPy `type_num`, for the types DLPack can describe.
