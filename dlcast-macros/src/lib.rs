@@ -14,6 +14,7 @@ use syn::{
 
 mod annot;
 mod pysig;
+mod stream;
 
 use annot::{Annotations, Dim};
 
@@ -33,6 +34,14 @@ use annot::{Annotations, Dim};
 /// - `#[dtype(f32, f64)]` on a parameter whose element type is a type
 ///   parameter (`x: TensorRef<'_, T>`): the function is generic over `T`
 ///   and dispatches on the argument's dtype to the instance for it.
+/// - `#[stream]` on an integer parameter (or `Option` of one): its value is
+///   the stream handle CUDA/ROCm inputs are made ready on (`-1`: no
+///   synchronisation; `None`: the default rule).
+///
+/// `#[dlpack_fn(stream = legacy | per_thread | no_sync)]` chooses the stream
+/// for every CUDA/ROCm input of the function; the default (`producer`) is
+/// the producer's current work stream where the DLPack C exchange API says
+/// it, else the default stream (see `dlcast_runtime::stream`).
 ///
 /// The function may return anything PyO3 converts, including dlcast's
 /// owned `Tensor<T>` and views of its inputs (exported zero-copy as a
@@ -212,6 +221,8 @@ struct FnOptions {
     returns: Option<Returns>,
     /// `noconvert`: no implicit conversion for any parameter.
     noconvert: bool,
+    /// `stream = ...`: the runtime's `StreamRequest` variant.
+    stream: Option<Ident>,
 }
 
 fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
@@ -246,10 +257,12 @@ fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
             }
             opts.noconvert = true;
             Ok(())
+        } else if meta.path.is_ident("stream") {
+            stream::parse_option(&meta, &mut opts.stream)
         } else {
             Err(meta.error(
                 "unknown #[dlpack_fn] option; expected `returns = <framework>`, \
-                 `returns = like(<parameter>)` or `noconvert`",
+                 `returns = like(<parameter>)`, `noconvert` or `stream = <stream>`",
             ))
         }
     });
@@ -340,6 +353,9 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         mopts.noconvert |= opts.noconvert;
         if mopts.returns.is_none() {
             mopts.returns = opts.returns.clone();
+        }
+        if mopts.stream.is_none() {
+            mopts.stream = opts.stream.clone();
         }
         let class = match &*imp.self_ty {
             Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
@@ -443,6 +459,8 @@ struct Analysis {
     /// The Python-visible parameters and their annotations, in Rust order.
     py_params: Vec<(String, Option<String>)>,
     has_receiver: bool,
+    /// The parameter marked `#[stream]`, if any.
+    stream_param: Option<stream::StreamParam>,
 }
 
 fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Result<Analysis> {
@@ -472,6 +490,7 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
         call_args: Vec::new(),
         py_params: Vec::new(),
         has_receiver: false,
+        stream_param: None,
     };
     let mut first_typed = true;
     for arg in &sig.inputs {
@@ -486,6 +505,13 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
         };
         let is_cls = is_classmethod && std::mem::take(&mut first_typed);
         let mut attrs = pt.attrs.clone();
+        let stream_attr = match stream::take_attr(&mut attrs) {
+            Ok(x) => x,
+            Err(e) => {
+                combine(&mut errors, e);
+                continue;
+            }
+        };
         let annots = match annot::take(&mut attrs) {
             Ok(x) => x,
             Err(e) => {
@@ -524,6 +550,12 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
                 );
                 continue;
             }
+            if let Some(attr) = stream_attr {
+                if let Err(e) = stream::record(&mut a.stream_param, attr, pt) {
+                    combine(&mut errors, e);
+                    continue;
+                }
+            }
             let (pat, ty) = (&pt.pat, &pt.ty);
             a.outer_params.push(quote!(#(#attrs)* #pat: #ty));
             a.call_args.push(quote!(#pat));
@@ -538,6 +570,10 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
             }
             continue;
         };
+        if let Some(attr) = &stream_attr {
+            combine(&mut errors, stream::on_view_error(attr));
+            continue;
+        }
         if let Some(e) = named_lifetime(inner) {
             combine(&mut errors, e);
             continue;
@@ -770,6 +806,8 @@ fn expand_callable(
         })
     });
     let fn_name = sig.ident.to_string();
+    let stream_setup =
+        stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), a.stream_param.as_ref());
     let has_writable = views.iter().any(|v| v.kind.writable());
 
     let peek_ident = |v: &ViewParam| {
@@ -961,6 +999,7 @@ fn expand_callable(
             };
             #like_prelude
             let mut __dlcast = #rt::CallCx::new(&#spec_ident);
+            #stream_setup
             #(#peeks)*
             #dispatch
         }

@@ -78,6 +78,9 @@ pub struct CallCx {
     spec: &'static FnSpec,
     names: SmallVec<[Option<Binding>; 4]>,
     spans: SmallVec<[Span; 4]>,
+    /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
+    /// the generated code before the first `arg`.
+    pub(crate) stream: crate::stream::StreamRequest,
 }
 
 impl CallCx {
@@ -88,6 +91,7 @@ impl CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],
             spans: SmallVec::new(),
+            stream: crate::stream::StreamRequest::Producer,
         }
     }
 
@@ -135,7 +139,12 @@ impl CallCx {
     }
 
     fn import(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
-        import::import(obj).map_err(|e| self.import_error(obj.py(), &self.spec.params[index], e))
+        let param = &self.spec.params[index];
+        let sx = import::StreamCx {
+            request: self.stream,
+            may_need: crate::stream::may_need_stream(param.devices),
+        };
+        import::import(obj, sx).map_err(|e| self.import_error(obj.py(), param, e))
     }
 
     /// Checks `raw` against parameter `index`; on a dtype or order mismatch
@@ -281,6 +290,7 @@ impl CallCx {
                 "{prefix}: unsupported device (device_type={}, device_id={})",
                 d.device_type, d.device_id
             )),
+            ImportError::Stream(msg) => PyTypeError::new_err(format!("{prefix}: {msg}")),
             ImportError::Buffer(e) => {
                 let py_err = PyBufferError::new_err(format!(
                     "{prefix}: the buffer protocol refused: {e}"

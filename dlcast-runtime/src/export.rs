@@ -156,6 +156,11 @@ struct Exported {
     dtype: DType,
     device: Device,
     read_only: bool,
+    /// For CUDA/ROCm memory, the stream the data is ready on (the array API
+    /// standard's integer, see [`crate::stream`]); `None` or `-1` when no
+    /// pending work is known. A consumer asking for another stream is made
+    /// to wait for this one.
+    stream: Option<i64>,
     /// For the buffer protocol: shape and strides in bytes as `Py_ssize_t`.
     buf_shape: Dims<isize>,
     buf_strides: Dims<isize>,
@@ -196,6 +201,7 @@ impl Exported {
             dtype,
             device,
             read_only,
+            stream: None,
             buf_shape: shape.iter().map(|&n| n as isize).collect(),
             buf_strides: strides.iter().map(|&s| s * item).collect(),
             _keep: keep,
@@ -400,11 +406,15 @@ impl<T: Element> Tensor<T> {
     /// [`Tensor::from_fn`] allocate (XLA's, for JAX's zero-copy import).
     pub const ALIGN: usize = 64;
 
-    /// The elements in C order, when the tensor is C-contiguous and its
-    /// data aligned for `T` (always so for `zeros`, `from_fn`, `from_vec`).
+    /// The elements in C order, when the tensor is in host memory,
+    /// C-contiguous and its data aligned for `T` (always so for `zeros`,
+    /// `from_fn`, `from_vec`; never for device memory).
     pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
         let e = &self.inner;
-        let ok = e.is_c_contiguous() && (e.data as usize) % std::mem::align_of::<T>() == 0;
+        // Device memory (a `CudaSlice` export) is never handed out as a slice.
+        let ok = e.device.is_host_accessible()
+            && e.is_c_contiguous()
+            && (e.data as usize) % std::mem::align_of::<T>() == 0;
         if !ok {
             return None;
         }
@@ -478,6 +488,38 @@ impl<T: Element> Tensor<T> {
     }
 }
 
+impl<T: Element> Tensor<T> {
+    /// A C-order array over device memory that `keep` owns (freed when the
+    /// export is), ready on `stream`. Only for the device features
+    /// (`cudarc`): nothing here reads the memory.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn from_device_parts(
+        data: *mut u8,
+        shape: &[usize],
+        device: Device,
+        stream: Option<i64>,
+        keep: Box<dyn Any + Send>,
+    ) -> Self {
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        // The caller checked the element count, so compact strides fit.
+        layout::fill_c_strides(shape, &mut strides).unwrap_or(());
+        let mut inner = Exported::new(
+            data,
+            shape,
+            &strides,
+            T::DTYPE,
+            device,
+            false,
+            Keep::Owned(keep),
+        );
+        inner.stream = stream;
+        Tensor {
+            inner,
+            _marker: PhantomData,
+        }
+    }
+}
+
 impl<T: Element> From<Vec<T>> for Tensor<T> {
     /// A 1-d array over the vector.
     fn from(v: Vec<T>) -> Self {
@@ -516,10 +558,10 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// ownership (the exchange API) first takes an owning reference.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
     raw.make_owning(py)?;
-    let (data, dtype, device) = (raw.data, raw.dtype, raw.device);
+    let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
     let shape = raw.shape.clone();
     let strides = raw.strides.clone();
-    Ok(ExportedArray(Exported::new(
+    let mut e = Exported::new(
         data,
         &shape,
         &strides,
@@ -527,7 +569,11 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         device,
         raw.read_only,
         Keep::Imported(Box::new(raw)),
-    )))
+    );
+    // The data is ready on the stream the input was made ready on (and the
+    // body's work on it, if it followed `view.stream()`).
+    e.stream = stream;
+    Ok(ExportedArray(e))
 }
 
 /// An export ready to become a Python object; what views convert into.
@@ -689,6 +735,52 @@ fn buffer_format(dtype: DType) -> Option<&'static CStr> {
     })
 }
 
+/// Checks a consumer's `stream` against the array API standard's rules for
+/// the array's device and makes that stream wait for the array's own
+/// (see [`crate::stream`]).
+fn consumer_stream(this: &Exported, stream: Option<i64>) -> PyResult<()> {
+    use crate::stream::StreamKind;
+    let device = this.device;
+    let refuse = |s: i64, why: &str| {
+        Err(PyBufferError::new_err(format!(
+            "stream={s} is not supported for an array on {device}{why}"
+        )))
+    };
+    let consumer = match (crate::stream::stream_kind(device.device_type), stream) {
+        (StreamKind::None, None | Some(-1)) => return Ok(()),
+        (StreamKind::None, Some(s)) => return refuse(s, "; pass None"),
+        (StreamKind::Cuda, None) => 1,
+        (StreamKind::Cuda, Some(s @ (0 | i64::MIN..=-2))) => {
+            return refuse(
+                s,
+                " (CUDA streams: -1, 1, 2 or a cudaStream_t; 0 is ambiguous)",
+            )
+        }
+        (StreamKind::Rocm, None) => 0,
+        (StreamKind::Rocm, Some(s @ (1 | 2 | i64::MIN..=-2))) => {
+            return refuse(s, " (ROCm streams: -1, 0 or a hipStream_t)")
+        }
+        (_, Some(s)) => s,
+    };
+    let ready = match this.stream {
+        None | Some(-1) => return Ok(()),
+        Some(r) => r,
+    };
+    let cuda = crate::stream::stream_kind(device.device_type) == StreamKind::Cuda;
+    // CUDA's legacy default stream and the per-thread default stream
+    // synchronise with each other implicitly.
+    if consumer == -1 || consumer == ready || (cuda && matches!((ready, consumer), (1, 2) | (2, 1)))
+    {
+        return Ok(());
+    }
+    crate::stream::wait_for(device, ready, consumer).map_err(|why| {
+        PyBufferError::new_err(format!(
+            "stream={consumer}: cannot make it wait for stream {ready}, on which the array \
+             on {device} is ready: {why}"
+        ))
+    })
+}
+
 /// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
 fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
     v.extract::<(i64, i64)>().map_err(|_| {
@@ -705,7 +797,11 @@ impl Array {
     ///   set for read-only data.
     /// - `copy`: `True` copies (setting `IS_COPIED`); `False` never copies.
     /// - `dl_device`: `None` or the array's own device.
-    /// - `stream`: `None` or `-1` for host memory.
+    /// - `stream`: `None` or `-1` for memory without streams. For CUDA
+    ///   memory `None` means `1` (legacy default stream), `0` is refused;
+    ///   for ROCm `None` means `0`, `1` and `2` are refused. The consumer's
+    ///   stream is made to wait for the work pending on the array's own
+    ///   stream (nothing to do when they are the same, or for `-1`).
     ///
     /// Raises `BufferError` for what cannot be honoured, `TypeError` for
     /// positional or unknown arguments.
@@ -719,17 +815,13 @@ impl Array {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = &slf.get().inner;
-        if let Some(s) = stream.filter(|s| !s.is_none()) {
-            let s: i64 = s
-                .extract()
-                .map_err(|_| PyTypeError::new_err("stream must be None or an integer"))?;
-            if this.device.is_host_accessible() && s != -1 {
-                return Err(PyBufferError::new_err(format!(
-                    "stream={s} is not supported for an array on {}; pass None",
-                    this.device
-                )));
-            }
-        }
+        let stream: Option<i64> = match stream.filter(|s| !s.is_none()) {
+            None => None,
+            Some(s) => Some(
+                s.extract()
+                    .map_err(|_| PyTypeError::new_err("stream must be None or an integer"))?,
+            ),
+        };
         if let Some((t, id)) = dl_device {
             let own = (this.device.device_type, this.device.device_id);
             if (t, id) != own {
@@ -756,6 +848,9 @@ impl Array {
                  Ask for max_version=(1, 0) or later, or copy=True",
             ));
         }
+        // Last, once everything else is known to be fine: it may enqueue a
+        // wait on the consumer's stream.
+        consumer_stream(this, stream)?;
         make_capsule(py, slf, versioned, copied)
     }
 

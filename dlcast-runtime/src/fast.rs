@@ -10,7 +10,9 @@
 //!    non-owning `dltensor_from_py_object_no_sync` fills a `DLTensor` on the
 //!    stack. A view that is returned to Python is upgraded to an owning
 //!    `managed_tensor_from_py_object_no_sync` tensor (see
-//!    [`RawTensor::make_owning`]).
+//!    [`RawTensor::make_owning`]). CUDA/ROCm memory is taken the same way
+//!    with the producer's `current_work_stream` recorded as the view's
+//!    stream (see [`crate::stream`]).
 //!
 //! Each returns `Ok(None)` when it does not apply, so the caller falls back
 //! to the generic path, which also produces the producer's own error for
@@ -19,11 +21,12 @@
 use crate::device::{kind, Device};
 use crate::dtype::{code, DType};
 use crate::import::{self, Dims, ImportError, Owner, RawTensor};
+use crate::stream::{self, StreamKind, StreamRequest};
 use dlpack_rs::ffi::{DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -104,9 +107,7 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     if !known.is_null() {
         return tp == known;
     }
-    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
-    let name = unsafe { CStr::from_ptr((*tp).tp_name) };
-    if name != c"numpy.ndarray" {
+    if !type_named_ndarray(obj, tp) {
         return false;
     }
     // Confirm against the real `numpy.ndarray` (numpy is imported, since an
@@ -122,6 +123,23 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     std::mem::forget(ndarray.unbind());
     NDARRAY.store(tp, Ordering::Relaxed);
     true
+}
+
+/// Whether the type's name is `numpy.ndarray` (a cheap filter before the
+/// exact check against NumPy's type).
+#[cfg(not(Py_LIMITED_API))]
+fn type_named_ndarray(_obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bool {
+    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
+    unsafe { std::ffi::CStr::from_ptr((*tp).tp_name) == c"numpy.ndarray" }
+}
+
+/// The same for abi3 builds, where type objects are opaque: the name is
+/// asked through the API (only until `numpy.ndarray` is first seen).
+#[cfg(Py_LIMITED_API)]
+fn type_named_ndarray(obj: &Bound<'_, PyAny>, _tp: *mut ffi::PyTypeObject) -> bool {
+    obj.get_type()
+        .fully_qualified_name()
+        .is_ok_and(|n| n.to_str().is_ok_and(|n| n == "numpy.ndarray"))
 }
 
 /// DLPack type of a NumPy `type_num`, for the types DLPack can describe.
@@ -287,16 +305,37 @@ pub(crate) fn exchange_api_of_type(tp: &Bound<'_, PyAny>) -> Option<&'static DLP
     None
 }
 
-/// Imports `obj` through its type's DLPack C exchange API; `Ok(None)` when
-/// the type has none or the data is not in host memory (device data takes
-/// the generic path, which synchronises streams).
-pub(crate) fn exchange(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportError> {
+/// What the exchange API path made of an object.
+// Moved once per argument; boxing `Done` would allocate on PyTorch's fast path.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Exchange {
+    /// Imported.
+    Done(RawTensor),
+    /// The type has no usable exchange API.
+    NotApplicable,
+    /// Memory on this device that must go through `__dlpack__` (which
+    /// synchronises with the stream the caller passes): pinned memory and
+    /// other devices, or CUDA/ROCm memory when the function names its own
+    /// stream or the producer cannot say its current work stream.
+    Declined(Device),
+}
+
+/// Imports `obj` through its type's DLPack C exchange API: host memory as
+/// it is; CUDA/ROCm memory, when `request` is the default, with the
+/// producer's current work stream (`current_work_stream`) recorded, which
+/// needs no synchronisation as long as the function works on that stream
+/// (the exchange API's intended use, and what keeps CUDA-graph capture
+/// intact).
+pub(crate) fn exchange(
+    obj: &Bound<'_, PyAny>,
+    request: StreamRequest,
+) -> Result<Exchange, ImportError> {
     let Some(api) = exchange_api(obj) else {
-        return Ok(None);
+        return Ok(Exchange::NotApplicable);
     };
     let py = obj.py();
     let Some(from_obj) = api.dltensor_from_py_object_no_sync else {
-        return Ok(None);
+        return Ok(Exchange::NotApplicable);
     };
     // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
     let mut t: DLTensor = unsafe { std::mem::zeroed() };
@@ -308,10 +347,38 @@ pub(crate) fn exchange(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, Impo
         });
         return Err(ImportError::Producer("__dlpack_c_exchange_api__", err));
     }
-    let device_type = t.device.device_type as i32;
-    if !matches!(device_type, kind::CPU) {
-        return Ok(None);
-    }
+    let device = Device {
+        device_type: t.device.device_type as i32,
+        device_id: t.device.device_id,
+    };
+    let stream = match stream::stream_kind(device.device_type) {
+        StreamKind::None if device.device_type == kind::CPU => None,
+        StreamKind::None => return Ok(Exchange::Declined(device)),
+        _ if request != StreamRequest::Producer => return Ok(Exchange::Declined(device)),
+        _ => {
+            let Some(current) = api.current_work_stream else {
+                return Ok(Exchange::Declined(device));
+            };
+            let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
+            // SAFETY: a function of the producer's process-lifetime table;
+            // it writes one pointer into `handle` and returns 0, or
+            // returns -1 with a Python exception set.
+            let rc = unsafe { current(t.device.device_type, device.device_id, &mut handle) };
+            if rc != 0 {
+                let err = PyErr::take(py).unwrap_or_else(|| {
+                    pyo3::exceptions::PyBufferError::new_err(
+                        "current_work_stream failed without an error",
+                    )
+                });
+                return Err(ImportError::Producer(
+                    "__dlpack_c_exchange_api__.current_work_stream",
+                    err,
+                ));
+            }
+            stream::resolve(device, request, Some(handle as usize as u64))
+                .map_err(ImportError::Stream)?
+        }
+    };
     let owner = Owner::Exchange {
         obj: obj.clone().unbind(),
         api: NonNull::from(api),
@@ -320,5 +387,7 @@ pub(crate) fn exchange(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, Impo
     // SAFETY: `t` was filled by the producer; its shape and strides stay
     // valid while `obj` is alive and unchanged, which holds while we read
     // them here (GIL held, no Python code runs); `owner` keeps `obj` alive.
-    unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }.map(Some)
+    let mut raw = unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }?;
+    raw.stream = stream;
+    Ok(Exchange::Done(raw))
 }

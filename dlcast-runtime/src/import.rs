@@ -15,6 +15,7 @@ use crate::device::{device_type_name, Device};
 use crate::dtype::{code, DType};
 use crate::fast::{self, ImportPath};
 use crate::layout::{self, ByteExtent};
+use crate::stream::{self, StreamKind, StreamRequest};
 use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
 use pyo3::exceptions::{PyAttributeError, PyException, PyMemoryError, PyTypeError};
 use pyo3::prelude::*;
@@ -115,6 +116,11 @@ pub struct RawTensor {
     pub(crate) extent: Option<ByteExtent>,
     /// How the input was imported.
     pub(crate) path: ImportPath,
+    /// The `stream` the producer was asked to make the data ready on (the
+    /// array API standard's integer), or the producer's current work stream
+    /// from the exchange API; `None` for memory without streams, raw
+    /// capsules, and producers that could not say their device.
+    pub(crate) stream: Option<i64>,
     owner: Owner,
 }
 
@@ -182,6 +188,9 @@ pub(crate) enum ImportError {
     DType(DType),
     /// A device type code the DLPack header does not define.
     Device(Device),
+    /// The function's stream request cannot apply to the array's device
+    /// (e.g. CUDA's per-thread stream for ROCm memory).
+    Stream(String),
     /// The buffer protocol refused.
     Buffer(PyErr),
 }
@@ -193,8 +202,17 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// What the import needs to know about streams: the function's request and
+/// whether the parameter accepts memory with streams at all (only then is a
+/// producer asked `__dlpack_device__()` before `__dlpack__`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StreamCx {
+    pub(crate) request: StreamRequest,
+    pub(crate) may_need: bool,
+}
+
 /// Imports `obj` by the first path that applies (see the module docs).
-pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
+pub(crate) fn import(obj: &Bound<'_, PyAny>, sx: StreamCx) -> Result<RawTensor, ImportError> {
     if let Some(raw) = fast::numpy(obj)? {
         return Ok(raw);
     }
@@ -202,10 +220,25 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
     if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return take_capsule(obj, ImportPath::Capsule);
     }
-    if let Some(raw) = fast::exchange(obj)? {
-        return Ok(raw);
-    }
-    match call_dlpack(obj)? {
+    // The device, when a path already told it (the exchange API declines
+    // device memory it cannot hand over without `__dlpack__`).
+    let device = match fast::exchange(obj, sx.request)? {
+        fast::Exchange::Done(raw) => return Ok(raw),
+        fast::Exchange::Declined(device) => Some(device),
+        fast::Exchange::NotApplicable => None,
+    };
+    // Only parameters that accept CUDA/ROCm memory ask the device: a
+    // CPU-only parameter passes `None` and refuses device memory later.
+    let device = match device {
+        Some(d) => Some(d),
+        None if sx.may_need => dlpack_device(obj)?,
+        None => None,
+    };
+    let stream = match device {
+        Some(d) => stream::resolve(d, sx.request, None).map_err(ImportError::Stream)?,
+        None => None,
+    };
+    match call_dlpack(obj, stream)? {
         Some(capsule) => {
             let mut raw = take_capsule(&capsule, ImportPath::Dlpack)?;
             // JAX arrays and TensorFlow tensors are immutable, but they answer
@@ -214,6 +247,16 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
             if !raw.read_only && is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
                 raw.read_only = true;
             }
+            let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
+            if let (Some(said), true, None) = (device, has_streams, stream) {
+                // The producer said "no streams here" and then handed over
+                // CUDA/ROCm memory, which it never synchronised for us.
+                return Err(ImportError::Invalid(format!(
+                    "__dlpack_device__() said {said}, but the capsule describes memory on {}",
+                    raw.device
+                )));
+            }
+            raw.stream = if has_streams { stream } else { None };
             Ok(raw)
         }
         None => {
@@ -230,6 +273,36 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> Result<RawTensor, ImportError> {
     }
 }
 
+/// `obj.__dlpack_device__()` as a [`Device`]; `Ok(None)` when `obj` has no
+/// such method (a producer older than the standard: it gets `stream=None`).
+fn dlpack_device(obj: &Bound<'_, PyAny>) -> Result<Option<Device>, ImportError> {
+    let py = obj.py();
+    let name = intern!(py, "__dlpack_device__");
+    let answer = match obj.call_method0(name) {
+        Ok(a) => a,
+        Err(e)
+            if e.is_instance_of::<PyAttributeError>(py) && !obj.hasattr(name).unwrap_or(true) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(producer_error("__dlpack_device__", e, py)),
+    };
+    // Device types are IntEnums in some producers: `extract` takes them.
+    let (device_type, device_id) = answer.extract::<(i32, i32)>().map_err(|_| {
+        ImportError::Invalid(format!(
+            "__dlpack_device__() returned {}, not a (device_type, device_id) pair of integers",
+            answer
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| type_name(&answer))
+        ))
+    })?;
+    Ok(Some(Device {
+        device_type,
+        device_id,
+    }))
+}
+
 /// Sorts a producer's exception: interrupts and memory errors propagate as
 /// they are; everything else is wrapped with the parameter's name.
 fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
@@ -242,35 +315,65 @@ fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
     }
 }
 
-/// Calls `obj.__dlpack__(max_version=(1, 3))` through vectorcall with
-/// interned names (no per-call dict or tuple), retrying without keywords
-/// when the producer raises `TypeError` (case C9). `Ok(None)` when `obj` has
-/// no `__dlpack__`.
-fn call_dlpack<'py>(obj: &Bound<'py, PyAny>) -> Result<Option<Bound<'py, PyAny>>, ImportError> {
-    static KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+/// Calls `obj.__dlpack__(max_version=(1, 3))` (with `stream=` first when
+/// `stream` is `Some`) through vectorcall with interned names (no per-call
+/// dict), retrying without `max_version` when the producer raises
+/// `TypeError` (case C9; `stream` is older than `max_version` in the
+/// standard, so it is kept). `Ok(None)` when `obj` has no `__dlpack__`.
+fn call_dlpack<'py>(
+    obj: &Bound<'py, PyAny>,
+    stream: Option<i64>,
+) -> Result<Option<Bound<'py, PyAny>>, ImportError> {
+    static KW_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    static KW_STREAM_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    static KW_STREAM: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     let py = obj.py();
     let name = intern!(py, "__dlpack__");
-    let kwnames = KWNAMES
-        .get_or_try_init(py, || PyTuple::new(py, ["max_version"]).map(Bound::unbind))
-        .map_err(ImportError::Propagate)?;
+    let kwnames = |cell: &'static PyOnceLock<Py<PyTuple>>, names: &'static [&'static str]| {
+        cell.get_or_try_init(py, || PyTuple::new(py, names).map(Bound::unbind))
+            .map(|t| t.as_ptr())
+            .map_err(ImportError::Propagate)
+    };
     let version = VERSION
         .get_or_try_init(py, || {
             PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1]).map(Bound::unbind)
         })
         .map_err(ImportError::Propagate)?;
+    let stream_obj = match stream {
+        Some(s) => Some(
+            s.into_pyobject(py)
+                .map_err(|e| ImportError::Propagate(e.into()))?,
+        ),
+        None => None,
+    };
+    // (keyword values, their names) with and without `max_version`.
+    let (first, kws): ([*mut ffi::PyObject; 3], [*mut ffi::PyObject; 2]) = match &stream_obj {
+        Some(s) => (
+            [obj.as_ptr(), s.as_ptr(), version.as_ptr()],
+            [
+                kwnames(&KW_STREAM_VERSION, &["stream", "max_version"])?,
+                kwnames(&KW_STREAM, &["stream"])?,
+            ],
+        ),
+        None => (
+            [obj.as_ptr(), version.as_ptr(), std::ptr::null_mut()],
+            [
+                kwnames(&KW_VERSION, &["max_version"])?,
+                std::ptr::null_mut(),
+            ],
+        ),
+    };
     let call = |with_version: bool| {
-        let args = [obj.as_ptr(), version.as_ptr()];
-        let kw = if with_version {
-            kwnames.as_ptr()
-        } else {
-            std::ptr::null_mut()
-        };
-        // SAFETY: `args` holds `self` plus one keyword value named by `kw`
-        // (or just `self`); all are live; the result is a new reference or
-        // NULL with an exception set.
+        let kw = if with_version { kws[0] } else { kws[1] };
+        // SAFETY: `first` holds `self` followed by one value per name in
+        // `kw` (a tuple of 2, 1 or 0 names, or NULL for none), taken from
+        // the front: `(stream, max_version)` and `(stream,)` both start
+        // with `stream`; `(max_version,)` starts the other array after
+        // `self`. All are live; the result is a new reference or NULL with
+        // an exception set.
         unsafe {
-            let r = ffi::PyObject_VectorcallMethod(name.as_ptr(), args.as_ptr(), 1, kw);
+            let r = ffi::PyObject_VectorcallMethod(name.as_ptr(), first.as_ptr(), 1, kw);
             Bound::from_owned_ptr_or_err(py, r)
         }
     };
@@ -502,6 +605,7 @@ pub(crate) fn make_raw(
         read_only,
         extent,
         path,
+        stream: None,
         owner,
     })
 }

@@ -38,6 +38,8 @@
 
 mod call;
 pub mod convert;
+#[cfg(feature = "cudarc")]
+mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod export;
@@ -45,6 +47,7 @@ pub mod fast;
 mod import;
 pub mod layout;
 pub mod spec;
+pub mod stream;
 mod view;
 
 pub use device::{Device, DeviceSpec};
@@ -52,6 +55,7 @@ pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
 pub use import::{INLINE_DIMS, MAX_VERSION};
+pub use stream::StreamRequest;
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
@@ -70,6 +74,7 @@ pub mod __private {
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
+    pub use crate::stream::{StreamArg, StreamRequest};
     pub use crate::view::View;
     /// Element types named by `#[dtype(..)]` (aliases, not re-exports,
     /// so that diagnostics keep the crates' own paths).

@@ -22,6 +22,9 @@ pub enum ViewError {
     /// and `ndarray` views need aligned memory.
     #[error("the data is not aligned to {0} bytes for its element type")]
     Misaligned(usize),
+    /// A CUDA device address was asked of memory on another device.
+    #[error("the array is on {0}, not in CUDA memory")]
+    NotCuda(Device),
     /// A slice needs C-contiguous memory.
     #[error("the array is not C-contiguous")]
     NotContiguous,
@@ -290,6 +293,42 @@ macro_rules! layout_methods {
         /// Whether the producer marked the data read-only.
         pub fn is_read_only(&self) -> bool {
             self.raw.read_only
+        }
+        /// The stream the data is ready on, as the array API standard's
+        /// `__dlpack__(stream=...)` integer: for CUDA `1` (legacy default),
+        /// `2` (per-thread default) or a `cudaStream_t`; for ROCm `0`
+        /// (default) or a `hipStream_t`; `-1` if the function asked for no
+        /// synchronisation. It is what dlcast passed to the producer's
+        /// `__dlpack__`, or the producer's current work stream from the
+        /// DLPack C exchange API. Launch work on the data on this stream.
+        /// `None` for memory without streams (CPU, pinned host memory), for
+        /// a DLPack capsule passed directly, and for a producer without
+        /// `__dlpack_device__` (which could not be told a stream).
+        /// See [`crate::stream`].
+        pub fn stream(&self) -> Option<i64> {
+            self.raw.stream
+        }
+        /// The device address of element 0 (`data + byte_offset`) as a
+        /// `cudarc` `CUdeviceptr`, for CUDA device and managed memory; pass
+        /// `&ptr` to a kernel launch, on [`Self::cu_stream`].
+        ///
+        /// # Errors
+        /// [`ViewError::NotCuda`] for memory on other devices.
+        #[cfg(feature = "cudarc")]
+        pub fn cuda_device_ptr(&self) -> Result<cudarc::driver::sys::CUdeviceptr, ViewError> {
+            match self.raw.device.device_type {
+                crate::device::kind::CUDA | crate::device::kind::CUDA_MANAGED => {
+                    Ok(self.raw.data as usize as u64)
+                }
+                _ => Err(ViewError::NotCuda(self.raw.device)),
+            }
+        }
+        /// [`Self::stream`] as a CUDA driver handle (`1` and `2` are
+        /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`); `None` when there
+        /// is no stream to order work on (`None` or `-1`).
+        #[cfg(feature = "cudarc")]
+        pub fn cu_stream(&self) -> Option<cudarc::driver::sys::CUstream> {
+            self.raw.stream.and_then(crate::cuda::cu_stream)
         }
         /// How the argument was imported (NumPy fields, the exchange API, a
         /// capsule, `__dlpack__`, the buffer protocol, TensorFlow).

@@ -254,18 +254,25 @@ class LyingDevice:
 def test_capsule_device_wins_over_dlpack_device():
     data = np.arange(3.0)
     with deleters_balanced(4):
-        # Claims CPU, sends CUDA: the CPU-only parameter refuses it (its
-        # memory is never read), a CUDA parameter takes it.
+        # Claims CPU, sends CUDA: the CPU-only parameter never asks the
+        # device and refuses it (its memory is never read); a CUDA parameter
+        # asks, passes stream=None as told, and then refuses CUDA memory
+        # that was never synchronised (case C16).
         p = LyingDevice((1, 0), lambda: capsule(data, device=(2, 0)))
         with pytest.raises(TypeError, match=r"values\(\): argument 'x': expected device cpu, got cuda:0"):
             ext.values(p)
-        assert ext.cuda_only(p) == (2, 0)
+        assert p.device_calls == 0
+        with pytest.raises(BufferError, match=r"cuda_only\(\): argument 'x': .*__dlpack_device__\(\) said cpu, "
+                                              r"but the capsule describes memory on cuda:0"):
+            ext.cuda_only(p)
+        assert p.device_calls == 1
         # Claims CUDA, sends CPU: read as the CPU array it is.
         q = LyingDevice((2, 0), lambda: capsule(data, device=(1, 0)))
         assert ext.values(q) == [0.0, 1.0, 2.0]
+        assert q.device_calls == 0
         with pytest.raises(TypeError, match="expected device cuda, got cpu"):
             ext.cuda_only(q)
-        assert p.device_calls == q.device_calls == 0
+        assert q.device_calls == 1
 
 
 def test_dlpack_device_that_raises_is_never_asked():

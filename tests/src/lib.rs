@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
 mod api;
+mod gpu;
 mod producer;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -442,6 +443,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     );
     add_export_functions(m)?;
     api::add(m)?;
+    gpu::add(m)?;
     add_robustness_functions(m)
 }
 
