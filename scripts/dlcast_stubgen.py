@@ -35,8 +35,10 @@ import typing_extensions
 class _SupportsDLPack(Protocol):
     def __dlpack__(self) -> object: ...
 
-ArrayLike: typing_extensions.TypeAlias = _SupportsDLPack | typing_extensions.Buffer
-"""An array dlcast accepts: any `__dlpack__` producer or buffer object."""
+ArrayLike: typing_extensions.TypeAlias = (
+    _SupportsDLPack | typing_extensions.Buffer | typing_extensions.CapsuleType
+)
+"""An array dlcast accepts: any `__dlpack__` producer, buffer object or DLPack capsule."""
 
 class _DLCastArray(Protocol):
     """dlcast.Array, the array a function returns without `returns = ...`."""
@@ -102,7 +104,7 @@ def _signature_line(obj: Any, name: str) -> str | None:
 def _from_text_signature(obj: Any, name: str, receiver: str | None) -> str:
     text = getattr(obj, "__text_signature__", None)
     if text is None:
-        return f"def {name}(*args: Any, **kwargs: Any) -> Any: ..."
+        return ANY_SIGNATURE.format(name=name)
     text = text.replace("$self", "self").replace("$cls", "cls").replace("$module, ", "").replace("$module", "")
     tree = ast.parse(f"def {name}{text}: ...")
     fn = tree.body[0]
@@ -121,10 +123,20 @@ def _from_text_signature(obj: Any, name: str, receiver: str | None) -> str:
     return _one_line(fn)
 
 
+ANY_SIGNATURE = "def {name}(*args: Any, **kwargs: Any) -> Any: ..."
+
+
 def _def(obj: Any, name: str, rewrite: _Rewrite, receiver: str | None = None) -> str:
     line = _signature_line(obj, name)
-    if line is None:
-        return _from_text_signature(obj, name, receiver)
+    try:
+        if line is None:
+            return _from_text_signature(obj, name, receiver)
+        return _from_line(line, rewrite)
+    except SyntaxError:  # e.g. a parameter named like a Python keyword
+        return ANY_SIGNATURE.format(name=name)
+
+
+def _from_line(line: str, rewrite: _Rewrite) -> str:
     fn = ast.parse(f"def {line}: ...").body[0]
     assert isinstance(fn, ast.FunctionDef)
     a = fn.args
@@ -133,6 +145,9 @@ def _def(obj: Any, name: str, rewrite: _Rewrite, receiver: str | None = None) ->
             arg.annotation = rewrite.visit(arg.annotation)
         elif arg.arg not in ("self", "cls"):
             arg.annotation = ast.Name("Any")
+    for star in (a.vararg, a.kwarg):
+        if star is not None and star.annotation is None:
+            star.annotation = ast.Name("Any")
     fn.returns = rewrite.visit(fn.returns) if fn.returns is not None else ast.Name("Any")
     # Stubs write defaults as `...`.
     a.defaults = [ast.Constant(...) for _ in a.defaults]
@@ -157,7 +172,12 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
         init = init.replace("(self, )", "(self)").replace("-> Any", "-> None")
         lines.append("    " + init)
     for name, attr in sorted(vars(cls).items()):
-        if name.startswith("_"):
+        dunder = name.startswith("__") and name.endswith("__")
+        if name.startswith("_") and not (dunder and name not in SKIPPED_DUNDERS):
+            continue
+        if dunder and isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+            # Special methods (PyO3 slots): names from the text signature.
+            lines.append("    " + _def(attr, name, rewrite, "self").replace("-> Any", _dunder_return(name)))
             continue
         if isinstance(attr, staticmethod):
             lines += ["    @staticmethod", "    " + _def(attr.__func__, name, rewrite)]
@@ -167,9 +187,23 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
             lines.append("    " + _def(attr, name, rewrite, "self"))
         elif isinstance(attr, types.GetSetDescriptorType):
             lines += ["    @property", f"    def {name}(self) -> Any: ..."]
+            lines += [f"    @{name}.setter", f"    def {name}(self, value: Any) -> None: ..."]
     if len(lines) == 1:
         lines.append("    pass")
     return "\n".join(lines)
+
+
+# Class attributes that are not methods a caller uses.
+SKIPPED_DUNDERS = {"__new__", "__init__", "__doc__", "__module__", "__dict__", "__weakref__"}
+
+# Special methods whose result type Python fixes.
+DUNDER_RETURNS = {"__contains__": "bool", "__len__": "int", "__bool__": "bool", "__hash__": "int"}
+
+
+def _dunder_return(name: str) -> str:
+    if name.startswith("__i") and name not in ("__int__", "__index__", "__iter__", "__init__"):
+        return "-> typing_extensions.Self"  # in-place operators return self
+    return "-> " + DUNDER_RETURNS.get(name, "Any")
 
 
 def stub(module_name: str) -> str:

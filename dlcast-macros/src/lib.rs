@@ -74,6 +74,16 @@ pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     out.unwrap_or_else(|e| e.to_compile_error()).into()
 }
 
+/// `ty` without the invisible groups a `macro_rules` `$t:ty` fragment adds,
+/// and without parentheses.
+fn ungroup(ty: &Type) -> &Type {
+    match ty {
+        Type::Group(g) => ungroup(&g.elem),
+        Type::Paren(p) => ungroup(&p.elem),
+        _ => ty,
+    }
+}
+
 /// The kinds of view parameter, recognised by the type's last path segment.
 #[derive(Clone, Copy, PartialEq)]
 enum ViewKind {
@@ -85,7 +95,9 @@ enum ViewKind {
 
 impl ViewKind {
     fn of(ty: &Type) -> Option<Self> {
-        let Type::Path(p) = ty else { return None };
+        let Type::Path(p) = ungroup(ty) else {
+            return None;
+        };
         let last = p.path.segments.last()?;
         Some(match last.ident.to_string().as_str() {
             "TensorRef" => ViewKind::Ref,
@@ -103,14 +115,16 @@ impl ViewKind {
 
 /// The type inside `Option<..>`, if `ty` is spelled as an `Option`.
 fn option_inner(ty: &Type) -> Option<&Type> {
-    let Type::Path(p) = ty else { return None };
+    let Type::Path(p) = ungroup(ty) else {
+        return None;
+    };
     let last = p.path.segments.last()?;
     if last.ident != "Option" {
         return None;
     }
     match &last.arguments {
         PathArguments::AngleBracketed(a) if a.args.len() == 1 => match &a.args[0] {
-            GenericArgument::Type(t) => Some(t),
+            GenericArgument::Type(t) => Some(ungroup(t)),
             _ => None,
         },
         _ => None,
@@ -121,7 +135,9 @@ fn option_inner(ty: &Type) -> Option<&Type> {
 /// must not outlive the call. (`'_` and lifetime parameters of the
 /// function are chosen by the generated caller, so they cannot.)
 fn named_lifetime(view: &Type) -> Option<Error> {
-    let Type::Path(p) = view else { return None };
+    let Type::Path(p) = ungroup(view) else {
+        return None;
+    };
     let PathArguments::AngleBracketed(a) = &p.path.segments.last()?.arguments else {
         return None;
     };
@@ -137,7 +153,9 @@ fn named_lifetime(view: &Type) -> Option<Error> {
 
 /// The lifetime a view type is spelled with, if any.
 fn view_lifetime(view: &Type) -> Option<syn::Lifetime> {
-    let Type::Path(p) = view else { return None };
+    let Type::Path(p) = ungroup(view) else {
+        return None;
+    };
     let PathArguments::AngleBracketed(a) = &p.path.segments.last()?.arguments else {
         return None;
     };
@@ -168,6 +186,26 @@ fn returns_result(ret: &ReturnType) -> bool {
         (l.ident == "PyResult" || l.ident == "Result")
             && matches!(l.arguments, PathArguments::AngleBracketed(_))
     }))
+}
+
+/// The type of the body's value: `T` of a `PyResult<T>` / `Result<T, E>`,
+/// `()` for no return type, else the return type.
+fn body_value_type(ret: &ReturnType) -> TokenStream2 {
+    let ReturnType::Type(_, ty) = ret else {
+        return quote!(());
+    };
+    if returns_result(ret) {
+        if let Type::Path(p) = &**ty {
+            if let Some(PathArguments::AngleBracketed(a)) =
+                p.path.segments.last().map(|l| &l.arguments)
+            {
+                if let Some(GenericArgument::Type(t)) = a.args.first() {
+                    return quote!(#t);
+                }
+            }
+        }
+    }
+    quote!(#ty)
 }
 
 /// Whether the body returns nothing: no return type, `()`, or a
@@ -409,6 +447,7 @@ fn view_kind_of(ty: &Type) -> Option<(bool, &Type, ViewKind)> {
         Some(t) => (true, t),
         None => (false, ty),
     };
+    let inner = ungroup(inner);
     ViewKind::of(inner).map(|k| (optional, inner, k))
 }
 
@@ -429,12 +468,14 @@ struct TypeParam {
 
 /// The element type of `TensorRef<'_, T>` / `TensorMut<'_, T>`.
 fn element_type(view: &Type) -> Option<&Type> {
-    let Type::Path(p) = view else { return None };
+    let Type::Path(p) = ungroup(view) else {
+        return None;
+    };
     let PathArguments::AngleBracketed(a) = &p.path.segments.last()?.arguments else {
         return None;
     };
     a.args.iter().find_map(|g| match g {
-        GenericArgument::Type(t) => Some(t),
+        GenericArgument::Type(t) => Some(ungroup(t)),
         _ => None,
     })
 }
@@ -493,6 +534,10 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
         stream_param: None,
     };
     let mut first_typed = true;
+    // The first non-array parameter: a `slf: PyRef<'_, Self>` receiver, or
+    // the module under `#[pyo3(pass_module)]`.
+    let mut first_plain = true;
+    let pass_module = pysig::scan_pyo3_attrs(attrs).pass_module;
     for arg in &sig.inputs {
         let pt = match arg {
             FnArg::Receiver(r) => {
@@ -556,14 +601,27 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
                     continue;
                 }
             }
-            let (pat, ty) = (&pt.pat, &pt.ty);
+            let ty = &pt.ty;
+            // The exported function binds the plain name (`mut k` is the
+            // body's business); other patterns pass through.
+            let pat = match &*pt.pat {
+                Pat::Ident(pi) if pi.subpat.is_none() => pi.ident.to_token_stream(),
+                other => other.to_token_stream(),
+            };
             a.outer_params.push(quote!(#(#attrs)* #pat: #ty));
-            a.call_args.push(quote!(#pat));
-            let is_python = matches!(&**ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Python"));
-            if !is_python && !is_cls {
-                if let Pat::Ident(pi) = &**pat {
+            a.call_args.push(pat);
+            let is_python = matches!(ungroup(ty), Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Python"));
+            let is_self = first_plain
+                && mentions(ty.to_token_stream(), &Ident::new("Self", Span::call_site()));
+            let is_module = first_plain && pass_module;
+            if is_self {
+                a.has_receiver = true;
+            }
+            first_plain = false;
+            if !is_python && !is_cls && !is_self && !is_module {
+                if let Pat::Ident(pi) = &*pt.pat {
                     a.py_params.push((
-                        pi.ident.to_string(),
+                        pi.ident.unraw().to_string(),
                         pysig::python_type(ty, "typing.Any", None),
                     ));
                 }
@@ -658,7 +716,8 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
             quote!(#(#attrs)* #ident: #obj)
         });
         a.call_args.push(quote!(#ident));
-        a.py_params.push((ident.to_string(), None));
+        first_plain = false;
+        a.py_params.push((ident.unraw().to_string(), None));
         a.views.push(ViewParam {
             ident,
             ty: inner.clone(),
@@ -722,6 +781,7 @@ fn respan(ty: &mut Type, span: Span) {
 }
 
 use quote::ToTokens;
+use syn::ext::IdentExt;
 
 /// The NumPy name shown for a `#[dtype(..)]` name.
 fn dtype_python_name(name: &Ident) -> &'static str {
@@ -766,7 +826,7 @@ fn expand_callable(
         }
     }
     let param_specs = views.iter().enumerate().map(|(i, v)| {
-        let name = v.ident.to_string();
+        let name = v.ident.unraw().to_string();
         let shape = match &v.annots.shape {
             None => quote!(::core::option::Option::None),
             Some(dims) => {
@@ -805,31 +865,40 @@ fn expand_callable(
             convert: #convert, dtypes: #dtypes, shares_dtype: #shares,
         })
     });
-    let fn_name = sig.ident.to_string();
+    // The Python name: errors and the signature line use it.
+    let fn_name = pysig::scan_pyo3_attrs(attrs)
+        .name
+        .unwrap_or_else(|| sig.ident.unraw().to_string());
     let stream_setup =
         stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), a.stream_param.as_ref());
     let has_writable = views.iter().any(|v| v.kind.writable());
 
     let peek_ident = |v: &ViewParam| {
-        format_ident!(
-            "__dlcast_peek_{}",
-            v.ident.to_string().trim_start_matches('_')
-        )
+        let i = views
+            .iter()
+            .position(|w| std::ptr::eq(w, v))
+            .expect("a view of this function");
+        format_ident!("__dlcast_peek{i}")
     };
     let decides = |i: usize| {
         views[i]
             .tparam
             .is_some_and(|k| a.tparams[k].decided_by == Some(i))
     };
+    // The statement is located at the view type, so that an unsupported
+    // element type is reported on the parameter, but resolves names at the
+    // call site (a type from a `macro_rules` fragment has another hygiene
+    // context, in which `__dlcast` would not be found).
     let imports = views.iter().enumerate().map(|(i, v)| {
         let (ident, ty) = (&v.ident, &v.ty);
+        let span = ty.span().resolved_at(Span::call_site());
         if decides(i) {
             let peek = peek_ident(v);
-            quote_spanned!(ty.span()=> let #ident = __dlcast.arg_peeked::<#ty>(#i, #ident, #peek)?;)
+            quote_spanned!(span=> let #ident = __dlcast.arg_peeked::<#ty>(#i, #ident, #peek)?;)
         } else if v.optional {
-            quote_spanned!(ty.span()=> let #ident = __dlcast.opt_arg::<#ty>(#i, #ident)?;)
+            quote_spanned!(span=> let #ident = __dlcast.opt_arg::<#ty>(#i, #ident)?;)
         } else {
-            quote_spanned!(ty.span()=> let #ident = __dlcast.arg::<#ty>(#i, #ident)?;)
+            quote_spanned!(span=> let #ident = __dlcast.arg::<#ty>(#i, #ident)?;)
         }
     });
 
@@ -883,7 +952,15 @@ fn expand_callable(
         }
         None => quote!(::core::option::Option::None),
     };
-    let result = if returns_unit(&sig.output) {
+    // Special methods (`__iadd__`, `__contains__`, ...) and setters need the
+    // body's own return type (PyO3 checks it) and no extra argument: they
+    // return it as is, without `returns = ...`.
+    let plain_return = matches!(ctx, Ctx::Method(_))
+        && (has_attr(attrs, "setter")
+            || (sig.ident.to_string().starts_with("__") && sig.ident.to_string().ends_with("__")));
+    let result = if plain_return {
+        quote!(::core::result::Result::Ok(#body_call))
+    } else if returns_unit(&sig.output) {
         quote! {
             #body_call;
             ::core::result::Result::Ok(__dlcast_py.None())
@@ -930,13 +1007,16 @@ fn expand_callable(
                     .collect::<Vec<_>>()
                     .join(" | "),
             ),
-            None => element_type(&v.ty)
-                .and_then(pysig::element_name)
-                .map(String::from),
+            // An element type dlcast cannot name (an alias) shows as written.
+            None => element_type(&v.ty).map(|t| {
+                pysig::element_name(t)
+                    .map(String::from)
+                    .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
+            }),
         };
         let ann =
             pysig::array_annotation(&v.annots, dtype, &dim_names, v.kind.writable(), v.optional);
-        if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident == n) {
+        if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
             p.1 = Some(ann);
         }
     }
@@ -956,12 +1036,10 @@ fn expand_callable(
     };
     let ret = pysig::return_annotation(&sig.output, array_type, self_name(ctx))
         .unwrap_or_else(|| "...".into());
-    let py_name =
-        python_name(attrs).unwrap_or_else(|| fn_name.trim_start_matches("r#").to_string());
     // The first docstring line, as pybind11 and nanobind write it: help()
     // shows it, and the stub generator parses it. (`__text_signature__`
     // stays PyO3's, without annotations, which `inspect.signature` refuses.)
-    let doc_line = format!(" {py_name}({params_text}) -> {ret}");
+    let doc_line = format!(" {fn_name}({params_text}) -> {ret}");
     let has_doc = attrs.iter().any(|a| a.path().is_ident("doc"));
     let doc_sep = has_doc.then(|| quote!(#[doc = ""]));
 
@@ -981,15 +1059,23 @@ fn expand_callable(
         Ctx::Method(_) => (quote!(), body_fn),
     };
     let spec_ident = format_ident!("__DLCAST_SPEC");
+    let (py_param, ret_ty) = if plain_return {
+        (quote!(), body_value_type(&sig.output))
+    } else {
+        (
+            quote!(__dlcast_py: #pyo3::Python<'_>,),
+            quote!(#pyo3::Py<#pyo3::PyAny>),
+        )
+    };
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
         #(#attrs)*
-        #[allow(clippy::too_many_arguments)]
+        #[allow(clippy::too_many_arguments, clippy::needless_question_mark)]
         #vis #fn_token #ident #outer_generics(
             #(#outer_params,)*
-            __dlcast_py: #pyo3::Python<'_>,
-        ) -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> {
+            #py_param
+        ) -> #pyo3::PyResult<#ret_ty> {
             #nested_body
             static #spec_ident: #rt::FnSpec = #rt::FnSpec {
                 name: #fn_name,
@@ -1005,28 +1091,6 @@ fn expand_callable(
         }
     };
     Ok(Generated { wrapper, body })
-}
-
-/// `#[pyo3(name = "..")]`, the Python name of the function, if renamed.
-fn python_name(attrs: &[Attribute]) -> Option<String> {
-    for attr in attrs.iter().filter(|a| a.path().is_ident("pyo3")) {
-        let syn::Meta::List(list) = &attr.meta else {
-            continue;
-        };
-        let tokens: Vec<proc_macro2::TokenTree> = list.tokens.clone().into_iter().collect();
-        for w in tokens.windows(3) {
-            if let [proc_macro2::TokenTree::Ident(id), proc_macro2::TokenTree::Punct(p), proc_macro2::TokenTree::Literal(l)] =
-                w
-            {
-                if id == "name" && p.as_char() == '=' {
-                    if let Ok(s) = syn::parse_str::<syn::LitStr>(&l.to_string()) {
-                        return Some(s.value());
-                    }
-                }
-            }
-        }
-    }
-    None
 }
 
 /// The dispatch of a dtype-generic function: one `match` per type

@@ -17,6 +17,10 @@ use syn::{Attribute, GenericArgument, PathArguments, ReturnType, Type};
 
 /// The NumPy name of an element type spelled in Rust, if dlcast knows it.
 pub fn element_name(ty: &Type) -> Option<&'static str> {
+    let ty = match ty {
+        Type::Group(g) => &*g.elem,
+        other => other,
+    };
     let Type::Path(p) = ty else { return None };
     let last = p.path.segments.last()?;
     let id = last.ident.to_string();
@@ -178,17 +182,29 @@ pub fn return_annotation(ret: &ReturnType, array: &str, self_name: Option<&str>)
     }
 }
 
-/// What the user's `#[pyo3(..)]` attributes say about the signature.
+/// What the user's `#[pyo3(..)]` / `#[pyfunction(..)]` attributes say about
+/// the signature.
 #[derive(Default)]
 pub struct Pyo3Attrs {
     /// The parenthesised list of `signature = (..)`.
     pub signature: Option<TokenStream>,
+    /// `name = ".."`: the Python name.
+    pub name: Option<String>,
+    /// `pass_module`: the first parameter is the module, not an argument.
+    pub pass_module: bool,
 }
 
-/// Scans `#[pyo3(..)]` attributes for `signature`.
+/// Scans `#[pyo3(..)]` and `#[pyfunction(..)]` attributes for `signature`,
+/// `name` and `pass_module`.
 pub fn scan_pyo3_attrs(attrs: &[Attribute]) -> Pyo3Attrs {
     let mut out = Pyo3Attrs::default();
-    for attr in attrs.iter().filter(|a| a.path().is_ident("pyo3")) {
+    let ours = |a: &&Attribute| {
+        a.path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "pyo3" || s.ident == "pyfunction")
+    };
+    for attr in attrs.iter().filter(ours) {
         let syn::Meta::List(list) = &attr.meta else {
             continue;
         };
@@ -197,6 +213,16 @@ pub fn scan_pyo3_attrs(attrs: &[Attribute]) -> Pyo3Attrs {
             let TokenTree::Ident(id) = t else { continue };
             let is_eq =
                 |k: usize| matches!(tokens.get(k), Some(TokenTree::Punct(p)) if p.as_char() == '=');
+            if id == "pass_module" {
+                out.pass_module = true;
+            }
+            if id == "name" && is_eq(i + 1) {
+                if let Some(TokenTree::Literal(l)) = tokens.get(i + 2) {
+                    if let Ok(s) = syn::parse_str::<syn::LitStr>(&l.to_string()) {
+                        out.name = Some(s.value());
+                    }
+                }
+            }
             if id == "signature" && is_eq(i + 1) {
                 if let Some(TokenTree::Group(g)) = tokens.get(i + 2) {
                     if g.delimiter() == Delimiter::Parenthesis {

@@ -157,12 +157,30 @@ impl CallCx {
     ) -> PyResult<V> {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
+            Ok(()) if V::WRITABLE => {
+                self.guard_write(param, obj)?;
+                Ok(V::from_raw(raw))
+            }
             Ok(()) => Ok(V::from_raw(raw)),
             Err(Refusal::Error(e)) => Err(e),
             Err(Refusal::Convert(target, what)) => {
-                let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
+                let host = raw.device.is_host_accessible();
+                let shape = raw.shape.clone();
                 drop(raw);
-                let raw = self.convert(index, obj, host, ndim, target, &what)?;
+                let mut raw = self.convert(index, obj, host, shape.len(), target, &what)?;
+                if raw.shape != shape {
+                    return Err(self.fail(
+                        param,
+                        format_args!(
+                            "{what}; converting it gave shape {}, not {}",
+                            TupleDisplay(&raw.shape),
+                            TupleDisplay(&shape)
+                        ),
+                    ));
+                }
+                // Writes into the temporary would never reach the caller's
+                // array: a view of it (returned to Python, say) is read-only.
+                raw.read_only = true;
                 match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
                     Ok(()) => Ok(V::from_raw(raw)),
                     Err(Refusal::Error(e)) => Err(e),
@@ -180,6 +198,39 @@ impl CallCx {
         }
     }
 
+    /// Before a writable view of a PyTorch tensor: refuse a tensor that
+    /// requires grad (autograd cannot see the write, PyTorch forbids
+    /// untracked in-place changes), and bump the tensor's version counter
+    /// (`torch.autograd.graph.increment_version`), so that a graph that
+    /// saved the tensor for backward raises instead of using changed data.
+    fn guard_write(&self, param: &ParamSpec, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !crate::fast::is_torch_type(obj) {
+            return Ok(());
+        }
+        let py = obj.py();
+        if obj
+            .getattr(pyo3::intern!(py, "requires_grad"))?
+            .is_truthy()?
+        {
+            return Err(self.fail(
+                param,
+                format_args!(
+                    "the tensor requires grad, and autograd cannot see writes through a \
+                     writable parameter; pass x.detach() to write into its data"
+                ),
+            ));
+        }
+        static INCREMENT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+        INCREMENT
+            .get_or_try_init(py, || {
+                py.import("torch.autograd.graph")?
+                    .getattr("increment_version")
+                    .map(Bound::unbind)
+            })?
+            .call1(py, (obj,))
+            .map(drop)
+    }
+
     #[cold]
     fn convert(
         &self,
@@ -192,11 +243,26 @@ impl CallCx {
     ) -> PyResult<RawTensor> {
         let param = &self.spec.params[index];
         match convert::convert(obj, host, ndim, target) {
-            Ok(tmp) => self.import(index, &tmp),
+            Ok(tmp) => self.import(index, &tmp).map_err(|e| {
+                let err = self.fail(
+                    param,
+                    format_args!("{what}, and its converted copy could not be read: {e}"),
+                );
+                err.set_cause(obj.py(), Some(e));
+                err
+            }),
             Err(ConvertError::Unsupported(why)) => Err(self.fail(
                 param,
                 format_args!("{what}, and it cannot be converted: {why}"),
             )),
+            // Not an error of the argument: propagates unchanged, as the
+            // import paths do (KeyboardInterrupt, MemoryError, ...).
+            Err(ConvertError::Raised(_, cause))
+                if !cause.is_instance_of::<pyo3::exceptions::PyException>(obj.py())
+                    || cause.is_instance_of::<pyo3::exceptions::PyMemoryError>(obj.py()) =>
+            {
+                Err(cause)
+            }
             Err(ConvertError::Raised(call, cause)) => {
                 let e = self.fail(
                     param,
@@ -279,6 +345,7 @@ impl CallCx {
             ImportError::Version(major, minor) => PyBufferError::new_err(format!(
                 "{prefix}: unsupported DLPack version {major}.{minor} (dlcast reads major version 1)"
             )),
+            ImportError::Unreadable(why) => PyBufferError::new_err(format!("{prefix}: {why}")),
             ImportError::Invalid(what) => PyBufferError::new_err(format!(
                 "{prefix}: the producer described an invalid array: {what}"
             )),

@@ -84,6 +84,16 @@ pub(crate) fn convert<'py>(
     // F order is only a different layout from C for two or more dimensions.
     let wants_f = target.order == Order::F && ndim >= 2;
     let framework = Framework::of(obj);
+    let numpy_like = matches!(framework, Some(Framework::Numpy | Framework::Cupy) | None);
+    if target.dtype == DType::BFLOAT16 && numpy_like {
+        return Err(ConvertError::Unsupported(
+            "NumPy has no bfloat16 that DLPack can export".into(),
+        ));
+    }
+    // JAX without `jax_enable_x64` silently keeps 32 bits: 64-bit targets
+    // of host arrays go through NumPy.
+    let jax_via_numpy = framework == Some(Framework::Jax) && host && target.dtype.bits == 64
+        || framework == Some(Framework::Jax) && host && target.dtype == DType::COMPLEX128;
     let raised = |what: &'static str| move |e: PyErr| ConvertError::Raised(what, e);
     match framework {
         Some(Framework::Numpy | Framework::Cupy) => {
@@ -94,7 +104,9 @@ pub(crate) fn convert<'py>(
         }
         // These frameworks' arrays are always C-contiguous (row-major): a
         // dtype change keeps that; F order needs NumPy.
-        Some(Framework::Jax | Framework::ArrayApi | Framework::Tensorflow) if !wants_f => {
+        Some(Framework::Jax | Framework::ArrayApi | Framework::Tensorflow)
+            if !wants_f && !jax_via_numpy =>
+        {
             let py = obj.py();
             match framework {
                 Some(Framework::Jax) => obj

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// How a view was imported (for tests and debugging).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,25 +235,70 @@ const CACHE_SLOTS: usize = 8;
 const NO_API: usize = 1;
 static CACHE_TYPES: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
 static CACHE_APIS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+/// Whether the cached type is PyTorch's (see [`torch_flags`]).
+static CACHE_TORCH: [AtomicBool; CACHE_SLOTS] = [const { AtomicBool::new(false) }; CACHE_SLOTS];
 
-/// The exchange API of `obj`'s type, if it has a usable one.
-fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+/// Whether `obj`'s type is, or derives from, a type of the `torch` package
+/// (a subclass of `torch.Tensor` inherits its exchange API).
+pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
+    let from_torch = |t: &Bound<'_, pyo3::types::PyType>| {
+        t.module().is_ok_and(|m| {
+            m.to_str()
+                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+        })
+    };
+    obj.get_type()
+        .mro()
+        .iter()
+        .any(|t| t.cast::<pyo3::types::PyType>().is_ok_and(from_torch))
+}
+
+/// PyTorch's lazy conjugation and negation: a tensor with its conjugate or
+/// negative bit set describes memory whose values are conjugated / negated
+/// on read. The exchange API hands out the raw memory (PyTorch's own
+/// `__dlpack__` refuses such tensors), so dlcast refuses them too.
+fn torch_flags(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
+    let py = obj.py();
+    for (method, what) in [
+        (pyo3::intern!(py, "is_conj"), "conjugate"),
+        (pyo3::intern!(py, "is_neg"), "negative"),
+    ] {
+        let set = obj
+            .call_method0(method)
+            .and_then(|v| v.is_truthy())
+            .map_err(|e| ImportError::Producer("is_conj/is_neg", e))?;
+        if set {
+            return Err(ImportError::Unreadable(format!(
+                "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
+                 does not hold its values; pass x.resolve_conj().resolve_neg()"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The exchange API of `obj`'s type, if it has a usable one, and whether
+/// the type is PyTorch's.
+fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, bool)> {
     // SAFETY: `obj` is live.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) } as usize;
-    for (t, a) in CACHE_TYPES.iter().zip(&CACHE_APIS) {
+    for (slot, t) in CACHE_TYPES.iter().enumerate() {
         match t.load(Ordering::Relaxed) {
             0 => break,
             x if x == tp => {
-                let api = a.load(Ordering::Relaxed);
+                let api = CACHE_APIS[slot].load(Ordering::Relaxed);
+                let torch = CACHE_TORCH[slot].load(Ordering::Relaxed);
                 // SAFETY: a cached API pointer came from a live capsule of a
                 // type we keep alive; the header requires the table to live
                 // for the process.
-                return (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
+                return (api != NO_API)
+                    .then(|| (unsafe { &*(api as *const DLPackExchangeAPI) }, torch));
             }
             _ => {}
         }
     }
     let api = lookup_exchange_api(obj);
+    let torch = api.is_some() && is_torch_type(obj);
     // Cache the answer in a free slot (under the GIL, so no race), keeping
     // the type alive; with no free slot, just answer.
     if let Some(slot) = CACHE_TYPES
@@ -265,9 +310,10 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
             api.map_or(NO_API, |a| a as *const _ as usize),
             Ordering::Relaxed,
         );
+        CACHE_TORCH[slot].store(torch, Ordering::Relaxed);
         CACHE_TYPES[slot].store(tp, Ordering::Relaxed);
     }
-    api
+    api.map(|a| (a, torch))
 }
 
 fn lookup_exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
@@ -330,7 +376,7 @@ pub(crate) fn exchange(
     obj: &Bound<'_, PyAny>,
     request: StreamRequest,
 ) -> Result<Exchange, ImportError> {
-    let Some(api) = exchange_api(obj) else {
+    let Some((api, is_torch)) = exchange_api(obj) else {
         return Ok(Exchange::NotApplicable);
     };
     let py = obj.py();
@@ -389,5 +435,10 @@ pub(crate) fn exchange(
     // them here (GIL held, no Python code runs); `owner` keeps `obj` alive.
     let mut raw = unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }?;
     raw.stream = stream;
+    // After the copy of shape and strides: these calls may run Python code
+    // (a subclass's `__torch_function__`).
+    if is_torch {
+        torch_flags(obj)?;
+    }
     Ok(Exchange::Done(raw))
 }

@@ -193,6 +193,9 @@ pub(crate) enum ImportError {
     Stream(String),
     /// The buffer protocol refused.
     Buffer(PyErr),
+    /// The producer's memory does not hold the array's values (PyTorch's
+    /// conjugate / negative bits); the text says what to do.
+    Unreadable(String),
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {

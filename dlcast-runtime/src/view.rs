@@ -746,7 +746,8 @@ mod sealed {
 #[diagnostic::on_unimplemented(
     message = "array parameter of type `{Self}` needs #[dlpack_fn] above #[pyfunction]",
     label = "PyO3 cannot take a dlcast view by itself",
-    note = "place #[dlpack_fn] above #[pyfunction], or, for methods, on the impl block above #[pymethods]"
+    note = "place #[dlpack_fn] above #[pyfunction], or, for methods, on the impl block above #[pymethods]",
+    note = "#[dlpack_fn] recognises a view parameter spelled directly (`TensorRef<'_, T>`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or an `Option` of one), not through a type alias or inside another type"
 )]
 pub trait NeedsDlpackFn: sealed::Sealed {}
 

@@ -183,3 +183,68 @@ def test_the_temporary_lives_as_long_as_a_returned_view():
     x = np.arange(3, dtype=np.float32)
     out = acc.echo(x)
     assert out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+
+
+def test_a_returned_view_of_a_converted_copy_is_read_only():
+    x = np.arange(10, dtype=np.float32)  # `rows` wants float64: converted
+    out = np.from_dlpack(ext.rows(x, 0, 3))
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    assert not out.flags.writeable  # writes could never reach x
+    y = np.arange(10.0)  # no conversion: zero-copy and writable
+    assert np.from_dlpack(ext.rows(y, 0, 3)).flags.writeable
+
+
+def test_interrupts_and_memory_errors_during_conversion_propagate():
+    class Fake:
+        """Claims to be a NumPy array; its astype raises."""
+
+        def __init__(self, exc):
+            self.exc = exc
+            self.a = np.arange(3)
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def astype(self, *a, **kw):
+            raise self.exc
+
+    Fake.__module__ = "numpy"
+    with pytest.raises(KeyboardInterrupt):
+        ext.seen_f32(Fake(KeyboardInterrupt()))
+    with pytest.raises(MemoryError):
+        ext.seen_f32(Fake(MemoryError()))
+    with pytest.raises(TypeError, match=r"converting it with x\.astype\(\) raised ValueError: no") as info:
+        ext.seen_f32(Fake(ValueError("no")))
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_a_conversion_that_changes_the_shape_is_refused():
+    class Liar:
+        __module__ = "numpy"
+
+        def __dlpack__(self, **kw):
+            return np.arange(3).__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def astype(self, *a, **kw):
+            return np.zeros(100, np.float32)
+
+    with pytest.raises(TypeError, match=r"converting it gave shape \(100,\), not \(3,\)"):
+        ext.seen_f32(Liar())
+
+
+def test_jax_to_64_bit_goes_through_numpy():
+    x = jnp.arange(3, dtype=jnp.float32)
+    assert ext.seen_c(x)[:2] == ("float64", [3])
+
+
+def test_no_bfloat16_from_numpy():
+    with pytest.raises(TypeError, match="NumPy has no bfloat16 that DLPack can export"):
+        ext.sum_bf16(np.ones(2, np.float32))
+    # PyTorch has one.
+    assert ext.sum_bf16(torch.ones(2)) == 2.0

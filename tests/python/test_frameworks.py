@@ -185,3 +185,36 @@ def test_functions_returning_nothing_return_none():
     assert ext.fill_f64(a, 1.0) is None  # -> PyResult<()>
     assert ext.copy_into(np.ones(3), a) is None
     assert ext.add_one_f32(np.zeros(2, np.float32)) is None
+
+
+def test_torch_conjugate_and_negative_bits_are_refused():
+    # PyTorch conjugates lazily: the memory of z.conj() holds z's values.
+    # Reading it as is would give wrong numbers (its own __dlpack__ refuses).
+    z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64)
+    for lazy, bit in ((z.conj(), "conjugate"), (z.conj().imag, "negative")):
+        with pytest.raises(BufferError, match=rf"argument 'x': the tensor has its {bit} bit set"):
+            ext.values(lazy)
+    assert ext.sum_c64(z.conj().resolve_conj()) == (4.0, -6.0)
+    assert ext.values(z.conj().imag.resolve_neg()) == [-2.0, -4.0]
+
+
+def test_writable_torch_tensors_keep_autograd_right():
+    # A tensor that requires grad is refused: autograd cannot see the write.
+    a = torch.ones(3, requires_grad=True)
+    b = a.exp()
+    for t in (a, b):
+        with pytest.raises(TypeError, match=r"^add_one_f32\(\): argument 'x': the tensor requires grad"):
+            ext.add_one_f32(t)
+    # A tensor saved for backward by another op: the write bumps its version,
+    # so backward raises instead of using the changed values.
+    w = torch.ones(3)
+    y = (a * w).sum()
+    before = w._version
+    ext.add_one_f32(w)
+    assert w._version > before and w.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    # detach() gives a tensor that may be written (sharing memory).
+    d = b.detach()
+    ext.add_one_f32(d)
+    assert torch.allclose(b, d)

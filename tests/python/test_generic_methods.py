@@ -174,3 +174,41 @@ def test_text_signature_stays_usable_by_inspect():
     assert str(inspect.signature(ext.Accumulator.weighted)) == "(self, /, x, *, weights=None, scale=1.0)"
     # A method without arrays is left to PyO3.
     assert ext.Accumulator.total.__doc__ == "A plain method: untouched by dlcast."
+
+
+def test_python_names_raw_identifiers_and_mut_bindings():
+    a, b = np.ones(2, np.float32), np.ones(3, np.float32)
+    assert ext.renamed(a, a, 1) == 5
+    with pytest.raises(TypeError) as info:
+        ext.renamed(a, b, 0)
+    assert str(info.value) == "renamed(): dimension 'n' is 2 in 'type' but 3 in 'in'"
+    assert ext.renamed.__doc__.splitlines()[0] == (
+        "renamed(type: ndarray[float32, (n,), cpu], in: ndarray[float32, (n,), cpu], k: int) -> int"
+    )
+    # name and signature given in #[pyfunction(..)]
+    assert ext.nice_name(np.ones(3)) == 6
+    assert ext.nice_name.__doc__.splitlines()[0] == "nice_name(x: ndarray[float64, (3,), cpu], k: int = 2) -> int"
+    with pytest.raises(TypeError, match=r"^nice_name\(\): argument 'x': expected shape \(3,\), got \(2,\)$"):
+        ext.nice_name(np.ones(2))
+
+
+def test_pass_module_and_macro_fragments():
+    assert ext.module_and_array(np.ones(2, np.float32))[1] == 2
+    assert ext.module_and_array.__doc__.splitlines()[0] == "module_and_array(x: ndarray[float32, cpu]) -> tuple[str, int]"
+    assert ext.fragments(np.ones(2, np.int16), np.ones(3, np.float32)) == 5
+    # An element type behind an alias shows as written.
+    assert ext.fragments.__doc__.splitlines()[0] == "fragments(a: ndarray[int16, cpu], b: ndarray[Real32, cpu]) -> int"
+
+
+def test_special_methods_setters_and_self_receivers_take_arrays():
+    bag = ext.Bag()
+    bag += np.ones(3)
+    assert bag.total == 3.0
+    assert np.array([3.0]) in bag and np.array([1.0]) not in bag
+    assert bag(np.ones(2)) == 6.0
+    bag.values = np.arange(4.0)
+    assert bag.total == 6.0
+    assert bag.drain(np.ones(2)) == 6.0 and bag.total == 4.0
+    assert ext.Bag.drain.__doc__.splitlines()[0] == "drain(self, x: ndarray[float64, (_,), cpu]) -> float"
+    with pytest.raises(TypeError, match=r"^__iadd__\(\): argument 'x': expected dtype float64, got complex64"):
+        bag += np.ones(2, np.complex64)

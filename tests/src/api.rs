@@ -301,6 +301,94 @@ impl Accumulator {
     }
 }
 
+/// A `mut` plain parameter, raw identifiers, and a Python name.
+#[dlpack_fn]
+#[pyfunction]
+#[pyo3(name = "renamed")]
+fn rust_name(
+    #[shape(n)] r#type: TensorRef<'_, f32>,
+    #[shape(n)] r#in: TensorRef<'_, f32>,
+    mut k: usize,
+) -> usize {
+    k += r#type.len() + r#in.len();
+    k
+}
+
+/// Name and signature given in `#[pyfunction(..)]`.
+#[dlpack_fn]
+#[pyfunction(name = "nice_name", signature = (x, k = 2))]
+fn ugly_name(#[shape(3)] x: TensorRef<'_, f64>, k: usize) -> usize {
+    x.len() * k
+}
+
+/// The module comes first and is not an argument.
+#[dlpack_fn]
+#[pyfunction]
+#[pyo3(pass_module)]
+fn module_and_array(m: &Bound<'_, PyModule>, x: TensorRef<'_, f32>) -> PyResult<(String, usize)> {
+    Ok((m.name()?.to_string(), x.len()))
+}
+
+/// Element types from a `macro_rules` fragment and an alias.
+type Real32 = f32;
+macro_rules! fragment_fn {
+    ($name:ident, $v:ty, $e:ty) => {
+        /// A view type from a macro fragment.
+        #[dlpack_fn]
+        #[pyfunction]
+        fn $name(a: $v, b: TensorRef<'_, $e>) -> usize {
+            a.len() + b.len()
+        }
+    };
+}
+fragment_fn!(fragments, TensorRef<'_, i16>, Real32);
+
+/// Special methods and a setter take arrays too.
+#[pyclass(module = "dlcast_testext")]
+struct Bag {
+    total: f64,
+}
+
+#[dlpack_fn]
+#[pymethods]
+impl Bag {
+    #[new]
+    fn new() -> Self {
+        Bag { total: 0.0 }
+    }
+
+    fn __iadd__(&mut self, x: TensorRef<'_, f64>) -> PyResult<()> {
+        self.total += x.to_vec()?.into_iter().sum::<f64>();
+        Ok(())
+    }
+
+    fn __contains__(&self, x: TensorRef<'_, f64>) -> PyResult<bool> {
+        Ok(x.to_vec()?.contains(&self.total))
+    }
+
+    fn __call__(&self, x: TensorRef<'_, f64>) -> PyResult<f64> {
+        Ok(self.total * x.to_vec()?.into_iter().sum::<f64>())
+    }
+
+    #[setter]
+    fn set_values(&mut self, x: TensorRef<'_, f64>) -> PyResult<()> {
+        self.total = x.to_vec()?.into_iter().sum();
+        Ok(())
+    }
+
+    #[getter]
+    fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// A `PyRefMut<Self>` receiver with a `mut` binding.
+    fn drain(mut slf: PyRefMut<'_, Self>, #[shape(_)] x: TensorRef<'_, f64>) -> f64 {
+        let before = slf.total;
+        slf.total -= x.len() as f64;
+        before
+    }
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
@@ -322,6 +410,11 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         doubled,
         mixed,
         with_signature,
+        rust_name,
+        ugly_name,
+        module_and_array,
+        fragments,
     );
+    m.add_class::<Bag>()?;
     m.add_class::<Accumulator>()
 }
