@@ -138,6 +138,7 @@ impl CallCx {
         )
     }
 
+    #[inline(always)]
     fn import(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
         let param = &self.spec.params[index];
         let sx = import::StreamCx {
@@ -149,6 +150,7 @@ impl CallCx {
 
     /// Checks `raw` against parameter `index`; on a dtype or order mismatch
     /// that may convert, converts `obj` and checks the result.
+    #[inline(always)]
     fn checked<'a, V: View<'a>>(
         &mut self,
         index: usize,

@@ -72,6 +72,7 @@ impl DType {
 
     /// The NumPy-style name (`"float32"`) of the data types dlcast maps to a
     /// Rust element type; `None` for every other `(code, bits, lanes)`.
+    #[inline]
     pub fn name(&self) -> Option<&'static str> {
         if self.lanes != 1 {
             return None;
@@ -98,6 +99,7 @@ impl DType {
 
     /// Size of one element in bytes, for the data types that [`DType::name`]
     /// knows; `None` for sub-byte, vector (`lanes != 1`) and unknown types.
+    #[inline]
     pub fn itemsize(&self) -> Option<usize> {
         self.name().map(|_| usize::from(self.bits) / 8)
     }

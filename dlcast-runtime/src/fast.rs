@@ -169,6 +169,7 @@ fn numpy_dtype(type_num: c_int) -> Option<DType> {
 /// Imports an exact `numpy.ndarray` from its fields; `Ok(None)` for other
 /// objects and for arrays DLPack cannot describe (left to NumPy's own
 /// `__dlpack__`, which raises the right `BufferError`).
+#[inline(always)]
 pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportError> {
     if !is_ndarray(obj) {
         return Ok(None);
@@ -256,13 +257,17 @@ pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
 /// PyTorch's lazy conjugation and negation: a tensor with its conjugate or
 /// negative bit set describes memory whose values are conjugated / negated
 /// on read. The exchange API hands out the raw memory (PyTorch's own
-/// `__dlpack__` refuses such tensors), so dlcast refuses them too.
-fn torch_flags(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
+/// `__dlpack__` refuses such tensors), so dlcast refuses them too. Only
+/// complex tensors can have the conjugate bit; any tensor can have the
+/// negative bit (`z.conj().imag`). Each check is a Python method call
+/// (about 100 ns), the price of reading PyTorch tensors correctly.
+fn torch_flags(obj: &Bound<'_, PyAny>, complex: bool) -> Result<(), ImportError> {
     let py = obj.py();
-    for (method, what) in [
-        (pyo3::intern!(py, "is_conj"), "conjugate"),
+    let checks = [
         (pyo3::intern!(py, "is_neg"), "negative"),
-    ] {
+        (pyo3::intern!(py, "is_conj"), "conjugate"),
+    ];
+    for (method, what) in &checks[..if complex { 2 } else { 1 }] {
         let set = obj
             .call_method0(method)
             .and_then(|v| v.is_truthy())
@@ -438,7 +443,7 @@ pub(crate) fn exchange(
     // After the copy of shape and strides: these calls may run Python code
     // (a subclass's `__torch_function__`).
     if is_torch {
-        torch_flags(obj)?;
+        torch_flags(obj, raw.dtype.code == crate::dtype::code::COMPLEX)?;
     }
     Ok(Exchange::Done(raw))
 }

@@ -215,6 +215,7 @@ pub(crate) struct StreamCx {
 }
 
 /// Imports `obj` by the first path that applies (see the module docs).
+#[inline(always)]
 pub(crate) fn import(obj: &Bound<'_, PyAny>, sx: StreamCx) -> Result<RawTensor, ImportError> {
     if let Some(raw) = fast::numpy(obj)? {
         return Ok(raw);
@@ -566,6 +567,7 @@ pub(crate) unsafe fn from_dltensor(
 
 /// Final checks shared by every path: sizes, extent and address arithmetic.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn make_raw(
     data: *mut u8,
     byte_offset: u64,
