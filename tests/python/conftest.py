@@ -53,3 +53,36 @@ def capsule(arr, **kw):
 def balanced():
     with deleters_balanced():
         yield
+
+
+# ---------------------------------------------------------------------------
+# The DLPack C exchange API (`__dlpack_c_exchange_api__`) as ctypes structures,
+# for tests that build their own (hostile or fake-GPU) tables.
+
+import ctypes  # noqa: E402
+
+
+class DLTensorC(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_uint32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class HeaderC(ctypes.Structure):
+    pass
+
+
+HeaderC._fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                    ("prev_api", ctypes.POINTER(HeaderC))]
+
+FROM_OBJ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensorC))
+WORK_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_int32,
+                               ctypes.POINTER(ctypes.c_void_p))
+
+
+class ApiC(ctypes.Structure):
+    _fields_ = [("header", HeaderC), ("allocator", ctypes.c_void_p),
+                ("managed_from_obj", ctypes.c_void_p), ("managed_to_obj", ctypes.c_void_p),
+                ("dltensor_from_obj", FROM_OBJ), ("current_work_stream", WORK_STREAM)]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dlcast_testext as ext
-from conftest import capsule, deleters_balanced
+from conftest import FROM_OBJ, WORK_STREAM, ApiC, capsule, deleters_balanced
 
 CPU, CUDA, CUDA_HOST, ROCM, ROCM_HOST, CUDA_MANAGED = 1, 2, 3, 10, 11, 13
 
@@ -213,28 +213,6 @@ def test_no_host_access_to_gpu_memory(balanced):
 
 # ---------------------------------------------------------------------------
 # The DLPack C exchange API's current_work_stream
-
-
-class DLTensorC(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_uint32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class HeaderC(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p)]
-
-
-FROM_OBJ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensorC))
-WORK_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
-
-
-class ApiC(ctypes.Structure):
-    _fields_ = [("header", HeaderC), ("allocator", ctypes.c_void_p),
-                ("managed_from_obj", ctypes.c_void_p), ("managed_to_obj", ctypes.c_void_p),
-                ("dltensor_from_obj", FROM_OBJ), ("current_work_stream", WORK_STREAM)]
 
 
 _KEEP = []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dlcast_testext as ext
-from conftest import capsule, deleters_balanced
+from conftest import FROM_OBJ, ApiC, HeaderC, capsule, deleters_balanced
 
 # ---------------------------------------------------------------------------
 # Producers whose __dlpack__ raises
@@ -585,30 +585,6 @@ def test_capsules_passed_directly_and_through_dlpack_and_as_writable():
 # with ctypes. The tables stay alive for the process, as the header requires.
 
 import ctypes
-
-
-class DLTensorC(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_uint32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class HeaderC(ctypes.Structure):
-    pass
-
-
-HeaderC._fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                    ("prev_api", ctypes.POINTER(HeaderC))]
-
-FROM_OBJ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensorC))
-
-
-class ApiC(ctypes.Structure):
-    _fields_ = [("header", HeaderC), ("allocator", ctypes.c_void_p),
-                ("managed_from_obj", ctypes.c_void_p), ("managed_to_obj", ctypes.c_void_p),
-                ("dltensor_from_obj", FROM_OBJ), ("current_work_stream", ctypes.c_void_p)]
 
 
 _KEEP = []  # tables, callbacks, shapes and data: alive for the process
