@@ -1191,9 +1191,32 @@ impl Framework {
                 from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
             }
             Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
+                Some(out) => Ok(out),
+                None => from_dlpack.call1((arr,)),
+            },
             _ => from_dlpack.call1((arr,)),
         }
     }
+}
+
+/// An `ndarray` over a host array's memory through NumPy's C API (see
+/// [`crate::npapi`]); `None` where only `numpy.from_dlpack` applies.
+fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let e = &array.get().inner;
+    if e.device != Device::CPU {
+        return Ok(None);
+    }
+    crate::npapi::ndarray(
+        array.as_any(),
+        &crate::npapi::HostArray {
+            data: e.data,
+            shape: &e.buf_shape,
+            byte_strides: &e.buf_strides,
+            dtype: e.dtype,
+            read_only: e.read_only,
+        },
+    )
 }
 
 /// Hands an array to PyTorch through `torch.Tensor`'s DLPack C exchange API

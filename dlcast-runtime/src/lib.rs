@@ -46,6 +46,7 @@ pub mod export;
 pub mod fast;
 mod import;
 pub mod layout;
+mod npapi;
 pub mod spec;
 pub mod stream;
 mod view;

@@ -418,3 +418,33 @@ def test_base_exceptions_from_producers_propagate():
 
     with pytest.raises(SystemExit):
         ext.values(Exits())
+
+
+def test_numpy_results_are_built_through_numpys_c_api():
+    # `returns = numpy` makes the ndarray directly over the exported memory,
+    # with the dlcast.Array that owns it as `base` (no capsule round trip).
+    before = stats()
+    rev, _ = ext.arange_numpy("float64", [3, 4], "rev")  # negative strides
+    np.testing.assert_array_equal(rev, np.arange(12.0).reshape(3, 4))
+    assert rev.strides == (-32, -8)
+    del rev
+    out, ptr = ext.arange_numpy("float64", [3, 4])
+    assert type(out.base).__name__ == "Array" and type(out.base).__module__ == "dlcast"
+    assert out.__array_interface__["data"][0] == ptr
+    assert out.flags.writeable and not out.flags.owndata
+    np.testing.assert_array_equal(out, np.arange(12.0).reshape(3, 4))
+    out[0, 0] = 7.0  # writes the exported buffer itself
+    assert out.base is not None and out[0, 0] == 7.0
+    mid = stats()
+    assert mid[0] - before[0] == 2 and mid[1] - before[1] == 1  # `out` is alive
+    del out
+    after = stats()
+    assert after[1] - before[1] == 2  # freed exactly once with the ndarray
+    # A view of a read-only input stays read-only, and NumPy refuses to
+    # make it writable (its base refuses writable buffer requests).
+    ro = np.arange(3, dtype=np.float32)
+    ro.flags.writeable = False
+    echo = ext.Accumulator().echo(ro)
+    assert not echo.flags.writeable
+    with pytest.raises(ValueError):
+        echo.flags.writeable = True
