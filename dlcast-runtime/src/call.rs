@@ -327,8 +327,13 @@ impl CallCx {
                  or a buffer), got {t}"
             )),
             ImportError::Producer(what, cause) => {
+                // The first line only (PyTorch appends C++ backtraces); the
+                // whole exception is the `__cause__`.
+                let text = cause.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let more = if text.contains('\n') { " [...]" } else { "" };
                 let py_err = PyBufferError::new_err(format!(
-                    "{prefix}: the producer's {what}() raised {cause}"
+                    "{prefix}: the producer's {what}() raised {first}{more}"
                 ));
                 py_err.set_cause(py, Some(cause));
                 py_err

@@ -218,3 +218,15 @@ def test_writable_torch_tensors_keep_autograd_right():
     d = b.detach()
     ext.add_one_f32(d)
     assert torch.allclose(b, d)
+
+
+def test_producer_errors_keep_one_line_and_the_cause():
+    # PyTorch's refusal of a sparse tensor carries a C++ backtrace: the
+    # message keeps its first line, the exception itself is the cause.
+    s = torch.eye(2).to_sparse()
+    with pytest.raises(BufferError) as info:
+        ext.values(s)
+    msg = str(info.value)
+    assert msg.startswith("values(): argument 'x': the producer's ")
+    assert "\n" not in msg
+    assert info.value.__cause__ is not None
