@@ -248,3 +248,60 @@ def test_no_bfloat16_from_numpy():
         ext.sum_bf16(np.ones(2, np.float32))
     # PyTorch has one.
     assert ext.sum_bf16(torch.ones(2)) == 2.0
+
+
+# ---------------------------------------------------------------------------
+# Property: for any NumPy or PyTorch layout (slices, negative steps,
+# transposes, empty and 0-d arrays) and any source dtype, a converting
+# parameter sees exactly what the framework's own conversion gives.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SOURCES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint16", "float16", "float32", "float64"]
+
+
+@st.composite
+def layouts(draw):
+    """A NumPy or PyTorch array of a random dtype, shape (0-d and empty
+    included), per-axis step (negative for NumPy) and axis order."""
+    fw = draw(st.sampled_from(["numpy", "torch"]))
+    ndim = draw(st.integers(0, 3))
+    shape = [draw(st.integers(0, 4)) for _ in range(ndim)]
+    steps = [draw(st.sampled_from([1, 2, -1] if fw == "numpy" else [1, 2])) for _ in range(ndim)]
+    perm = draw(st.permutations(range(ndim)))
+    dtype = draw(st.sampled_from(SOURCES if fw == "numpy" else [d for d in SOURCES if d != "uint16"]))
+    full = [n * abs(k) for n, k in zip(shape, steps)]
+    base = np.arange(int(np.prod(full))).astype(dtype).reshape(full)
+    x = torch.from_numpy(base) if fw == "torch" else base
+    index = tuple(slice(None, None, k) for k in steps)
+    x = x[index] if ndim else x
+    if ndim:
+        x = x.permute(*perm) if fw == "torch" else x.transpose(perm)
+    return x
+
+
+def f_contiguous(shape, strides):
+    """F order as DLPack consumers read it: extent-1 axes ignored."""
+    if 0 in shape:
+        return True  # empty: any strides
+    want = 1
+    for n, s in zip(shape, strides):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts())
+def test_conversion_sees_what_the_framework_gives(x):
+    want32 = np.asarray(x).astype(np.float32)
+    dtype, shape, strides, vals = ext.seen_f32(x)
+    assert (dtype, shape) == ("float32", list(want32.shape))
+    assert vals == want32.ravel().tolist()
+    if want32.ndim >= 1:
+        # order(f) and float32 in one conversion: real F layout, same values.
+        dtype, fstrides, fvals = ext.seen_f32_f(x)
+        assert dtype == "float32" and fvals == want32.ravel().tolist()
+        assert f_contiguous(want32.shape, fstrides), (want32.shape, fstrides)
