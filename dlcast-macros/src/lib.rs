@@ -504,7 +504,9 @@ struct Analysis {
     stream_param: Option<stream::StreamParam>,
 }
 
-fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Result<Analysis> {
+/// Sorts a function's parameters into views, plain parameters and type
+/// parameters, checking every annotation; all errors are reported together.
+fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analysis> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
     let mut errors: Option<Error> = None;
@@ -751,7 +753,6 @@ fn analyze(opts: &FnOptions, attrs: &[Attribute], sig: &Signature) -> syn::Resul
     if let Some(e) = errors {
         return Err(e);
     }
-    let _ = opts;
     Ok(a)
 }
 
@@ -810,7 +811,7 @@ fn expand_callable(
 ) -> syn::Result<Generated> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
-    let a = analyze(opts, attrs, sig)?;
+    let a = analyze(attrs, sig)?;
     let views = &a.views;
 
     // Named extents, numbered in order of first use.
