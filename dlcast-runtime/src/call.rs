@@ -7,6 +7,7 @@
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::fast::ImportPath;
 use crate::import::{self, ImportError, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, ShapeDisplay, TupleDisplay};
@@ -81,6 +82,22 @@ pub struct CallCx {
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
     /// the generated code before the first `arg`.
     pub(crate) stream: crate::stream::StreamRequest,
+    /// PyTorch tensors taken by writable parameters: their version counters
+    /// are bumped once every argument has passed its checks.
+    written: SmallVec<[Py<PyAny>; 1]>,
+    /// Tensors read through `__dlpack__` or the exchange API, and what their
+    /// views describe: checked again by [`CallCx::finish`] (see
+    /// [`crate::fast::still_describes`]).
+    recheck: SmallVec<[Recheck; 1]>,
+}
+
+/// What a view of a mutable tensor was made of.
+struct Recheck {
+    param: u8,
+    obj: Py<PyAny>,
+    data: *mut u8,
+    shape: crate::import::Dims<usize>,
+    strides: crate::import::Dims<isize>,
 }
 
 impl CallCx {
@@ -92,6 +109,8 @@ impl CallCx {
             names: smallvec::smallvec![None; spec.dim_names.len()],
             spans: SmallVec::new(),
             stream: crate::stream::StreamRequest::Producer,
+            written: SmallVec::new(),
+            recheck: SmallVec::new(),
         }
     }
 
@@ -159,11 +178,30 @@ impl CallCx {
     ) -> PyResult<V> {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-            Ok(()) if V::WRITABLE => {
-                self.guard_write(param, obj)?;
+            Ok(()) => {
+                if V::WRITABLE {
+                    self.guard_write(param, obj)?;
+                }
+                // Mutable containers read without holding their storage's
+                // layout fixed: the exchange API, and PyTorch through
+                // `__dlpack__` (its capsule holds the tensor, whose storage
+                // `set_` can still swap).
+                let recheck = match raw.path {
+                    ImportPath::ExchangeApi => true,
+                    ImportPath::Dlpack => crate::fast::is_torch_type(obj),
+                    _ => false,
+                };
+                if recheck {
+                    self.recheck.push(Recheck {
+                        param: index as u8,
+                        obj: obj.clone().unbind(),
+                        data: raw.data,
+                        shape: raw.shape.clone(),
+                        strides: raw.strides.clone(),
+                    });
+                }
                 Ok(V::from_raw(raw))
             }
-            Ok(()) => Ok(V::from_raw(raw)),
             Err(Refusal::Error(e)) => Err(e),
             Err(Refusal::Convert(target, what)) => {
                 let host = raw.device.is_host_accessible();
@@ -202,10 +240,9 @@ impl CallCx {
 
     /// Before a writable view of a PyTorch tensor: refuse a tensor that
     /// requires grad (autograd cannot see the write, PyTorch forbids
-    /// untracked in-place changes), and bump the tensor's version counter
-    /// (`torch.autograd.graph.increment_version`), so that a graph that
-    /// saved the tensor for backward raises instead of using changed data.
-    fn guard_write(&self, param: &ParamSpec, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// untracked in-place changes), and note the tensor, whose version
+    /// counter [`CallCx::finish`] bumps.
+    fn guard_write(&mut self, param: &ParamSpec, obj: &Bound<'_, PyAny>) -> PyResult<()> {
         if !crate::fast::is_torch_type(obj) {
             return Ok(());
         }
@@ -222,15 +259,42 @@ impl CallCx {
                 ),
             ));
         }
+        self.written.push(obj.clone().unbind());
+        Ok(())
+    }
+
+    /// The check of [`crate::fast::still_describes`] for every tensor read
+    /// through `__dlpack__` or the exchange API.
+    fn recheck_tensors(&self, py: Python<'_>) -> PyResult<()> {
+        for r in &self.recheck {
+            if !crate::fast::still_describes(r.obj.bind(py), r.data, &r.shape, &r.strides) {
+                return Err(PyBufferError::new_err(format!(
+                    "{}(): argument '{}': the tensor changed (its storage, shape or strides) \
+                     while the call's other arguments were read; its view would read memory \
+                     it no longer owns",
+                    self.spec.name,
+                    self.param_name(r.param)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bumps the version counter of each PyTorch tensor a writable parameter
+    /// took (`torch.autograd.graph.increment_version`), so that a graph that
+    /// saved one for backward raises instead of using changed data.
+    #[cold]
+    fn bump_versions(&self, py: Python<'_>) -> PyResult<()> {
         static INCREMENT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-        INCREMENT
-            .get_or_try_init(py, || {
-                py.import("torch.autograd.graph")?
-                    .getattr("increment_version")
-                    .map(Bound::unbind)
-            })?
-            .call1(py, (obj,))
-            .map(drop)
+        let increment = INCREMENT.get_or_try_init(py, || {
+            py.import("torch.autograd.graph")?
+                .getattr("increment_version")
+                .map(Bound::unbind)
+        })?;
+        for t in &self.written {
+            increment.call1(py, (t,))?;
+        }
+        Ok(())
     }
 
     #[cold]
@@ -304,6 +368,14 @@ impl CallCx {
                     )));
                 }
             }
+        }
+        if !self.recheck.is_empty() {
+            // The GIL is held (the generated code runs inside a PyO3 call).
+            Python::attach(|py| self.recheck_tensors(py))?;
+        }
+        if !self.written.is_empty() {
+            // The GIL is held (the generated code runs inside a PyO3 call).
+            Python::attach(|py| self.bump_versions(py))?;
         }
         Ok(())
     }

@@ -554,10 +554,10 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 
 /// Exports an imported view (a slice, transpose, reshape or the input
 /// itself): the input stays alive inside the exported object.
-/// The export is read-only exactly when the input was. A view read without
-/// ownership (the exchange API) first takes an owning reference.
+/// The export is read-only when the input was, and for views of PyTorch
+/// tensors that require grad.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
-    raw.make_owning(py)?;
+    raw.prepare_export(py)?;
     let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
     let shape = raw.shape.clone();
     let strides = raw.strides.clone();

@@ -10,7 +10,7 @@
 //!    non-owning `dltensor_from_py_object_no_sync` fills a `DLTensor` on the
 //!    stack. A view that is returned to Python is upgraded to an owning
 //!    `managed_tensor_from_py_object_no_sync` tensor (see
-//!    [`RawTensor::make_owning`]). CUDA/ROCm memory is taken the same way
+//!    [`RawTensor::prepare_export`]). CUDA/ROCm memory is taken the same way
 //!    with the producer's `current_work_stream` recorded as the view's
 //!    stream (see [`crate::stream`]).
 //!
@@ -256,12 +256,13 @@ pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
 
 /// PyTorch's lazy conjugation and negation: a tensor with its conjugate or
 /// negative bit set describes memory whose values are conjugated / negated
-/// on read. The exchange API hands out the raw memory (PyTorch's own
-/// `__dlpack__` refuses such tensors), so dlcast refuses them too. Only
+/// on read. The exchange API hands out the raw memory, and so does
+/// `__dlpack__` for the negative bit (it refuses only the conjugate bit), so
+/// dlcast refuses such tensors on every path. Only
 /// complex tensors can have the conjugate bit; any tensor can have the
 /// negative bit (`z.conj().imag`). Each check is a Python method call
 /// (about 100 ns), the price of reading PyTorch tensors correctly.
-fn torch_flags(obj: &Bound<'_, PyAny>, complex: bool) -> Result<(), ImportError> {
+pub(crate) fn torch_flags(obj: &Bound<'_, PyAny>, complex: bool) -> Result<(), ImportError> {
     let py = obj.py();
     let checks = [
         (pyo3::intern!(py, "is_neg"), "negative"),
@@ -271,7 +272,7 @@ fn torch_flags(obj: &Bound<'_, PyAny>, complex: bool) -> Result<(), ImportError>
         let set = obj
             .call_method0(method)
             .and_then(|v| v.is_truthy())
-            .map_err(|e| ImportError::Producer("is_conj/is_neg", e))?;
+            .map_err(|e| import::producer_error("is_conj/is_neg", e, py))?;
         if set {
             return Err(ImportError::Unreadable(format!(
                 "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
@@ -441,9 +442,66 @@ pub(crate) fn exchange(
     let mut raw = unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }?;
     raw.stream = stream;
     // After the copy of shape and strides: these calls may run Python code
-    // (a subclass's `__torch_function__`).
+    // (a subclass's `is_neg`), which may change the tensor; `CallCx::finish`
+    // checks it again (`still_describes`).
     if is_torch {
         torch_flags(obj, raw.dtype.code == crate::dtype::code::COMPLEX)?;
     }
     Ok(Exchange::Done(raw))
+}
+
+/// Whether `obj` (a tensor whose type has the DLPack C exchange API) still
+/// describes the memory a view was made of: element 0 at `data`, `shape`,
+/// `strides` (in elements). Asked once every argument of a call is
+/// imported: PyTorch tensors are mutable containers, and Python code run
+/// while later arguments were read (their `__dlpack__`, a conversion, a
+/// subclass's `is_neg`) may have swapped the storage (`x.set_(...)`),
+/// resized or restrided the tensor, which frees or moves the memory even
+/// while a DLPack export of it is alive. Reading through the API calls no
+/// Python code. `true` for objects without the API (nothing to ask).
+pub(crate) fn still_describes(
+    obj: &Bound<'_, PyAny>,
+    data: *mut u8,
+    shape: &[usize],
+    strides: &[isize],
+) -> bool {
+    let Some((api, _)) = exchange_api(obj) else {
+        return true;
+    };
+    let Some(read) = api.dltensor_from_py_object_no_sync else {
+        return true;
+    };
+    // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
+    let mut t: DLTensor = unsafe { std::mem::zeroed() };
+    // SAFETY: `obj` has the type the API came from; the function fills `t`
+    // (pointers valid while `obj` is unchanged: no Python code runs here)
+    // and returns 0, or returns -1 with a Python exception set.
+    if unsafe { read(obj.as_ptr().cast(), &mut t) } != 0 {
+        let _ = PyErr::take(obj.py());
+        return false;
+    }
+    let ndim = usize::try_from(t.ndim).unwrap_or(usize::MAX);
+    if (t.data as usize).wrapping_add(t.byte_offset as usize) != data as usize
+        || ndim != shape.len()
+    {
+        return false;
+    }
+    let mut compact: Dims<isize> = smallvec::smallvec![0; ndim];
+    if t.strides.is_null() && crate::layout::fill_c_strides(shape, &mut compact).is_none() {
+        return false;
+    }
+    (0..ndim).all(|i| {
+        // SAFETY: `shape` (and `strides`, when non-NULL) hold `ndim` values.
+        let (n, s) = unsafe {
+            (
+                *t.shape.add(i),
+                if t.strides.is_null() {
+                    compact[i] as i64
+                } else {
+                    *t.strides.add(i)
+                },
+            )
+        };
+        n as u64 == shape[i] as u64 && s == strides[i] as i64
+    })
 }

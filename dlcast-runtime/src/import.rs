@@ -54,7 +54,7 @@ pub(crate) enum Owner {
     Object(#[allow(dead_code)] Py<PyAny>),
     /// An object read through its type's DLPack C exchange API without
     /// taking ownership; valid for the call only, see
-    /// [`RawTensor::make_owning`].
+    /// [`RawTensor::prepare_export`].
     Exchange {
         obj: Py<PyAny>,
         api: NonNull<DLPackExchangeAPI>,
@@ -125,13 +125,24 @@ pub struct RawTensor {
 }
 
 impl RawTensor {
-    /// Makes the view own what it reads, so that it may outlive the call (a
-    /// view returned to Python): an exchange-API import is replaced by the
-    /// producer's owning `managed_tensor_from_py_object_no_sync` tensor.
-    pub(crate) fn make_owning(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// Before a view is exported (returned to Python): a view of a PyTorch
+    /// tensor that requires grad becomes read-only (writes through it would
+    /// bypass autograd, which PyTorch's own `.numpy()` and `__dlpack__`
+    /// refuse), and an exchange-API import takes ownership
+    /// (`managed_tensor_from_py_object_no_sync`), so that it may outlive
+    /// the call.
+    pub(crate) fn prepare_export(&mut self, py: Python<'_>) -> PyResult<()> {
         let Owner::Exchange { obj, api, origin } = &self.owner else {
             return Ok(());
         };
+        let bound = obj.bind(py);
+        if crate::fast::is_torch_type(bound)
+            && bound
+                .getattr(pyo3::intern!(py, "requires_grad"))?
+                .is_truthy()?
+        {
+            self.read_only = true;
+        }
         // SAFETY: `api` is the producer's process-lifetime table.
         let api = unsafe { api.as_ref() };
         let Some(from_obj) = api.managed_tensor_from_py_object_no_sync else {
@@ -245,6 +256,11 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, sx: StreamCx) -> Result<RawTensor, 
     match call_dlpack(obj, stream)? {
         Some(capsule) => {
             let mut raw = take_capsule(&capsule, ImportPath::Dlpack)?;
+            // PyTorch's `__dlpack__` refuses the conjugate bit but hands
+            // out lazily negated tensors as they are.
+            if fast::is_torch_type(obj) {
+                fast::torch_flags(obj, raw.dtype.code == code::COMPLEX)?;
+            }
             // JAX arrays and TensorFlow tensors are immutable, but they answer
             // with capsules that do not say so (DLPack notes): mark them
             // read-only here.
@@ -309,7 +325,7 @@ fn dlpack_device(obj: &Bound<'_, PyAny>) -> Result<Option<Device>, ImportError> 
 
 /// Sorts a producer's exception: interrupts and memory errors propagate as
 /// they are; everything else is wrapped with the parameter's name.
-fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
+pub(crate) fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
     // Not an `Exception` (KeyboardInterrupt, SystemExit, GeneratorExit), or
     // out of memory: not the producer's answer about this array.
     if !e.is_instance_of::<PyException>(py) || e.is_instance_of::<PyMemoryError>(py) {

@@ -230,3 +230,79 @@ def test_producer_errors_keep_one_line_and_the_cause():
     assert msg.startswith("values(): argument 'x': the producer's ")
     assert "\n" not in msg
     assert info.value.__cause__ is not None
+
+
+def test_a_tensor_changed_while_other_arguments_are_read_is_refused():
+    # PyTorch tensors are mutable containers: Python code run while a later
+    # argument is read (here its __dlpack__) may swap the first tensor's
+    # storage, which frees the memory its view was made of (even while a
+    # DLPack export of it is alive). The call checks every such tensor again
+    # once all arguments are read, and refuses instead of reading freed
+    # memory.
+    n = 2_000_000  # large enough that freed memory goes back to the OS
+    pts = torch.ones(n, 3)
+
+    class SwapsFirst:
+        def __init__(self):
+            self.a = np.ones(n, np.float32)
+
+        def __dlpack__(self, **kw):
+            pts.set_(torch.zeros(1, 3))
+            return self.a.__dlpack__(**kw)
+
+    with pytest.raises(BufferError, match=r"^centroid\(\): argument 'points': the tensor changed"):
+        ext.centroid(pts, SwapsFirst())
+    # The same when the tensor's own is_neg (asked by dlcast) swaps it.
+    class SwapsItself(torch.Tensor):
+        def is_neg(self):
+            self.set_(torch.zeros(1, 3))
+            return False
+
+    own = torch.ones(n, 3).as_subclass(SwapsItself)
+    with pytest.raises(BufferError, match="argument 'points': the tensor changed"):
+        ext.centroid(own, np.ones(n, np.float32))
+    # Unchanged tensors pass the same check.
+    assert ext.centroid(torch.ones(4, 3), torch.ones(4)) == [1.0, 1.0, 1.0]
+
+
+def test_views_of_tensors_that_require_grad_are_exported_read_only():
+    w = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    out = np.asarray(ext.identity(w))
+    assert not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0, 0] = 5.0
+    # PyTorch has no read-only tensors: returning it there is refused.
+    with pytest.raises(BufferError, match="read-only"):
+        ext.transposed(w)
+    # Without requires_grad the view stays writable (zero-copy both ways).
+    d = w.detach()
+    np.asarray(ext.identity(d))[0, 0] = 5.0
+    assert d[0, 0] == 5.0
+
+
+def test_negative_bit_is_refused_on_the_dlpack_path_too():
+    class NoExchange(torch.Tensor):
+        __dlpack_c_exchange_api__ = None
+
+    x = torch._neg_view(torch.ones(3)).as_subclass(NoExchange)
+    assert ext.import_path(torch.ones(2).as_subclass(NoExchange)) == "dlpack"
+    with pytest.raises(BufferError, match="negative bit set"):
+        ext.sum_f32(x)
+
+
+def test_a_refused_call_leaves_version_counters_alone():
+    x = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match="share memory"):
+        ext.add_one_into(x, x)
+    assert x._version == 0
+    ext.add_one_into(torch.zeros(3, dtype=torch.float64), x)
+    assert x._version == 1
+
+
+def test_interrupts_from_torch_flag_checks_propagate():
+    class Interrupts(torch.Tensor):
+        def is_neg(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ext.sum_f32(torch.ones(3).as_subclass(Interrupts))
