@@ -224,6 +224,16 @@ for label, call, out_shape in cases:
     else:
         check(False, f"{label}: was accepted")
 
+# --- Implicit conversion ----------------------------------------------------
+
+print("\nimplicit conversion (read-only inputs that fit but for dtype or order):")
+# `blurred` asks for order(c) without #[noconvert]: NumPy makes a C-order copy.
+from_t = np.asarray(dd.blurred(transposed))
+want = np.asarray(dd.blurred(np.ascontiguousarray(transposed)))
+print(f"  blurred(transposed image): {from_t.shape}, same as from a C-order copy: "
+      f"{bool(np.array_equal(from_t, want))}")
+check(bool(np.array_equal(from_t, want)), "blurred(transposed) differs from the C-order copy")
+
 if problems:
     print(f"\nFAILED: {len(problems)} unexpected result(s)")
     sys.exit(1)

@@ -8,8 +8,9 @@
 //!
 //! The bodies take the fast path (plain slices) when the memory is
 //! C-contiguous and fall back to strided element access otherwise, so
-//! flipped or transposed views work too, just more slowly (except where a
-//! filter asks for `#[order(c)]` and makes dlcast refuse such views).
+//! flipped or transposed views work too, just more slowly. Where a filter
+//! asks for `#[order(c)]`, dlcast hands it a C-order copy made by the input's
+//! framework, or, under `#[noconvert]`, refuses the view.
 //!
 //! All arithmetic is exact integer arithmetic (plus one `f32` square root),
 //! so results are bit-identical whichever framework supplied the arrays.
@@ -98,14 +99,16 @@ fn clamp_index(i: isize, n: usize) -> usize {
 /// it, edges clamped. Two separable passes of running sums, so the cost does
 /// not depend on `radius`.
 ///
-/// The input must be C-contiguous (`#[order(c)]`): dlcast refuses other
-/// layouts with a `TypeError` instead of silently copying.
+/// The input must be C-contiguous (`#[order(c)]`), and `#[noconvert]`
+/// makes dlcast refuse other layouts with a `TypeError` instead of copying
+/// them into C order (what `blurred` below accepts).
 #[dlpack_fn]
 #[pyfunction]
 #[pyo3(signature = (img, out, radius = 4))]
 fn box_blur(
     #[shape(h, w, 3)]
     #[order(c)]
+    #[noconvert]
     img: TensorRef<'_, u8>,
     #[shape(h, w, 3)] mut out: TensorMut<'_, u8>,
     radius: usize,
