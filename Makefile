@@ -64,7 +64,8 @@ fuzz: ext
 ## The NumPy, capsule and buffer tests under valgrind memcheck with
 ## PYTHONMALLOC=malloc (scripts/sanitize.py): prints the number of errors
 ## whose stacks include dlcast code, and fails if there is one. Needs
-## valgrind. Not part of `make test`.
+## valgrind. DLCAST_SANITIZE_FILES="tests/python/x.py ..." picks other
+## NumPy-only test files. Not part of `make test`.
 sanitize: ext
 	$(PY) scripts/sanitize.py
 

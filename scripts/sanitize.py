@@ -17,8 +17,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "sanitize"
-FILES = ["tests/python/test_capsules.py", "tests/python/test_hostile.py",
-         "tests/python/test_aliasing.py"]
+FILES = os.environ.get(
+    "DLCAST_SANITIZE_FILES",
+    "tests/python/test_capsules.py tests/python/test_hostile.py tests/python/test_aliasing.py",
+).split()
 EXAMPLES = os.environ.get("DLCAST_SANITIZE_EXAMPLES", "300")
 DLCAST_MARKERS = ("dlcast_testext", "dlcast_runtime")
 
