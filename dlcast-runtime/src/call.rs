@@ -179,18 +179,20 @@ impl CallCx {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
             Ok(()) => {
-                if V::WRITABLE {
-                    self.guard_write(param, obj)?;
-                }
                 // Mutable containers read without holding their storage's
                 // layout fixed: the exchange API, and PyTorch through
                 // `__dlpack__` (its capsule holds the tensor, whose storage
-                // `set_` can still swap).
+                // `set_` can still swap). Only these paths can carry a
+                // PyTorch tensor: the NumPy, capsule and buffer paths skip
+                // the type inspection below.
                 let recheck = match raw.path {
                     ImportPath::ExchangeApi => true,
                     ImportPath::Dlpack => crate::fast::is_torch_type(obj),
                     _ => false,
                 };
+                if V::WRITABLE && recheck {
+                    self.guard_write(param, obj)?;
+                }
                 if recheck {
                     self.recheck.push(Recheck {
                         param: index as u8,
