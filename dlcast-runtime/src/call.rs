@@ -117,8 +117,24 @@ impl CallCx {
     /// Imports and checks the array argument of parameter `index`,
     /// converting a read-only argument whose dtype or order does not fit
     /// where the parameter allows it (see [`crate::convert`]).
+    #[inline(always)]
     pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
-        let raw = self.import(index, obj)?;
+        // NumPy's fields straight into the check and the view (no
+        // `Result` re-wrapping on the way: each would copy the view).
+        if let Some(raw) = crate::fast::numpy(obj) {
+            return self.checked(index, obj, raw);
+        }
+        self.arg_generic(index, obj)
+    }
+
+    /// [`CallCx::arg`] by the other import paths.
+    #[inline(never)]
+    fn arg_generic<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+    ) -> PyResult<V> {
+        let raw = self.import_generic(index, obj)?;
         self.checked(index, obj, raw)
     }
 
@@ -157,14 +173,21 @@ impl CallCx {
         )
     }
 
-    #[inline(always)]
     fn import(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
+        match crate::fast::numpy(obj) {
+            Some(raw) => Ok(raw),
+            None => self.import_generic(index, obj),
+        }
+    }
+
+    /// [`CallCx::import`] by every path but NumPy's fields.
+    fn import_generic(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
         let param = &self.spec.params[index];
         let sx = import::StreamCx {
             request: self.stream,
             may_need: crate::stream::may_need_stream(param.devices),
         };
-        import::import(obj, sx).map_err(|e| self.import_error(obj.py(), param, e))
+        import::import_generic(obj, sx).map_err(|e| self.import_error(obj.py(), param, e))
     }
 
     /// Checks `raw` against parameter `index`; on a dtype or order mismatch

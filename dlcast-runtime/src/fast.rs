@@ -21,6 +21,7 @@
 use crate::device::{kind, Device};
 use crate::dtype::{code, DType};
 use crate::import::{self, Dims, ImportError, Owner, RawTensor};
+use crate::layout::ByteExtent;
 use crate::stream::{self, StreamKind, StreamRequest};
 use dlpack_rs::ffi::{DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
 use pyo3::ffi;
@@ -100,6 +101,7 @@ static NDARRAY: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut
 
 /// Whether `obj`'s type is exactly `numpy.ndarray` (subclasses take the
 /// generic path: they may override `__dlpack__`).
+#[inline(always)]
 fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     // SAFETY: `obj` is a live object; its type pointer is valid.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
@@ -107,6 +109,13 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     if !known.is_null() {
         return tp == known;
     }
+    first_ndarray(obj, tp)
+}
+
+/// [`is_ndarray`] until `numpy.ndarray` is first seen.
+#[cold]
+#[inline(never)]
+fn first_ndarray(obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bool {
     if !type_named_ndarray(obj, tp) {
         return false;
     }
@@ -166,13 +175,17 @@ fn numpy_dtype(type_num: c_int) -> Option<DType> {
     })
 }
 
-/// Imports an exact `numpy.ndarray` from its fields; `Ok(None)` for other
-/// objects and for arrays DLPack cannot describe (left to NumPy's own
-/// `__dlpack__`, which raises the right `BufferError`).
+/// Imports an exact `numpy.ndarray` from its fields, in one pass over its
+/// dimensions: shape, strides (bytes to elements), element count and byte
+/// extent together, with the checks of [`import::make_raw`]. `None` for
+/// other objects and for arrays this path does not take: dtypes DLPack
+/// cannot describe, byte-swapped data, byte strides that are not whole
+/// elements, sizes or spans that overflow. Those go the generic way, which
+/// gives NumPy's own `BufferError` or dlcast's error for the layout.
 #[inline(always)]
-pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportError> {
+pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
     if !is_ndarray(obj) {
-        return Ok(None);
+        return None;
     }
     // SAFETY: `obj` is exactly a `numpy.ndarray`, whose object starts with
     // the fields of `NpArray`; we hold the GIL and a reference to `obj`, so
@@ -180,51 +193,87 @@ pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Result<Option<RawTensor>, ImportE
     let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
     // SAFETY: every array has a descr.
     let descr = unsafe { &*arr.descr };
-    let Some(dtype) = numpy_dtype(descr.type_num) else {
-        return Ok(None);
-    };
+    let dtype = numpy_dtype(descr.type_num)?;
     let native = if cfg!(target_endian = "little") {
         b'<'
     } else {
         b'>'
     };
-    if descr.byteorder as u8 != b'='
-        && descr.byteorder as u8 != b'|'
-        && descr.byteorder as u8 != native
-    {
-        return Ok(None);
+    let order = descr.byteorder as u8;
+    if order != b'=' && order != b'|' && order != native {
+        return None;
     }
-    let Ok(ndim) = usize::try_from(arr.nd) else {
-        return Ok(None);
-    };
-    let item = dtype.itemsize().unwrap_or(1) as isize;
-    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
-    let mut strides: Dims<isize> = SmallVec::with_capacity(ndim);
-    for i in 0..ndim {
+    let ndim = usize::try_from(arr.nd).ok()?;
+    // Every dtype of `numpy_dtype` has a power-of-two size.
+    let item = dtype.itemsize()? as isize;
+    let shift = item.trailing_zeros();
+    // Built where it is returned, then filled: no copy of its inline dims.
+    let mut raw = RawTensor::new(
+        arr.data,
+        zeros(ndim),
+        zeros(ndim),
+        dtype,
+        arr.flags & NPY_WRITEABLE == 0,
+        None,
+        Owner::Object(obj.clone().unbind()),
+        ImportPath::Numpy,
+    );
+    // The element count and the bytes reached either side of element 0
+    // (NumPy's strides are in bytes already). An overflow matters only for
+    // a non-empty array; either way the generic path decides.
+    let (mut count, mut lo, mut hi) = (1usize, 0isize, 0isize);
+    let (mut empty, mut overflow) = (false, false);
+    for (i, (n_out, s_out)) in raw.shape.iter_mut().zip(raw.strides.iter_mut()).enumerate() {
         // SAFETY: `dimensions` and `strides` hold `nd` values each.
         let (n, s) = unsafe { (*arr.dimensions.add(i), *arr.strides.add(i)) };
-        if n < 0 || s % item != 0 {
+        if n < 0 || s & (item - 1) != 0 {
             // Byte strides that are not whole elements: NumPy's __dlpack__
             // refuses them with its own message.
-            return Ok(None);
+            return None;
         }
-        shape.push(n as usize);
-        strides.push(s / item);
+        *n_out = n as usize;
+        *s_out = s >> shift;
+        empty |= n == 0;
+        let (c, o1) = count.overflowing_mul(n as usize);
+        let (step, o2) = (n - 1).overflowing_mul(s);
+        let o3 = if step < 0 {
+            let (v, o) = lo.overflowing_add(step);
+            lo = v;
+            o
+        } else {
+            let (v, o) = hi.overflowing_add(step);
+            hi = v;
+            o
+        };
+        count = c;
+        overflow |= o1 | o2 | o3;
     }
-    let read_only = arr.flags & NPY_WRITEABLE == 0;
-    let owner = Owner::Object(obj.clone().unbind());
-    import::make_raw(
-        arr.data,
-        0,
-        shape,
-        strides,
-        dtype,
-        Device::CPU,
-        read_only,
-        owner,
-        ImportPath::Numpy,
-    )
-    .map(Some)
+    if !empty {
+        let hi = hi.checked_add(item)?;
+        // The whole span must be addressable, as `make_raw` checks.
+        let base = arr.data as usize;
+        match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
+            (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
+                if h - l > isize::MAX as usize {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        raw.extent = Some(ByteExtent { lo, hi });
+    }
+    Some(raw)
+}
+
+/// `ndim` zeros (inline up to [`import::INLINE_DIMS`]: a fixed-size fill,
+/// no `memset` call of variable length).
+#[inline(always)]
+fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
+    if ndim <= import::INLINE_DIMS {
+        SmallVec::from_buf_and_len([T::default(); import::INLINE_DIMS], ndim)
+    } else {
+        smallvec::smallvec![T::default(); ndim]
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -125,6 +125,35 @@ pub struct RawTensor {
 }
 
 impl RawTensor {
+    /// A host (CPU) tensor from values a fast path has validated: `extent`
+    /// is the span of `shape`/`strides` (elements) around `data`, checked to
+    /// be addressable, or `None` for an empty array.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn new(
+        data: *mut u8,
+        shape: Dims<usize>,
+        strides: Dims<isize>,
+        dtype: DType,
+        read_only: bool,
+        extent: Option<ByteExtent>,
+        owner: Owner,
+        path: ImportPath,
+    ) -> RawTensor {
+        RawTensor {
+            data,
+            shape,
+            strides,
+            dtype,
+            device: Device::CPU,
+            read_only,
+            extent,
+            path,
+            stream: None,
+            owner,
+        }
+    }
+
     /// Before a view is exported (returned to Python): a view of a PyTorch
     /// tensor that requires grad becomes read-only (writes through it would
     /// bypass autograd, which PyTorch's own `.numpy()` and `__dlpack__`
@@ -225,12 +254,12 @@ pub(crate) struct StreamCx {
     pub(crate) may_need: bool,
 }
 
-/// Imports `obj` by the first path that applies (see the module docs).
-#[inline(always)]
-pub(crate) fn import(obj: &Bound<'_, PyAny>, sx: StreamCx) -> Result<RawTensor, ImportError> {
-    if let Some(raw) = fast::numpy(obj)? {
-        return Ok(raw);
-    }
+/// Imports `obj` by the first path that applies (see the module docs) but
+/// NumPy's fields, which [`crate::fast::numpy`] reads before this.
+pub(crate) fn import_generic(
+    obj: &Bound<'_, PyAny>,
+    sx: StreamCx,
+) -> Result<RawTensor, ImportError> {
     // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
     if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return take_capsule(obj, ImportPath::Capsule);

@@ -82,6 +82,18 @@ def test_numpy_inputs_the_fast_path_declines_get_numpys_own_errors():
         ext.values(np.zeros(2, np.longdouble))
 
 
+def test_numpy_spans_the_fast_path_declines_get_the_generic_checks():
+    # Strides whose span wraps around the address space: the one-pass
+    # NumPy read declines, and the generic path refuses with its message.
+    wraps = np.lib.stride_tricks.as_strided(np.zeros(4), shape=(3,), strides=(-(2**62),))
+    with pytest.raises(BufferError, match="wraps around the address space"):
+        ext.describe(wraps)
+    # An empty array with the same strides touches no memory: taken as is.
+    empty = np.lib.stride_tricks.as_strided(np.zeros(4), shape=(0, 3), strides=(2**62, 2**62))
+    assert ext.import_path(empty) == "numpy"
+    assert ext.describe(empty) == ext.describe(generic(empty))
+
+
 TORCH_CASES = {
     "c": lambda: torch.arange(24.0).reshape(2, 3, 4),
     "t": lambda: torch.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1),
