@@ -122,7 +122,7 @@ impl CallCx {
         // NumPy's fields straight into the check and the view (no
         // `Result` re-wrapping on the way: each would copy the view).
         if let Some(raw) = crate::fast::numpy(obj) {
-            return self.checked(index, obj, raw);
+            return self.checked_numpy(index, obj, raw);
         }
         self.arg_generic(index, obj)
     }
@@ -227,8 +227,25 @@ impl CallCx {
                 }
                 Ok(V::from_raw(raw))
             }
-            Err(Refusal::Error(e)) => Err(e),
-            Err(Refusal::Convert(target, what)) => {
+            Err(refusal) => self.refused(index, obj, raw, refusal),
+        }
+    }
+
+    /// After `check` refused `raw`: the error, or, for a dtype or order
+    /// that may convert, the converted argument checked again.
+    #[cold]
+    #[inline(never)]
+    fn refused<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+        raw: RawTensor,
+        refusal: Refusal,
+    ) -> PyResult<V> {
+        let param = &self.spec.params[index];
+        match refusal {
+            Refusal::Error(e) => Err(e),
+            Refusal::Convert(target, what) => {
                 let host = raw.device.is_host_accessible();
                 let shape = raw.shape.clone();
                 drop(raw);
@@ -260,6 +277,22 @@ impl CallCx {
                     )),
                 }
             }
+        }
+    }
+
+    /// [`CallCx::checked`] for an array read from NumPy's fields (no
+    /// PyTorch tensor to note for the checks of [`CallCx::finish`]).
+    #[inline(always)]
+    fn checked_numpy<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &'a Bound<'a, PyAny>,
+        raw: RawTensor,
+    ) -> PyResult<V> {
+        let param = &self.spec.params[index];
+        match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
+            Ok(()) => Ok(V::from_raw(raw)),
+            Err(refusal) => self.refused(index, obj, raw, refusal),
         }
     }
 

@@ -206,33 +206,33 @@ pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
     let ndim = usize::try_from(arr.nd).ok()?;
     // Every dtype of `numpy_dtype` has a power-of-two size.
     let item = dtype.itemsize()? as isize;
-    let shift = item.trailing_zeros();
-    // Built where it is returned, then filled: no copy of its inline dims.
-    let mut raw = RawTensor::new(
-        arr.data,
-        zeros(ndim),
-        zeros(ndim),
-        dtype,
-        arr.flags & NPY_WRITEABLE == 0,
-        None,
-        Owner::Object(obj.clone().unbind()),
-        ImportPath::Numpy,
-    );
-    // The element count and the bytes reached either side of element 0
-    // (NumPy's strides are in bytes already). An overflow matters only for
-    // a non-empty array; either way the generic path decides.
+    // A 0-d array's `dimensions` and `strides` may be NULL, which no slice
+    // may point at, even an empty one.
+    let (dims, byte_strides): (&[isize], &[isize]) = if ndim == 0 {
+        (&[], &[])
+    } else {
+        // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
+        // non-NULL, aligned and hold `nd` values each, valid while we hold
+        // `obj` and the GIL (no Python code runs here).
+        unsafe {
+            (
+                std::slice::from_raw_parts(arr.dimensions, ndim),
+                std::slice::from_raw_parts(arr.strides, ndim),
+            )
+        }
+    };
+    // First pass, reading only: the element count and the bytes reached
+    // either side of element 0 (NumPy's strides are in bytes already). An
+    // overflow matters only for a non-empty array; either way the generic
+    // path decides.
     let (mut count, mut lo, mut hi) = (1usize, 0isize, 0isize);
     let (mut empty, mut overflow) = (false, false);
-    for (i, (n_out, s_out)) in raw.shape.iter_mut().zip(raw.strides.iter_mut()).enumerate() {
-        // SAFETY: `dimensions` and `strides` hold `nd` values each.
-        let (n, s) = unsafe { (*arr.dimensions.add(i), *arr.strides.add(i)) };
+    for (&n, &s) in dims.iter().zip(byte_strides) {
         if n < 0 || s & (item - 1) != 0 {
             // Byte strides that are not whole elements: NumPy's __dlpack__
             // refuses them with its own message.
             return None;
         }
-        *n_out = n as usize;
-        *s_out = s >> shift;
         empty |= n == 0;
         let (c, o1) = count.overflowing_mul(n as usize);
         let (step, o2) = (n - 1).overflowing_mul(s);
@@ -248,7 +248,9 @@ pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
         count = c;
         overflow |= o1 | o2 | o3;
     }
-    if !empty {
+    let extent = if empty {
+        None
+    } else {
         let hi = hi.checked_add(item)?;
         // The whole span must be addressable, as `make_raw` checks.
         let base = arr.data as usize;
@@ -260,7 +262,23 @@ pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
             }
             _ => return None,
         }
-        raw.extent = Some(ByteExtent { lo, hi });
+        Some(ByteExtent { lo, hi })
+    };
+    // Built where it is returned, then filled: no copy of its inline dims.
+    let mut raw = RawTensor::new(
+        arr.data,
+        zeros(ndim),
+        zeros(ndim),
+        dtype,
+        arr.flags & NPY_WRITEABLE == 0,
+        extent,
+        Owner::Object(obj.clone().unbind()),
+        ImportPath::Numpy,
+    );
+    let shift = item.trailing_zeros();
+    for (i, (&n, &s)) in dims.iter().zip(byte_strides).enumerate() {
+        raw.shape[i] = n as usize;
+        raw.strides[i] = s >> shift;
     }
     Some(raw)
 }
