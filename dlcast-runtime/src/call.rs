@@ -89,6 +89,11 @@ pub struct CallCx {
     /// views describe: checked again by [`CallCx::finish`] (see
     /// [`crate::fast::still_describes`]).
     recheck: SmallVec<[Recheck; 1]>,
+    /// Counts the steps of this call that may have run Python code (an
+    /// import other than NumPy's fields, a conversion, a `requires_grad`
+    /// lookup, ...): a tensor needs no second read if none ran after its
+    /// first.
+    epoch: std::cell::Cell<u32>,
 }
 
 /// What a view of a mutable tensor was made of.
@@ -98,6 +103,9 @@ struct Recheck {
     data: *mut u8,
     shape: crate::import::Dims<usize>,
     strides: crate::import::Dims<isize>,
+    /// The [`CallCx::epoch`] at the tensor's read, if no Python code ran
+    /// after it within its own import; `None`: always read again.
+    read_at: Option<u32>,
 }
 
 impl CallCx {
@@ -111,7 +119,13 @@ impl CallCx {
             stream: crate::stream::StreamRequest::Producer,
             written: SmallVec::new(),
             recheck: SmallVec::new(),
+            epoch: std::cell::Cell::new(0),
         }
+    }
+
+    /// Notes that Python code may run from here on (see [`CallCx::epoch`]).
+    fn python_may_run(&self) {
+        self.epoch.set(self.epoch.get().wrapping_add(1));
     }
 
     /// Imports and checks the array argument of parameter `index`,
@@ -182,6 +196,9 @@ impl CallCx {
 
     /// [`CallCx::import`] by every path but NumPy's fields.
     fn import_generic(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
+        // Python code may run before the read (the exchange API path asks
+        // `is_neg` first) or after it (`__dlpack__` paths).
+        self.python_may_run();
         let param = &self.spec.params[index];
         let sx = import::StreamCx {
             request: self.stream,
@@ -202,27 +219,34 @@ impl CallCx {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
             Ok(()) => {
-                // Mutable containers read without holding their storage's
-                // layout fixed: the exchange API, and PyTorch through
-                // `__dlpack__` (its capsule holds the tensor, whose storage
-                // `set_` can still swap). Only these paths can carry a
-                // PyTorch tensor: the NumPy, capsule and buffer paths skip
-                // the type inspection below.
+                // PyTorch tensors, mutable containers read without holding
+                // their storage's layout fixed: through PyTorch's exchange
+                // API table, or `__dlpack__` (its capsule holds the tensor,
+                // whose storage `set_` can still swap). Only these paths can
+                // carry a PyTorch tensor: the NumPy, capsule and buffer
+                // paths skip the type inspection below.
                 let recheck = match raw.path {
-                    ImportPath::ExchangeApi => true,
+                    ImportPath::ExchangeApi => raw.from_torch_table(),
                     ImportPath::Dlpack => crate::fast::is_torch_type(obj),
                     _ => false,
                 };
-                if V::WRITABLE && recheck {
-                    self.guard_write(param, obj)?;
-                }
                 if recheck {
+                    // The exchange API path runs no Python code after the
+                    // read but `is_conj()` for complex tensors; the
+                    // `__dlpack__` path runs the producer's code after it.
+                    let read_at = (raw.path == ImportPath::ExchangeApi
+                        && raw.dtype.code != crate::dtype::code::COMPLEX)
+                        .then(|| self.epoch.get());
+                    if V::WRITABLE {
+                        self.guard_write(param, obj)?;
+                    }
                     self.recheck.push(Recheck {
                         param: index as u8,
                         obj: obj.clone().unbind(),
                         data: raw.data,
-                        shape: raw.shape.clone(),
-                        strides: raw.strides.clone(),
+                        shape: SmallVec::from_slice(&raw.shape),
+                        strides: SmallVec::from_slice(&raw.strides),
+                        read_at,
                     });
                 }
                 Ok(V::from_raw(raw))
@@ -301,6 +325,8 @@ impl CallCx {
     /// untracked in-place changes), and note the tensor, whose version
     /// counter [`CallCx::finish`] bumps.
     fn guard_write(&mut self, param: &ParamSpec, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        // The type's MRO and `requires_grad` are Python lookups.
+        self.python_may_run();
         if !crate::fast::is_torch_type(obj) {
             return Ok(());
         }
@@ -325,11 +351,15 @@ impl CallCx {
     /// through `__dlpack__` or the exchange API.
     fn recheck_tensors(&self, py: Python<'_>) -> PyResult<()> {
         for r in &self.recheck {
+            if r.read_at == Some(self.epoch.get()) {
+                // No Python code ran since the tensor was read.
+                continue;
+            }
             if !crate::fast::still_describes(r.obj.bind(py), r.data, &r.shape, &r.strides) {
                 return Err(PyBufferError::new_err(format!(
                     "{}(): argument '{}': the tensor changed (its storage, shape or strides) \
-                     while the call's other arguments were read; its view would read memory \
-                     it no longer owns",
+                     while the call's arguments were read; its view would read memory it no \
+                     longer owns",
                     self.spec.name,
                     self.param_name(r.param)
                 )));
@@ -343,6 +373,7 @@ impl CallCx {
     /// saved one for backward raises instead of using changed data.
     #[cold]
     fn bump_versions(&self, py: Python<'_>) -> PyResult<()> {
+        self.python_may_run();
         static INCREMENT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
         let increment = INCREMENT.get_or_try_init(py, || {
             py.import("torch.autograd.graph")?
@@ -366,6 +397,7 @@ impl CallCx {
         what: &str,
     ) -> PyResult<RawTensor> {
         let param = &self.spec.params[index];
+        self.python_may_run();
         match convert::convert(obj, host, ndim, target) {
             Ok(tmp) => self.import(index, &tmp).map_err(|e| {
                 let err = self.fail(
@@ -427,13 +459,19 @@ impl CallCx {
                 }
             }
         }
-        if !self.recheck.is_empty() {
-            // The GIL is held (the generated code runs inside a PyO3 call).
-            Python::attach(|py| self.recheck_tensors(py))?;
-        }
+        // The version counters first: `increment_version` is Python code,
+        // after which the tensors are read again.
         if !self.written.is_empty() {
             // The GIL is held (the generated code runs inside a PyO3 call).
             Python::attach(|py| self.bump_versions(py))?;
+        }
+        if self
+            .recheck
+            .iter()
+            .any(|r| r.read_at != Some(self.epoch.get()))
+        {
+            // The GIL is held (the generated code runs inside a PyO3 call).
+            Python::attach(|py| self.recheck_tensors(py))?;
         }
         Ok(())
     }

@@ -105,17 +105,21 @@ static NDARRAY: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut
 fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     // SAFETY: `obj` is a live object; its type pointer is valid.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    // Until `numpy.ndarray` is known, every object takes the generic path,
+    // which learns the type (`learn_ndarray`), running Python code only there.
+    tp == NDARRAY.load(Ordering::Relaxed)
+}
+
+/// Whether `obj` is exactly a `numpy.ndarray`, learning the type the first
+/// time one is seen (which may run Python code: `numpy.ndarray` is looked
+/// up). Called on the generic path, so that [`numpy`] never runs Python.
+pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object; its type pointer is valid.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
     let known = NDARRAY.load(Ordering::Relaxed);
     if !known.is_null() {
         return tp == known;
     }
-    first_ndarray(obj, tp)
-}
-
-/// [`is_ndarray`] until `numpy.ndarray` is first seen.
-#[cold]
-#[inline(never)]
-fn first_ndarray(obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bool {
     if !type_named_ndarray(obj, tp) {
         return false;
     }
@@ -325,27 +329,44 @@ pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
 /// negative bit set describes memory whose values are conjugated / negated
 /// on read. The exchange API hands out the raw memory, and so does
 /// `__dlpack__` for the negative bit (it refuses only the conjugate bit), so
-/// dlcast refuses such tensors on every path. Only
-/// complex tensors can have the conjugate bit; any tensor can have the
-/// negative bit (`z.conj().imag`). Each check is a Python method call
-/// (about 100 ns), the price of reading PyTorch tensors correctly.
+/// dlcast refuses such tensors on every path. Only complex tensors can have
+/// the conjugate bit; any tensor can have the negative bit
+/// (`z.conj().imag`). Each check is a Python method call (about 150 ns of
+/// PyTorch's argument parsing), the price of reading PyTorch tensors
+/// correctly.
 pub(crate) fn torch_flags(obj: &Bound<'_, PyAny>, complex: bool) -> Result<(), ImportError> {
+    torch_bit(obj, TorchBit::Negative)?;
+    if complex {
+        torch_bit(obj, TorchBit::Conjugate)?;
+    }
+    Ok(())
+}
+
+/// The lazy bits of [`torch_flags`].
+#[derive(Clone, Copy)]
+pub(crate) enum TorchBit {
+    /// `is_neg()`.
+    Negative,
+    /// `is_conj()`.
+    Conjugate,
+}
+
+/// Refuses `obj` if the tensor has `bit` set (see [`torch_flags`]).
+pub(crate) fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit) -> Result<(), ImportError> {
     let py = obj.py();
-    let checks = [
-        (pyo3::intern!(py, "is_neg"), "negative"),
-        (pyo3::intern!(py, "is_conj"), "conjugate"),
-    ];
-    for (method, what) in &checks[..if complex { 2 } else { 1 }] {
-        let set = obj
-            .call_method0(method)
-            .and_then(|v| v.is_truthy())
-            .map_err(|e| import::producer_error("is_conj/is_neg", e, py))?;
-        if set {
-            return Err(ImportError::Unreadable(format!(
-                "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
-                 does not hold its values; pass x.resolve_conj().resolve_neg()"
-            )));
-        }
+    let (method, what) = match bit {
+        TorchBit::Negative => (pyo3::intern!(py, "is_neg"), "negative"),
+        TorchBit::Conjugate => (pyo3::intern!(py, "is_conj"), "conjugate"),
+    };
+    let set = obj
+        .call_method0(method)
+        .and_then(|v| v.is_truthy())
+        .map_err(|e| import::producer_error("is_conj/is_neg", e, py))?;
+    if set {
+        return Err(ImportError::Unreadable(format!(
+            "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
+             does not hold its values; pass x.resolve_conj().resolve_neg()"
+        )));
     }
     Ok(())
 }
@@ -371,7 +392,7 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, b
         }
     }
     let api = lookup_exchange_api(obj);
-    let torch = api.is_some() && is_torch_type(obj);
+    let torch = api.is_some_and(|a| is_torch_type(obj) && is_torch_table(obj.py(), a));
     // Cache the answer in a free slot (under the GIL, so no race), keeping
     // the type alive; with no free slot, just answer.
     if let Some(slot) = CACHE_TYPES
@@ -387,6 +408,36 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, b
         CACHE_TYPES[slot].store(tp, Ordering::Relaxed);
     }
     api.map(|a| (a, torch))
+}
+
+/// PyTorch's own exchange API table (`torch.Tensor`'s), once looked up.
+static TORCH_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `api` is PyTorch's own table: its functions run no Python code
+/// (a `torch.Tensor` subclass may publish another table, even one written
+/// in Python), so a tensor can be read through it again in
+/// [`still_describes`] without letting Python code run in between.
+fn is_torch_table(py: Python<'_>, api: &'static DLPackExchangeAPI) -> bool {
+    let mut known = TORCH_TABLE.load(Ordering::Relaxed);
+    if known.is_null() {
+        let Some(table) = py
+            .import("torch")
+            .and_then(|t| t.getattr("Tensor"))
+            .ok()
+            .and_then(|t| exchange_api_of_type(&t))
+        else {
+            return false;
+        };
+        known = (table as *const DLPackExchangeAPI).cast_mut();
+        TORCH_TABLE.store(known, Ordering::Relaxed);
+    }
+    std::ptr::eq(known, api)
+}
+
+/// Whether `api` is PyTorch's own table (see [`is_torch_table`]), as
+/// learnt by an earlier import.
+pub(crate) fn is_known_torch_table(api: NonNull<DLPackExchangeAPI>) -> bool {
+    std::ptr::eq(TORCH_TABLE.load(Ordering::Relaxed), api.as_ptr())
 }
 
 fn lookup_exchange_api(obj: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
@@ -456,6 +507,13 @@ pub(crate) fn exchange(
     let Some(from_obj) = api.dltensor_from_py_object_no_sync else {
         return Ok(Exchange::NotApplicable);
     };
+    // Before the read: `is_neg` may run Python code (a subclass's), which
+    // may change the tensor. Nothing after the read runs Python code but
+    // `is_conj` for complex tensors; `CallCx` checks the tensor again when
+    // Python code ran after its read (see `still_describes`).
+    if is_torch {
+        torch_bit(obj, TorchBit::Negative)?;
+    }
     // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
     let mut t: DLTensor = unsafe { std::mem::zeroed() };
     // SAFETY: `obj` has the type the API came from; the function fills `t`
@@ -508,11 +566,8 @@ pub(crate) fn exchange(
     // them here (GIL held, no Python code runs); `owner` keeps `obj` alive.
     let mut raw = unsafe { import::from_dltensor(&t, false, owner, ImportPath::ExchangeApi) }?;
     raw.stream = stream;
-    // After the copy of shape and strides: these calls may run Python code
-    // (a subclass's `is_neg`), which may change the tensor; `CallCx::finish`
-    // checks it again (`still_describes`).
-    if is_torch {
-        torch_flags(obj, raw.dtype.code == crate::dtype::code::COMPLEX)?;
+    if is_torch && raw.dtype.code == crate::dtype::code::COMPLEX {
+        torch_bit(obj, TorchBit::Conjugate)?;
     }
     Ok(Exchange::Done(raw))
 }
@@ -532,7 +587,9 @@ pub(crate) fn still_describes(
     shape: &[usize],
     strides: &[isize],
 ) -> bool {
-    let Some((api, _)) = exchange_api(obj) else {
+    // Only PyTorch's own table is asked (it runs no Python code, so no
+    // tensor read before can change while the others are read).
+    let Some((api, true)) = exchange_api(obj) else {
         return true;
     };
     let Some(read) = api.dltensor_from_py_object_no_sync else {

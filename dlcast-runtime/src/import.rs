@@ -154,6 +154,13 @@ impl RawTensor {
         }
     }
 
+    /// Whether this was read through PyTorch's own exchange API table (a
+    /// tensor whose storage Python code may swap, see
+    /// [`crate::fast::still_describes`]).
+    pub(crate) fn from_torch_table(&self) -> bool {
+        matches!(self.owner, Owner::Exchange { api, .. } if crate::fast::is_known_torch_table(api))
+    }
+
     /// Before a view is exported (returned to Python): a view of a PyTorch
     /// tensor that requires grad becomes read-only (writes through it would
     /// bypass autograd, which PyTorch's own `.numpy()` and `__dlpack__`
@@ -260,6 +267,13 @@ pub(crate) fn import_generic(
     obj: &Bound<'_, PyAny>,
     sx: StreamCx,
 ) -> Result<RawTensor, ImportError> {
+    // The first `numpy.ndarray` comes here (the type is learnt), and so do
+    // arrays the NumPy path declined (it declines them again, cheaply).
+    if fast::learn_ndarray(obj) {
+        if let Some(raw) = fast::numpy(obj) {
+            return Ok(raw);
+        }
+    }
     // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
     if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return take_capsule(obj, ImportPath::Capsule);

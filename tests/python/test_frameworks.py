@@ -252,15 +252,37 @@ def test_a_tensor_changed_while_other_arguments_are_read_is_refused():
 
     with pytest.raises(BufferError, match=r"^centroid\(\): argument 'points': the tensor changed"):
         ext.centroid(pts, SwapsFirst())
-    # The same when the tensor's own is_neg (asked by dlcast) swaps it.
+    # The tensor's own is_neg (asked by dlcast before the read) swaps it:
+    # the read sees the new storage.
     class SwapsItself(torch.Tensor):
         def is_neg(self):
             self.set_(torch.zeros(1, 3))
             return False
 
     own = torch.ones(n, 3).as_subclass(SwapsItself)
-    with pytest.raises(BufferError, match="argument 'points': the tensor changed"):
+    with pytest.raises(TypeError, match="dimension 'n' is 1 in 'points' but 2000000 in 'weights'"):
         ext.centroid(own, np.ones(n, np.float32))
+    # A complex tensor's is_conj is asked after the read: a swap there is
+    # caught by the second read, even with no other argument.
+    class SwapsOnConj(torch.Tensor):
+        def is_conj(self):
+            self.set_(torch.zeros(1, dtype=torch.complex64))
+            return False
+
+    z = torch.ones(n, dtype=torch.complex64).as_subclass(SwapsOnConj)
+    with pytest.raises(BufferError, match=r"^sum_c64\(\): argument 'x': the tensor changed"):
+        ext.sum_c64(z)
+    # A writable parameter asks requires_grad after the read; a subclass's
+    # property that swaps the storage there is caught the same way.
+    class SwapsOnGrad(torch.Tensor):
+        @property
+        def requires_grad(self):
+            self.set_(torch.zeros(1, dtype=torch.float64))
+            return False
+
+    g = torch.ones(n, dtype=torch.float64).as_subclass(SwapsOnGrad)
+    with pytest.raises(BufferError, match=r"^fill_f64\(\): argument 'out': the tensor changed"):
+        ext.fill_f64(g, 2.0)
     # Unchanged tensors pass the same check.
     assert ext.centroid(torch.ones(4, 3), torch.ones(4)) == [1.0, 1.0, 1.0]
 
