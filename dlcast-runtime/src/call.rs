@@ -226,7 +226,7 @@ impl CallCx {
                 // carry a PyTorch tensor: the NumPy, capsule and buffer
                 // paths skip the type inspection below.
                 let recheck = match raw.path {
-                    ImportPath::ExchangeApi => raw.from_torch_table(),
+                    ImportPath::ExchangeApi => raw.read_through_torch_table(),
                     ImportPath::Dlpack => crate::fast::is_torch_type(obj),
                     _ => false,
                 };

@@ -157,7 +157,7 @@ impl RawTensor {
     /// Whether this was read through PyTorch's own exchange API table (a
     /// tensor whose storage Python code may swap, see
     /// [`crate::fast::still_describes`]).
-    pub(crate) fn from_torch_table(&self) -> bool {
+    pub(crate) fn read_through_torch_table(&self) -> bool {
         matches!(self.owner, Owner::Exchange { api, .. } if crate::fast::is_known_torch_table(api))
     }
 
