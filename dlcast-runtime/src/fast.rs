@@ -290,7 +290,7 @@ pub(crate) fn numpy(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
 /// `ndim` zeros (inline up to [`import::INLINE_DIMS`]: a fixed-size fill,
 /// no `memset` call of variable length).
 #[inline(always)]
-fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
+pub(crate) fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
     if ndim <= import::INLINE_DIMS {
         SmallVec::from_buf_and_len([T::default(); import::INLINE_DIMS], ndim)
     } else {

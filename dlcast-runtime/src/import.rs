@@ -580,7 +580,9 @@ pub(crate) unsafe fn from_dltensor(
     if device_type_name(device.device_type).is_none() {
         return Err(ImportError::Device(device));
     }
-    dtype.itemsize().ok_or(ImportError::DType(dtype))?;
+    if dtype.itemsize().is_none() {
+        return Err(ImportError::DType(dtype));
+    }
     let ndim =
         usize::try_from(t.ndim).map_err(|_| ImportError::Invalid(format!("ndim is {}", t.ndim)))?;
     if ndim > 0 && t.shape.is_null() {
@@ -588,16 +590,14 @@ pub(crate) unsafe fn from_dltensor(
             "shape is NULL with ndim {ndim}"
         )));
     }
-    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
-    for i in 0..ndim {
+    let mut shape: Dims<usize> = fast::zeros(ndim);
+    for (i, out) in shape.iter_mut().enumerate() {
         // SAFETY: `shape` holds `ndim` values (caller's guarantee), non-NULL.
         let n = unsafe { *t.shape.add(i) };
-        shape.push(
-            usize::try_from(n)
-                .map_err(|_| ImportError::Invalid(format!("extent {n} in dimension {i}")))?,
-        );
+        *out = usize::try_from(n)
+            .map_err(|_| ImportError::Invalid(format!("extent {n} in dimension {i}")))?;
     }
-    let mut strides: Dims<isize> = smallvec::smallvec![0; ndim];
+    let mut strides: Dims<isize> = fast::zeros(ndim);
     if t.strides.is_null() || ndim == 0 {
         // Case C5: NULL strides (allowed before DLPack 1.2) mean compact
         // row-major.
@@ -638,7 +638,9 @@ pub(crate) fn make_raw(
     owner: Owner,
     path: ImportPath,
 ) -> Result<RawTensor, ImportError> {
-    let itemsize = dtype.itemsize().ok_or(ImportError::DType(dtype))?;
+    let Some(itemsize) = dtype.itemsize() else {
+        return Err(ImportError::DType(dtype));
+    };
     let invalid = |what: &str| ImportError::Invalid(what.to_string());
     layout::element_count(&shape).ok_or_else(|| invalid("the element count overflows"))?;
     let extent = layout::byte_extent(&shape, &strides, itemsize)
