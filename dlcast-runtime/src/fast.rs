@@ -29,7 +29,7 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// How a view was imported (for tests and debugging).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,18 +301,59 @@ pub(crate) fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
 // ---------------------------------------------------------------------------
 // The DLPack C exchange API
 
-/// Types seen, with their exchange API (or `NO_API`). A strong reference to
-/// each cached type is kept, so a cached address never names another type.
+/// Types seen, with their exchange API (or `NO_API`) and their
+/// [`TypeFlags`]. A strong reference to each cached type is kept, so a
+/// cached address never names another type.
 const CACHE_SLOTS: usize = 8;
 const NO_API: usize = 1;
 static CACHE_TYPES: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
 static CACHE_APIS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
-/// Whether the cached type is PyTorch's (see [`torch_flags`]).
-static CACHE_TORCH: [AtomicBool; CACHE_SLOTS] = [const { AtomicBool::new(false) }; CACHE_SLOTS];
+static CACHE_FLAGS: [AtomicU8; CACHE_SLOTS] = [const { AtomicU8::new(0) }; CACHE_SLOTS];
+
+/// What dlcast needs to know of an argument's type beyond its exchange API,
+/// looked up once per type (Python attribute lookups) and cached with it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TypeFlags(u8);
+
+impl TypeFlags {
+    /// The type's exchange API is PyTorch's own table (see [`is_torch_table`]).
+    const TORCH_TABLE: u8 = 1;
+    /// The type is, or derives from, a type of the `torch` package.
+    const TORCH_TYPE: u8 = 2;
+    /// A type of JAX or TensorFlow, whose arrays are immutable although
+    /// their capsules do not say so (DLPack notes).
+    const IMMUTABLE: u8 = 4;
+
+    /// See [`TypeFlags::TORCH_TABLE`].
+    pub(crate) fn torch_table(self) -> bool {
+        self.0 & Self::TORCH_TABLE != 0
+    }
+
+    /// See [`TypeFlags::TORCH_TYPE`].
+    pub(crate) fn torch_type(self) -> bool {
+        self.0 & Self::TORCH_TYPE != 0
+    }
+
+    /// See [`TypeFlags::IMMUTABLE`].
+    pub(crate) fn immutable(self) -> bool {
+        self.0 & Self::IMMUTABLE != 0
+    }
+}
 
 /// Whether `obj`'s type is, or derives from, a type of the `torch` package
-/// (a subclass of `torch.Tensor` inherits its exchange API).
+/// (a subclass of `torch.Tensor` inherits its exchange API). Cached per type.
 pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
+    type_info(obj).1.torch_type()
+}
+
+/// Whether `obj`'s type comes from JAX or TensorFlow (immutable arrays).
+/// Cached per type.
+pub(crate) fn is_immutable_type(obj: &Bound<'_, PyAny>) -> bool {
+    type_info(obj).1.immutable()
+}
+
+/// [`is_torch_type`], looked up: the `__module__` of each type of the MRO.
+fn torch_in_mro(obj: &Bound<'_, PyAny>) -> bool {
     let from_torch = |t: &Bound<'_, pyo3::types::PyType>| {
         t.module().is_ok_and(|m| {
             m.to_str()
@@ -372,8 +413,15 @@ pub(crate) fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit) -> Result<(), Imp
 }
 
 /// The exchange API of `obj`'s type, if it has a usable one, and whether
-/// the type is PyTorch's.
+/// it is PyTorch's own table.
 fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, bool)> {
+    let (api, flags) = type_info(obj);
+    api.map(|a| (a, flags.torch_table()))
+}
+
+/// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
+/// looked up (Python attribute lookups) and cached in a free slot.
+fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchangeAPI>, TypeFlags) {
     // SAFETY: `obj` is live.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) } as usize;
     for (slot, t) in CACHE_TYPES.iter().enumerate() {
@@ -381,18 +429,28 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, b
             0 => break,
             x if x == tp => {
                 let api = CACHE_APIS[slot].load(Ordering::Relaxed);
-                let torch = CACHE_TORCH[slot].load(Ordering::Relaxed);
+                let flags = TypeFlags(CACHE_FLAGS[slot].load(Ordering::Relaxed));
                 // SAFETY: a cached API pointer came from a live capsule of a
                 // type we keep alive; the header requires the table to live
                 // for the process.
-                return (api != NO_API)
-                    .then(|| (unsafe { &*(api as *const DLPackExchangeAPI) }, torch));
+                let api = (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
+                return (api, flags);
             }
             _ => {}
         }
     }
     let api = lookup_exchange_api(obj);
-    let torch = api.is_some_and(|a| is_torch_type(obj) && is_torch_table(obj.py(), a));
+    let torch_type = torch_in_mro(obj);
+    let mut flags = 0;
+    if torch_type {
+        flags |= TypeFlags::TORCH_TYPE;
+        if api.is_some_and(|a| is_torch_table(obj.py(), a)) {
+            flags |= TypeFlags::TORCH_TABLE;
+        }
+    }
+    if import::is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
+        flags |= TypeFlags::IMMUTABLE;
+    }
     // Cache the answer in a free slot (under the GIL, so no race), keeping
     // the type alive; with no free slot, just answer.
     if let Some(slot) = CACHE_TYPES
@@ -404,10 +462,10 @@ fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, b
             api.map_or(NO_API, |a| a as *const _ as usize),
             Ordering::Relaxed,
         );
-        CACHE_TORCH[slot].store(torch, Ordering::Relaxed);
+        CACHE_FLAGS[slot].store(flags, Ordering::Relaxed);
         CACHE_TYPES[slot].store(tp, Ordering::Relaxed);
     }
-    api.map(|a| (a, torch))
+    (api, TypeFlags(flags))
 }
 
 /// PyTorch's own exchange API table (`torch.Tensor`'s), once looked up.

@@ -307,7 +307,7 @@ pub(crate) fn import_generic(
             // JAX arrays and TensorFlow tensors are immutable, but they answer
             // with capsules that do not say so (DLPack notes): mark them
             // read-only here.
-            if !raw.read_only && is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
+            if !raw.read_only && fast::is_immutable_type(obj) {
                 raw.read_only = true;
             }
             let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
@@ -458,7 +458,7 @@ fn has_dlpack(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// Whether `type(obj).__module__` is one of `packages` or a submodule.
-fn is_from_module(obj: &Bound<'_, PyAny>, packages: &[&str]) -> bool {
+pub(crate) fn is_from_module(obj: &Bound<'_, PyAny>, packages: &[&str]) -> bool {
     let py = obj.py();
     obj.get_type()
         .getattr(intern!(py, "__module__"))
