@@ -136,7 +136,7 @@ impl CallCx {
         // NumPy's fields straight into the check and the view (no
         // `Result` re-wrapping on the way: each would copy the view).
         if let Some(raw) = crate::fast::numpy(obj) {
-            return self.checked_numpy(index, obj, raw);
+            return self.checked(index, obj, raw, false);
         }
         self.arg_generic(index, obj)
     }
@@ -149,7 +149,7 @@ impl CallCx {
         obj: &'a Bound<'a, PyAny>,
     ) -> PyResult<V> {
         let raw = self.import_generic(index, obj)?;
-        self.checked(index, obj, raw)
+        self.checked(index, obj, raw, true)
     }
 
     /// Imports the argument of the parameter that decides a dtype-generic
@@ -166,7 +166,7 @@ impl CallCx {
         obj: &'a Bound<'a, PyAny>,
         peeked: Peeked,
     ) -> PyResult<V> {
-        self.checked(index, obj, peeked.0)
+        self.checked(index, obj, peeked.0, true)
     }
 
     /// The error for a dtype-generic parameter whose dtype is not listed in
@@ -208,16 +208,20 @@ impl CallCx {
     }
 
     /// Checks `raw` against parameter `index`; on a dtype or order mismatch
-    /// that may convert, converts `obj` and checks the result.
+    /// that may convert, converts `obj` and checks the result. `may_be_torch`
+    /// is `false` for arrays read from NumPy's fields, which skip the
+    /// PyTorch bookkeeping below.
     #[inline(always)]
     fn checked<'a, V: View<'a>>(
         &mut self,
         index: usize,
         obj: &'a Bound<'a, PyAny>,
         raw: RawTensor,
+        may_be_torch: bool,
     ) -> PyResult<V> {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
+            Ok(()) if !may_be_torch => Ok(V::from_raw(raw)),
             Ok(()) => {
                 // PyTorch tensors, mutable containers read without holding
                 // their storage's layout fixed: through PyTorch's exchange
@@ -301,22 +305,6 @@ impl CallCx {
                     )),
                 }
             }
-        }
-    }
-
-    /// [`CallCx::checked`] for an array read from NumPy's fields (no
-    /// PyTorch tensor to note for the checks of [`CallCx::finish`]).
-    #[inline(always)]
-    fn checked_numpy<'a, V: View<'a>>(
-        &mut self,
-        index: usize,
-        obj: &'a Bound<'a, PyAny>,
-        raw: RawTensor,
-    ) -> PyResult<V> {
-        let param = &self.spec.params[index];
-        match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-            Ok(()) => Ok(V::from_raw(raw)),
-            Err(refusal) => self.refused(index, obj, raw, refusal),
         }
     }
 
