@@ -16,9 +16,10 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-/// An argument imported by [`CallCx::peek`], not yet checked.
+/// An argument imported by [`CallCx::peek`], not yet checked, with the
+/// [`CallCx::epoch`] just after its import.
 #[doc(hidden)]
-pub struct Peeked(RawTensor);
+pub struct Peeked(RawTensor, u32);
 
 impl Peeked {
     /// The argument's dtype, for the dispatch of a dtype-generic function.
@@ -136,7 +137,7 @@ impl CallCx {
         // NumPy's fields straight into the check and the view (no
         // `Result` re-wrapping on the way: each would copy the view).
         if let Some(raw) = crate::fast::numpy(obj) {
-            return self.checked(index, obj, raw, false);
+            return self.checked(index, obj, raw, None);
         }
         self.arg_generic(index, obj)
     }
@@ -149,14 +150,15 @@ impl CallCx {
         obj: &'a Bound<'a, PyAny>,
     ) -> PyResult<V> {
         let raw = self.import_generic(index, obj)?;
-        self.checked(index, obj, raw, true)
+        self.checked(index, obj, raw, Some(self.epoch.get()))
     }
 
     /// Imports the argument of the parameter that decides a dtype-generic
     /// function's type parameter, without checking it; the generated code
     /// dispatches on [`Peeked::dtype`] and then calls [`CallCx::arg_peeked`].
     pub fn peek(&mut self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<Peeked> {
-        self.import(index, obj).map(Peeked)
+        let raw = self.import(index, obj)?;
+        Ok(Peeked(raw, self.epoch.get()))
     }
 
     /// Checks an argument imported by [`CallCx::peek`], as [`CallCx::arg`].
@@ -166,7 +168,7 @@ impl CallCx {
         obj: &'a Bound<'a, PyAny>,
         peeked: Peeked,
     ) -> PyResult<V> {
-        self.checked(index, obj, peeked.0, true)
+        self.checked(index, obj, peeked.0, Some(peeked.1))
     }
 
     /// The error for a dtype-generic parameter whose dtype is not listed in
@@ -208,20 +210,22 @@ impl CallCx {
     }
 
     /// Checks `raw` against parameter `index`; on a dtype or order mismatch
-    /// that may convert, converts `obj` and checks the result. `may_be_torch`
-    /// is `false` for arrays read from NumPy's fields, which skip the
-    /// PyTorch bookkeeping below.
+    /// that may convert, converts `obj` and checks the result. `read_at` is
+    /// the [`CallCx::epoch`] just after the import (later steps of the call,
+    /// another argument's import, may have run Python code since), or
+    /// `None` for arrays read from NumPy's fields, which skip the PyTorch
+    /// bookkeeping below.
     #[inline(always)]
     fn checked<'a, V: View<'a>>(
         &mut self,
         index: usize,
         obj: &'a Bound<'a, PyAny>,
         raw: RawTensor,
-        may_be_torch: bool,
+        read_at: Option<u32>,
     ) -> PyResult<V> {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-            Ok(()) if !may_be_torch => Ok(V::from_raw(raw)),
+            Ok(()) if read_at.is_none() => Ok(V::from_raw(raw)),
             Ok(()) => {
                 // PyTorch tensors, mutable containers read without holding
                 // their storage's layout fixed: through PyTorch's exchange
@@ -238,9 +242,10 @@ impl CallCx {
                     // The exchange API path runs no Python code after the
                     // read but `is_conj()` for complex tensors; the
                     // `__dlpack__` path runs the producer's code after it.
-                    let read_at = (raw.path == ImportPath::ExchangeApi
-                        && raw.dtype.code != crate::dtype::code::COMPLEX)
-                        .then(|| self.epoch.get());
+                    let read_at = read_at.filter(|_| {
+                        raw.path == ImportPath::ExchangeApi
+                            && raw.dtype.code != crate::dtype::code::COMPLEX
+                    });
                     if V::WRITABLE {
                         self.guard_write(param, obj)?;
                     }

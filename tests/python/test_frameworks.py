@@ -272,6 +272,18 @@ def test_a_tensor_changed_while_other_arguments_are_read_is_refused():
     z = torch.ones(n, dtype=torch.complex64).as_subclass(SwapsOnConj)
     with pytest.raises(BufferError, match=r"^sum_c64\(\): argument 'x': the tensor changed"):
         ext.sum_c64(z)
+    # A dtype-generic function reads the arguments that decide its type
+    # parameters first: a later one's __dlpack__ that swaps an earlier one
+    # is caught the same way.
+    a = torch.ones(n, dtype=torch.float32)
+
+    class SwapsDecider:
+        def __dlpack__(self, **kw):
+            a.set_(torch.zeros(1))
+            return np.ones(3, np.float64).__dlpack__(**kw)
+
+    with pytest.raises(BufferError, match=r"^instance_pair\(\): argument 'a': the tensor changed"):
+        ext.instance_pair(a, None, SwapsDecider())
     # A writable parameter asks requires_grad after the read; a subclass's
     # property that swaps the storage there is caught the same way.
     class SwapsOnGrad(torch.Tensor):
