@@ -630,25 +630,36 @@ pub(crate) fn exchange(
     Ok(Exchange::Done(raw))
 }
 
-/// Whether `obj` (a tensor whose type has the DLPack C exchange API) still
-/// describes the memory a view was made of: element 0 at `data`, `shape`,
-/// `strides` (in elements). Asked once every argument of a call is
-/// imported: PyTorch tensors are mutable containers, and Python code run
-/// while later arguments were read (their `__dlpack__`, a conversion, a
-/// subclass's `is_neg`) may have swapped the storage (`x.set_(...)`),
-/// resized or restrided the tensor, which frees or moves the memory even
-/// while a DLPack export of it is alive. Reading through the API calls no
-/// Python code. `true` for objects without the API (nothing to ask).
+/// Whether `obj` (a PyTorch tensor, read through PyTorch's own exchange API
+/// table if `via_torch_table`) still describes the memory a view was made
+/// of: element 0 at `data`, `shape`, `strides` (in elements). Asked once
+/// every argument of a call is imported, for tensors after whose read
+/// Python code may have run (another argument's `__dlpack__`, a conversion,
+/// a subclass's `is_conj` or `requires_grad`): PyTorch tensors are mutable
+/// containers, and `x.set_(...)`, `x.resize_(...)` free or move the memory
+/// even while a DLPack export of it is alive. Reading through PyTorch's
+/// table calls no Python code. `true` where there is no such table to ask.
 pub(crate) fn still_describes(
     obj: &Bound<'_, PyAny>,
+    via_torch_table: bool,
     data: *mut u8,
     shape: &[usize],
     strides: &[isize],
 ) -> bool {
     // Only PyTorch's own table is asked (it runs no Python code, so no
-    // tensor read before can change while the others are read).
-    let Some((api, true)) = exchange_api(obj) else {
-        return true;
+    // tensor read before can change while the others are read). A tensor
+    // first read through it is read through it again without a lookup (a
+    // type's lookup, on a cache miss, could run Python code).
+    let known = TORCH_TABLE.load(Ordering::Relaxed);
+    let api = if via_torch_table && !known.is_null() {
+        // SAFETY: a table learnt from `torch.Tensor`'s capsule, which the
+        // header requires to live for the process.
+        unsafe { &*known }
+    } else {
+        match exchange_api(obj) {
+            Some((api, true)) => api,
+            _ => return true,
+        }
     };
     let Some(read) = api.dltensor_from_py_object_no_sync else {
         return true;
