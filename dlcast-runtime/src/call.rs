@@ -104,8 +104,6 @@ struct Recheck {
     data: *mut u8,
     shape: crate::import::Dims<usize>,
     strides: crate::import::Dims<isize>,
-    /// Read through PyTorch's own exchange API table (else `__dlpack__`).
-    via_torch_table: bool,
     /// The [`CallCx::epoch`] at the tensor's read, if no Python code ran
     /// after it within its own import; `None`: always read again.
     read_at: Option<u32>,
@@ -235,9 +233,8 @@ impl CallCx {
                 // whose storage `set_` can still swap). Only these paths can
                 // carry a PyTorch tensor: the NumPy, capsule and buffer
                 // paths skip the type inspection below.
-                let via_torch_table = raw.read_through_torch_table();
                 let recheck = match raw.path {
-                    ImportPath::ExchangeApi => via_torch_table,
+                    ImportPath::ExchangeApi => raw.read_through_torch_table(),
                     ImportPath::Dlpack => crate::fast::is_torch_type(obj),
                     _ => false,
                 };
@@ -258,7 +255,6 @@ impl CallCx {
                         data: raw.data,
                         shape: SmallVec::from_slice(&raw.shape),
                         strides: SmallVec::from_slice(&raw.strides),
-                        via_torch_table,
                         read_at,
                     });
                 }
@@ -352,13 +348,7 @@ impl CallCx {
                 // No Python code ran since the tensor was read.
                 continue;
             }
-            if !crate::fast::still_describes(
-                r.obj.bind(py),
-                r.via_torch_table,
-                r.data,
-                &r.shape,
-                &r.strides,
-            ) {
+            if !crate::fast::still_describes(r.obj.bind(py), r.data, &r.shape, &r.strides) {
                 return Err(PyBufferError::new_err(format!(
                     "{}(): argument '{}': the tensor changed (its storage, shape or strides) \
                      while the call's arguments were read; its view would read memory it no \

@@ -323,6 +323,9 @@ impl TypeFlags {
     /// A type of JAX or TensorFlow, whose arrays are immutable although
     /// their capsules do not say so (DLPack notes).
     const IMMUTABLE: u8 = 4;
+    /// A `torch.Tensor` subclass with its own `__torch_dispatch__`, which
+    /// PyTorch may call (Python code) even to read the tensor's sizes.
+    const PY_DISPATCH: u8 = 8;
 
     /// See [`TypeFlags::TORCH_TABLE`].
     pub(crate) fn torch_table(self) -> bool {
@@ -338,6 +341,27 @@ impl TypeFlags {
     pub(crate) fn immutable(self) -> bool {
         self.0 & Self::IMMUTABLE != 0
     }
+
+    /// See [`TypeFlags::PY_DISPATCH`].
+    pub(crate) fn py_dispatch(self) -> bool {
+        self.0 & Self::PY_DISPATCH != 0
+    }
+}
+
+/// Refuses a PyTorch tensor whose type has its own `__torch_dispatch__`
+/// (see [`TypeFlags::PY_DISPATCH`]): reading its sizes, strides or data
+/// can run its Python code, so no read of it, nor of the call's other
+/// tensors, could be trusted to stay true until the body runs.
+pub(crate) fn refuse_py_dispatch(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
+    if type_info(obj).1.py_dispatch() {
+        return Err(ImportError::Unreadable(
+            "the tensor's type defines __torch_dispatch__, which PyTorch may run (Python code) \
+             whenever the tensor's layout is read, so dlcast cannot check that its memory \
+             stays put; pass a plain tensor"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `obj`'s type is, or derives from, a type of the `torch` package
@@ -447,6 +471,9 @@ fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchangeAPI>, Typ
         if api.is_some_and(|a| is_torch_table(obj.py(), a)) {
             flags |= TypeFlags::TORCH_TABLE;
         }
+        if has_own_torch_dispatch(obj) {
+            flags |= TypeFlags::PY_DISPATCH;
+        }
     }
     if import::is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
         flags |= TypeFlags::IMMUTABLE;
@@ -470,6 +497,28 @@ fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchangeAPI>, Typ
 
 /// PyTorch's own exchange API table (`torch.Tensor`'s), once looked up.
 static TORCH_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(std::ptr::null_mut());
+/// `torch.Tensor`, once looked up with [`TORCH_TABLE`] (a strong reference
+/// is kept, so the pointer stays valid for the process).
+static TORCH_TENSOR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `obj`'s type has a `__torch_dispatch__` other than
+/// `torch.Tensor`'s (a builtin function, found as the same object through
+/// every subclass that does not define its own; Python attribute lookups,
+/// once per type). `true` when it cannot tell.
+fn has_own_torch_dispatch(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let name = pyo3::intern!(py, "__torch_dispatch__");
+    let Ok(base) = py
+        .import("torch")
+        .and_then(|t| t.getattr("Tensor"))
+        .and_then(|t| t.getattr(name))
+    else {
+        return true;
+    };
+    obj.get_type()
+        .getattr(name)
+        .map_or(true, |own| !own.is(&base))
+}
 
 /// Whether `api` is PyTorch's own table: its functions run no Python code
 /// (a `torch.Tensor` subclass may publish another table, even one written
@@ -478,14 +527,15 @@ static TORCH_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(std::ptr::null
 fn is_torch_table(py: Python<'_>, api: &'static DLPackExchangeAPI) -> bool {
     let mut known = TORCH_TABLE.load(Ordering::Relaxed);
     if known.is_null() {
-        let Some(table) = py
-            .import("torch")
-            .and_then(|t| t.getattr("Tensor"))
-            .ok()
-            .and_then(|t| exchange_api_of_type(&t))
-        else {
+        let Ok(tensor) = py.import("torch").and_then(|t| t.getattr("Tensor")) else {
             return false;
         };
+        let Some(table) = exchange_api_of_type(&tensor) else {
+            return false;
+        };
+        // Keep `torch.Tensor` alive for the process, then note both.
+        TORCH_TENSOR.store(tensor.as_ptr().cast(), Ordering::Relaxed);
+        std::mem::forget(tensor.unbind());
         known = (table as *const DLPackExchangeAPI).cast_mut();
         TORCH_TABLE.store(known, Ordering::Relaxed);
     }
@@ -570,6 +620,7 @@ pub(crate) fn exchange(
     // `is_conj` for complex tensors; `CallCx` checks the tensor again when
     // Python code ran after its read (see `still_describes`).
     if is_torch {
+        refuse_py_dispatch(obj)?;
         torch_bit(obj, TorchBit::Negative)?;
     }
     // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
@@ -630,37 +681,41 @@ pub(crate) fn exchange(
     Ok(Exchange::Done(raw))
 }
 
-/// Whether `obj` (a PyTorch tensor, read through PyTorch's own exchange API
-/// table if `via_torch_table`) still describes the memory a view was made
-/// of: element 0 at `data`, `shape`, `strides` (in elements). Asked once
-/// every argument of a call is imported, for tensors after whose read
+/// Whether `obj` (a PyTorch tensor) still describes the memory a view was
+/// made of: element 0 at `data`, `shape`, `strides` (in elements). Asked
+/// once every argument of a call is imported, for tensors after whose read
 /// Python code may have run (another argument's `__dlpack__`, a conversion,
 /// a subclass's `is_conj` or `requires_grad`): PyTorch tensors are mutable
 /// containers, and `x.set_(...)`, `x.resize_(...)` free or move the memory
-/// even while a DLPack export of it is alive. Reading through PyTorch's
-/// table calls no Python code. `true` where there is no such table to ask.
+/// even while a DLPack export of it is alive.
+///
+/// The tensor is read through PyTorch's own exchange API table, after a
+/// C-level subtype check against `torch.Tensor`: no attribute lookup, and
+/// (subclasses with their own `__torch_dispatch__` being refused at import)
+/// no Python code runs, so one re-read cannot change a tensor re-read
+/// before it. `true` where PyTorch has no such table (nothing to ask).
 pub(crate) fn still_describes(
     obj: &Bound<'_, PyAny>,
-    via_torch_table: bool,
     data: *mut u8,
     shape: &[usize],
     strides: &[isize],
 ) -> bool {
-    // Only PyTorch's own table is asked (it runs no Python code, so no
-    // tensor read before can change while the others are read). A tensor
-    // first read through it is read through it again without a lookup (a
-    // type's lookup, on a cache miss, could run Python code).
-    let known = TORCH_TABLE.load(Ordering::Relaxed);
-    let api = if via_torch_table && !known.is_null() {
-        // SAFETY: a table learnt from `torch.Tensor`'s capsule, which the
-        // header requires to live for the process.
-        unsafe { &*known }
-    } else {
-        match exchange_api(obj) {
-            Some((api, true)) => api,
-            _ => return true,
-        }
-    };
+    let (table, tensor) = (
+        TORCH_TABLE.load(Ordering::Relaxed),
+        TORCH_TENSOR.load(Ordering::Relaxed),
+    );
+    if table.is_null() || tensor.is_null() {
+        return true;
+    }
+    // SAFETY: `obj` is live and `tensor` is the type object of
+    // `torch.Tensor`, kept alive for the process; the subtype check walks
+    // the type's MRO tuple in C.
+    if unsafe { ffi::PyType_IsSubtype(ffi::Py_TYPE(obj.as_ptr()), tensor) } == 0 {
+        return true;
+    }
+    // SAFETY: a table learnt from `torch.Tensor`'s capsule, which the header
+    // requires to live for the process.
+    let api = unsafe { &*table };
     let Some(read) = api.dltensor_from_py_object_no_sync else {
         return true;
     };

@@ -302,6 +302,7 @@ pub(crate) fn import_generic(
             // PyTorch's `__dlpack__` refuses the conjugate bit but hands
             // out lazily negated tensors as they are.
             if fast::is_torch_type(obj) {
+                fast::refuse_py_dispatch(obj)?;
                 fast::torch_flags(obj, raw.dtype.code == code::COMPLEX)?;
             }
             // JAX arrays and TensorFlow tensors are immutable, but they answer

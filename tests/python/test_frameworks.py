@@ -2,6 +2,9 @@
 writes seen on both sides."""
 
 import array
+import os
+import subprocess
+import sys
 
 import array_api_strict as xp
 import jax
@@ -297,6 +300,84 @@ def test_a_tensor_changed_while_other_arguments_are_read_is_refused():
         ext.fill_f64(g, 2.0)
     # Unchanged tensors pass the same check.
     assert ext.centroid(torch.ones(4, 3), torch.ones(4)) == [1.0, 1.0, 1.0]
+
+
+def test_tensor_subclasses_with_their_own_torch_dispatch_are_refused():
+    # PyTorch runs a subclass's __torch_dispatch__ (Python code) even to
+    # read its sizes ("sizes" policy), so neither its read nor the re-read
+    # of the call's other tensors could be trusted: refused before the read.
+    calls = []
+
+    class Dispatching(torch.Tensor):
+        @staticmethod
+        def __new__(cls, data):
+            r = torch.Tensor._make_subclass(cls, data, False, dispatch_sizes_strides_policy="sizes")
+            r._elem = data
+            return r
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            calls.append(func)
+            args = [a._elem if isinstance(a, Dispatching) else a for a in args]
+            return func(*args, **(kwargs or {}))
+
+    with pytest.raises(BufferError, match="__torch_dispatch__"):
+        ext.centroid(Dispatching(torch.ones(4, 3)), torch.ones(4))
+    # Subclasses without their own __torch_dispatch__ are read as tensors.
+    assert ext.centroid(torch.ones(4, 3).as_subclass(SubTensor), torch.ones(4)) == [1.0] * 3
+
+
+class SubTensor(torch.Tensor):
+    pass
+
+
+# A separate process: it fills the type cache (8 slots) on purpose.
+_LOOKUP_SWAPS = """
+import torch, dlcast_testext as ext
+ext.sum_f32(torch.ones(2))
+for i in range(8):
+    try:
+        ext.sum_f32(type(f"Junk{i}", (), {})())
+    except TypeError:
+        pass
+state = {"calls": 0, "arm": None, "victim": None}
+class Hook:
+    def __get__(self, inst, owner):
+        state["calls"] += 1
+        if state["calls"] == state["arm"]:
+            state["victim"].set_(torch.zeros(1, 3))
+        return None
+class W(torch.Tensor):
+    __dlpack_c_exchange_api__ = Hook()
+def run(arm):
+    pts = torch.ones(1000, 3)
+    state.update(calls=0, arm=arm, victim=pts)
+    try:
+        ext.centroid(pts, torch.ones(1000).as_subclass(W))
+        return "accepted", state["calls"]
+    except BufferError as e:
+        return str(e), state["calls"]
+_, k = run(None)
+print(k)
+for arm in range(1, k + 2):
+    print(arm, run(arm)[0])
+"""
+
+
+def test_a_type_lookup_cannot_swap_a_tensor_between_the_second_reads():
+    # With the type cache full, a type's __dlpack_c_exchange_api__ is looked
+    # up on every import (Python code, here a descriptor that swaps another
+    # argument); the second reads at the end of the call look nothing up,
+    # so every swap is seen.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _LOOKUP_SWAPS], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    k, *lines = out.stdout.splitlines()
+    assert int(k) > 0 and len(lines) == int(k) + 1, out.stdout
+    for line in lines[:-1]:  # the swap happened: refused
+        assert "the tensor changed" in line, line
+    assert lines[-1].endswith("accepted")  # no swap: taken
 
 
 def test_views_of_tensors_that_require_grad_are_exported_read_only():
