@@ -464,7 +464,12 @@ impl CallCx {
             .any(|r| r.read_at != Some(self.epoch.get()))
         {
             // The GIL is held (the generated code runs inside a PyO3 call).
-            Python::attach(|py| self.recheck_tensors(py))?;
+            // Attaching may run PyO3's deferred decrefs (`__del__`, Python
+            // code): every tensor is then read again, none skipped.
+            Python::attach(|py| {
+                self.python_may_run();
+                self.recheck_tensors(py)
+            })?;
         }
         Ok(())
     }
