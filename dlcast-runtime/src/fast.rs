@@ -352,8 +352,8 @@ impl TypeFlags {
 /// (see [`TypeFlags::PY_DISPATCH`]): reading its sizes, strides or data
 /// can run its Python code, so no read of it, nor of the call's other
 /// tensors, could be trusted to stay true until the body runs.
-pub(crate) fn refuse_py_dispatch(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
-    if type_info(obj).1.py_dispatch() {
+pub(crate) fn refuse_py_dispatch(flags: TypeFlags) -> Result<(), ImportError> {
+    if flags.py_dispatch() {
         return Err(ImportError::Unreadable(
             "the tensor's type defines __torch_dispatch__, which PyTorch may run (Python code) \
              whenever the tensor's layout is read, so dlcast cannot check that its memory \
@@ -364,16 +364,15 @@ pub(crate) fn refuse_py_dispatch(obj: &Bound<'_, PyAny>) -> Result<(), ImportErr
     Ok(())
 }
 
+/// The [`TypeFlags`] of `obj`'s type (cached per type).
+pub(crate) fn type_flags(obj: &Bound<'_, PyAny>) -> TypeFlags {
+    type_info(obj).1
+}
+
 /// Whether `obj`'s type is, or derives from, a type of the `torch` package
 /// (a subclass of `torch.Tensor` inherits its exchange API). Cached per type.
 pub(crate) fn is_torch_type(obj: &Bound<'_, PyAny>) -> bool {
     type_info(obj).1.torch_type()
-}
-
-/// Whether `obj`'s type comes from JAX or TensorFlow (immutable arrays).
-/// Cached per type.
-pub(crate) fn is_immutable_type(obj: &Bound<'_, PyAny>) -> bool {
-    type_info(obj).1.immutable()
 }
 
 /// [`is_torch_type`], looked up: the `__module__` of each type of the MRO.
@@ -434,13 +433,6 @@ pub(crate) fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit) -> Result<(), Imp
         )));
     }
     Ok(())
-}
-
-/// The exchange API of `obj`'s type, if it has a usable one, and whether
-/// it is PyTorch's own table.
-fn exchange_api(obj: &Bound<'_, PyAny>) -> Option<(&'static DLPackExchangeAPI, bool)> {
-    let (api, flags) = type_info(obj);
-    api.map(|a| (a, flags.torch_table()))
 }
 
 /// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
@@ -608,9 +600,10 @@ pub(crate) fn exchange(
     obj: &Bound<'_, PyAny>,
     request: StreamRequest,
 ) -> Result<Exchange, ImportError> {
-    let Some((api, is_torch)) = exchange_api(obj) else {
+    let (Some(api), flags) = type_info(obj) else {
         return Ok(Exchange::NotApplicable);
     };
+    let is_torch = flags.torch_table();
     let py = obj.py();
     let Some(from_obj) = api.dltensor_from_py_object_no_sync else {
         return Ok(Exchange::NotApplicable);
@@ -620,7 +613,7 @@ pub(crate) fn exchange(
     // `is_conj` for complex tensors; `CallCx` checks the tensor again when
     // Python code ran after its read (see `still_describes`).
     if is_torch {
-        refuse_py_dispatch(obj)?;
+        refuse_py_dispatch(flags)?;
         torch_bit(obj, TorchBit::Negative)?;
     }
     // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.

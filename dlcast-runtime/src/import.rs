@@ -301,14 +301,15 @@ pub(crate) fn import_generic(
             let mut raw = take_capsule(&capsule, ImportPath::Dlpack)?;
             // PyTorch's `__dlpack__` refuses the conjugate bit but hands
             // out lazily negated tensors as they are.
-            if fast::is_torch_type(obj) {
-                fast::refuse_py_dispatch(obj)?;
+            let flags = fast::type_flags(obj);
+            if flags.torch_type() {
+                fast::refuse_py_dispatch(flags)?;
                 fast::torch_flags(obj, raw.dtype.code == code::COMPLEX)?;
             }
             // JAX arrays and TensorFlow tensors are immutable, but they answer
             // with capsules that do not say so (DLPack notes): mark them
             // read-only here.
-            if !raw.read_only && fast::is_immutable_type(obj) {
+            if !raw.read_only && flags.immutable() {
                 raw.read_only = true;
             }
             let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
