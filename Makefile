@@ -41,6 +41,7 @@ typecheck: ext
 test: venv lint rust-test py-test typecheck
 
 demo-ext: venv
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q --no-cache-dir "matplotlib>=3.8"
 	maturin develop -q --release -m examples/demo/Cargo.toml
 
 ## The demo on a real photo (examples/demo).

@@ -20,7 +20,7 @@ REQ=bench/requirements.txt
 STAMP="$VENV/.dlcast-bench-req-stamp"
 if ! { [ -f "$STAMP" ] && cmp -s "$REQ" "$STAMP"; }; then
   echo "bench: installing $(grep -v '^#' "$REQ" | xargs) into $VENV"
-  "$PY" -m pip install -q -r "$REQ"
+  "$PY" -m pip install -q --no-cache-dir -r "$REQ"
   cp "$REQ" "$STAMP"
 fi
 
