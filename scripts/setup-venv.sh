@@ -30,10 +30,11 @@ if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
 fi
 
 pip_install() { "$VENV/bin/python" -m pip install -q --no-cache-dir "$@"; }
+TORCH_LINE='^torch([<>=!~ ]|$)'  # the requirement line that names torch
 pip_install --upgrade pip packaging
 
 # 1. PyTorch alone, with its dependencies but without triton.
-torch_req=$(grep -E '^torch([<>=!~ ]|$)' "$REQ")
+torch_req=$(grep -E "$TORCH_LINE" "$REQ")
 pip_install --no-deps "$torch_req"
 mapfile -t torch_deps < <("$VENV/bin/python" - <<'EOF'
 from importlib.metadata import requires
@@ -54,7 +55,7 @@ fi
 # 2. Everything else (torch is already there; listing it again would make
 #    pip install triton after all). pip's check then reports torch's missing
 #    triton, which is intended: those lines are dropped, any other stays.
-grep -vE '^torch([<>=!~ ]|$)' "$REQ" > "$VENV/.dlcast-req-rest"
+grep -vE "$TORCH_LINE" "$REQ" > "$VENV/.dlcast-req-rest"
 pip_install -r "$VENV/.dlcast-req-rest" 2> >(grep -v \
   -e 'requires triton' -e 'resolver does not currently take into account' >&2)
 echo "setup-venv: installed $(wc -l < "$REQ") requirements (torch without triton)"
