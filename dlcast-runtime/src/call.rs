@@ -227,12 +227,18 @@ impl CallCx {
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
             Ok(()) if read_at.is_none() => Ok(V::from_raw(raw)),
             Ok(()) => {
-                // PyTorch tensors, mutable containers read without holding
-                // their storage's layout fixed: through PyTorch's exchange
-                // API table, or `__dlpack__` (its capsule holds the tensor,
-                // whose storage `set_` can still swap). Only these paths can
-                // carry a PyTorch tensor: the NumPy, capsule and buffer
-                // paths skip the type inspection below.
+                // A writable view of a PyTorch tensor is guarded whatever
+                // read it: a tensor subclass may publish an exchange table
+                // of its own.
+                if V::WRITABLE {
+                    self.guard_write(param, obj)?;
+                }
+                // Read again at the end of the call: PyTorch tensors, mutable
+                // containers read without holding their storage's layout
+                // fixed, when read through PyTorch's own exchange API table
+                // or `__dlpack__` (its capsule holds the tensor, whose
+                // storage `set_` can still swap). Another producer's table
+                // answers for what it describes, as its capsules do.
                 let recheck = match raw.path {
                     ImportPath::ExchangeApi => raw.read_through_torch_table(),
                     ImportPath::Dlpack => crate::fast::is_torch_type(obj),
@@ -246,9 +252,6 @@ impl CallCx {
                         raw.path == ImportPath::ExchangeApi
                             && raw.dtype.code != crate::dtype::code::COMPLEX
                     });
-                    if V::WRITABLE {
-                        self.guard_write(param, obj)?;
-                    }
                     self.recheck.push(Recheck {
                         param: index as u8,
                         obj: obj.clone().unbind(),

@@ -667,6 +667,29 @@ def test_exchange_api_hostile_tables():
         assert ext.import_path(t) == "dlpack"
 
 
+def test_a_tensor_subclass_with_a_table_of_its_own_gets_the_write_guard():
+    # The tensor checks before a writable view (requires_grad refused, the
+    # version counter bumped) are PyTorch's, whatever exchange table a
+    # tensor subclass publishes.
+    import torch
+
+    values = [1.0, 2.0]
+    api = table(1, describing(values, [2], [1]))
+    name = b"dlpack_exchange_api"
+    _KEEP.extend([api, name])
+    Sub = type("OwnTable", (torch.Tensor,),
+               {"__dlpack_c_exchange_api__": _CAPSULE_NEW(ctypes.addressof(api), name, None)})
+    t = torch.zeros(2, dtype=torch.float64).as_subclass(Sub)
+    assert ext.import_path(t) == "exchange_api" and ext.values(t) == values
+    t.requires_grad_(True)
+    with pytest.raises(TypeError, match=r"^fill_f64\(\): argument 'out': the tensor requires grad"):
+        ext.fill_f64(t, 9.0)
+    t = torch.zeros(2, dtype=torch.float64).as_subclass(Sub)
+    before = t._version
+    ext.fill_f64(t, 9.0)
+    assert t._version == before + 1
+
+
 def test_exchange_api_failures_and_invalid_descriptions():
     # Fails without setting an exception.
     t = exchange_type(table(1, lambda out: None, result=-1))()
