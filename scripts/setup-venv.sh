@@ -30,6 +30,12 @@ if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
 fi
 
 pip_install() { "$VENV/bin/python" -m pip install -q --no-cache-dir "$@"; }
+# After each step below pip's check reports torch's missing triton, which is
+# intended: those lines are dropped, any other stays.
+pip_install_but_triton() {
+  pip_install "$@" 2> >(grep -v \
+    -e 'requires triton' -e 'resolver does not currently take into account' >&2)
+}
 TORCH_LINE='^torch([<>=!~ ]|$)'  # the requirement line that names torch
 pip_install --upgrade pip packaging
 
@@ -49,14 +55,12 @@ for line in requires("torch") or []:
 EOF
 )
 if [ "${#torch_deps[@]}" -gt 0 ]; then
-  pip_install "${torch_deps[@]}"
+  pip_install_but_triton "${torch_deps[@]}"
 fi
 
 # 2. Everything else (torch is already there; listing it again would make
-#    pip install triton after all). pip's check then reports torch's missing
-#    triton, which is intended: those lines are dropped, any other stays.
+#    pip install triton after all).
 grep -vE "$TORCH_LINE" "$REQ" > "$VENV/.dlcast-req-rest"
-pip_install -r "$VENV/.dlcast-req-rest" 2> >(grep -v \
-  -e 'requires triton' -e 'resolver does not currently take into account' >&2)
+pip_install_but_triton -r "$VENV/.dlcast-req-rest"
 echo "setup-venv: installed $(wc -l < "$REQ") requirements (torch without triton)"
 cp "$REQ" "$STAMP"
