@@ -16,9 +16,11 @@ all: test
 venv:
 	bash scripts/setup-venv.sh
 
-# The PyO3 test extension, built once into the virtualenv.
+# The PyO3 test extension, built once into the virtualenv, and a second
+# extension built separately (the cross-module borrow tests).
 ext: venv
 	maturin develop -q -m tests/Cargo.toml
+	maturin develop -q -m tests/second/Cargo.toml
 
 lint:
 	cargo fmt --all -- --check

@@ -51,35 +51,14 @@ struct Binding {
     param: u8,
 }
 
-/// The memory one argument spans, for the overlap check.
-#[derive(Clone, Copy)]
-struct Span {
-    param: u8,
-    writable: bool,
-    /// The address space `lo..hi` is in (see [`address_space`]).
-    space: Device,
-    lo: usize,
-    hi: usize,
-}
-
-/// Memory the CPU can access (CPU, pinned and managed memory) shares the
-/// host's address space; device memory is only comparable with memory of
-/// the same device.
-fn address_space(device: Device) -> Device {
-    if device.is_host_accessible() {
-        Device::CPU
-    } else {
-        device
-    }
-}
-
 /// State of one call of a `#[dlpack_fn]` function. Created by the generated
 /// code, one per call, on the stack.
 #[doc(hidden)]
 pub struct CallCx {
     spec: &'static FnSpec,
     names: SmallVec<[Option<Binding>; 4]>,
-    spans: SmallVec<[Span; 4]>,
+    /// This call's id in the borrow registry (see [`crate::borrow`]).
+    call: u64,
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
     /// the generated code before the first `arg`.
     pub(crate) stream: crate::stream::StreamRequest,
@@ -116,7 +95,7 @@ impl CallCx {
         CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],
-            spans: SmallVec::new(),
+            call: crate::borrow::new_call_id(),
             stream: crate::stream::StreamRequest::Producer,
             written: SmallVec::new(),
             recheck: SmallVec::new(),
@@ -134,6 +113,9 @@ impl CallCx {
     /// where the parameter allows it (see [`crate::convert`]).
     #[inline(always)]
     pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
+        // The registry is found (or published: Python code, once per
+        // process) before any raw read.
+        crate::borrow::api(obj.py())?;
         // NumPy's fields straight into the check and the view (no
         // `Result` re-wrapping on the way: each would copy the view).
         if let Some(raw) = crate::fast::numpy(obj) {
@@ -157,6 +139,7 @@ impl CallCx {
     /// function's type parameter, without checking it; the generated code
     /// dispatches on [`Peeked::dtype`] and then calls [`CallCx::arg_peeked`].
     pub fn peek(&mut self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<Peeked> {
+        crate::borrow::api(obj.py())?;
         let raw = self.import(index, obj)?;
         Ok(Peeked(raw, self.epoch.get()))
     }
@@ -225,8 +208,14 @@ impl CallCx {
     ) -> PyResult<V> {
         let param = &self.spec.params[index];
         match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-            Ok(()) if read_at.is_none() => Ok(V::from_raw(raw)),
+            Ok(()) if read_at.is_none() => {
+                let mut raw = raw;
+                self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
+                Ok(V::from_raw(raw))
+            }
             Ok(()) => {
+                let mut raw = raw;
+                self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
                 // A writable view of a PyTorch tensor is guarded whatever
                 // read it: a tensor subclass may publish an exchange table
                 // of its own.
@@ -300,7 +289,10 @@ impl CallCx {
                 // array: a view of it (returned to Python, say) is read-only.
                 raw.read_only = true;
                 match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-                    Ok(()) => Ok(V::from_raw(raw)),
+                    Ok(()) => {
+                        self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
+                        Ok(V::from_raw(raw))
+                    }
                     Err(Refusal::Error(e)) => Err(e),
                     Err(Refusal::Convert(..)) => Err(self.fail(
                         param,
@@ -441,20 +433,6 @@ impl CallCx {
 
     /// Checks that span parameters; call after every `arg`, before the body.
     pub fn finish(&self) -> PyResult<()> {
-        for (i, a) in self.spans.iter().enumerate() {
-            for b in &self.spans[i + 1..] {
-                if (a.writable || b.writable) && a.space == b.space && a.lo < b.hi && b.lo < a.hi {
-                    let (w, o) = if a.writable { (a, b) } else { (b, a) };
-                    return Err(PyTypeError::new_err(format!(
-                        "{}(): arguments '{}' and '{}' share memory, and '{}' is writable",
-                        self.spec.name,
-                        self.param_name(w.param),
-                        self.param_name(o.param),
-                        self.param_name(w.param),
-                    )));
-                }
-            }
-        }
         // The version counters first: `increment_version` is Python code,
         // after which the tensors are read again.
         if !self.written.is_empty() {
@@ -475,6 +453,96 @@ impl CallCx {
             })?;
         }
         Ok(())
+    }
+
+    /// Enters the view of `raw` in the borrow registry (see
+    /// [`crate::borrow`]): refused if it meets a writable borrow, or is
+    /// writable and meets any borrow, of this call's other arguments
+    /// (`TypeError`) or of another call still running (`BufferError`).
+    /// Empty arrays touch no memory and are not entered.
+    fn register(
+        &self,
+        py: Python<'_>,
+        param: &ParamSpec,
+        raw: &mut RawTensor,
+        writable: bool,
+    ) -> PyResult<()> {
+        let Some(e) = raw.extent else {
+            return Ok(());
+        };
+        let base = raw.data as usize;
+        // The import checked that host spans do not wrap; a device span
+        // that wraps describes no real memory: not entered.
+        let (Some(lo), Some(hi)) = (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
+        else {
+            return Ok(());
+        };
+        let req = crate::borrow::request(
+            raw.device,
+            lo,
+            hi,
+            base,
+            &raw.shape,
+            &raw.strides,
+            raw.dtype.itemsize().unwrap_or(1),
+            writable,
+            self.call,
+            self.spec.name,
+            param.name,
+        );
+        // Looked up before this call's first read; a cached load here.
+        let api = crate::borrow::api(py)?;
+        match crate::borrow::acquire_with(api, &req) {
+            Ok(b) => {
+                raw.borrow = Some(b);
+                Ok(())
+            }
+            Err(refused) => Err(self.borrow_error(param, &req, refused)),
+        }
+    }
+
+    #[cold]
+    fn borrow_error(
+        &self,
+        param: &ParamSpec,
+        req: &crate::borrow::BorrowReq,
+        refused: crate::borrow::Refused,
+    ) -> PyErr {
+        use crate::borrow::{name, same_call, Refused};
+        let other = match refused {
+            Refused::NoMemory => {
+                return pyo3::exceptions::PyMemoryError::new_err(
+                    "dlcast's borrow registry could not grow",
+                )
+            }
+            Refused::Conflict(other) => other,
+        };
+        let other_param = name(other.param, other.param_len);
+        if same_call(req, &other) {
+            // The earlier argument first when it is writable, as it is read first.
+            let (w, o) = if other.writable != 0 {
+                (other_param, param.name)
+            } else {
+                (param.name, other_param)
+            };
+            return PyTypeError::new_err(format!(
+                "{}(): arguments '{w}' and '{o}' share memory, and '{w}' is writable",
+                self.spec.name,
+            ));
+        }
+        let (mine, theirs) = match (req.writable != 0, other.writable != 0) {
+            (true, true) => ("writable", "writable"),
+            (true, false) => ("writable", "read-only"),
+            _ => ("read-only", "writable"),
+        };
+        PyBufferError::new_err(format!(
+            "{}(): argument '{}': the array's memory is in use by another call still running \
+             (argument '{other_param}' of {}(), a {theirs} view; a nested call, a callback or \
+             another thread), and this {mine} view may not share it",
+            self.spec.name,
+            param.name,
+            name(other.function, other.function_len),
+        ))
     }
 
     fn param_name(&self, index: u8) -> &'static str {
@@ -592,27 +660,6 @@ impl CallCx {
                         ),
                     )
                     .into());
-            }
-        }
-        // Device memory too: two views of one CUDA buffer, one writable,
-        // alias for the kernels the body launches as much as host memory
-        // does for Rust. (No `unsafe` here: spans are plain integers.)
-        if self.spec.has_writable {
-            if let Some(e) = raw.extent {
-                let base = raw.data as usize;
-                // The import checked that host spans do not wrap; a device
-                // span that wraps describes no real memory: not compared.
-                if let (Some(lo), Some(hi)) =
-                    (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
-                {
-                    self.spans.push(Span {
-                        param: index as u8,
-                        writable,
-                        space: address_space(raw.device),
-                        lo,
-                        hi,
-                    });
-                }
             }
         }
         Ok(())

@@ -121,6 +121,9 @@ pub struct RawTensor {
     /// from the exchange API; `None` for memory without streams, raw
     /// capsules, and producers that could not say their device.
     pub(crate) stream: Option<i64>,
+    /// The view's entry in the borrow registry (see [`crate::borrow`]),
+    /// released when the view drops or is exported.
+    pub(crate) borrow: Option<crate::borrow::Borrow>,
     owner: Owner,
 }
 
@@ -150,6 +153,7 @@ impl RawTensor {
             extent,
             path,
             stream: None,
+            borrow: None,
             owner,
         }
     }
@@ -168,6 +172,9 @@ impl RawTensor {
     /// (`managed_tensor_from_py_object_no_sync`), so that it may outlive
     /// the call.
     pub(crate) fn prepare_export(&mut self, py: Python<'_>) -> PyResult<()> {
+        // Exported, the memory is Python's again: no Rust reference to it
+        // remains, so the view's borrow ends here.
+        self.borrow = None;
         let Owner::Exchange { obj, api, origin } = &self.owner else {
             return Ok(());
         };
@@ -674,6 +681,7 @@ pub(crate) fn make_raw(
         extent,
         path,
         stream: None,
+        borrow: None,
         owner,
     })
 }

@@ -36,6 +36,7 @@
 //! The producer's deleter runs exactly once, when the view drops (at the
 //! latest when the call returns), on error paths too.
 
+pub mod borrow;
 mod call;
 pub mod convert;
 #[cfg(feature = "cudarc")]

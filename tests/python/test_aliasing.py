@@ -50,9 +50,21 @@ def overlapping_pairs():
         (a[::-1][:6], a[3:9]),         # negative stride over a[6:12], a[3:9]
         (a[8:2:-1], a[2:8]),           # the same range, reversed
         (a[8:2:-1], a[7:1:-1]),        # both reversed, shifted
-        (a[::2], a[1::2]),             # interleaved: the spans overlap
-        (a[11:0:-2], a[0:11:2]),
+        (a[0:12:2], a[10::-2]),        # the same even elements, one reversed
+        (a[0:9:3], a[3::3]),           # strided and sharing elements
     ]
+
+
+def test_interleaved_views_that_share_no_element_are_taken():
+    # The spans overlap but no element is in both (the borrow registry
+    # decides this from the strides): both arguments are taken.
+    for src_slice, dst_slice in ((slice(None, None, 2), slice(1, None, 2)),
+                                 (slice(11, 0, -2), slice(0, 11, 2))):
+        a = np.arange(12.0)
+        expect = a.copy()
+        expect[dst_slice] = a[src_slice] + 1
+        ext.add_one_into(a[src_slice], a[dst_slice])
+        assert a.tolist() == expect.tolist()
 
 
 def test_overlapping_views_are_refused_and_the_output_untouched():

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
 mod api;
+mod borrows;
 mod gpu;
 mod producer;
 
@@ -443,6 +444,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     );
     add_export_functions(m)?;
     api::add(m)?;
+    borrows::add(m)?;
     gpu::add(m)?;
     add_robustness_functions(m)
 }

@@ -1,0 +1,464 @@
+//! The process-wide borrow registry: every live view of a `#[dlpack_fn]`
+//! call is registered here, read or write, until it drops.
+//!
+//! A writable borrow that meets any live borrow of the same memory, and any
+//! borrow that meets a live writable one, is refused. This is what makes a
+//! `&mut [T]` in a body exclusive across arguments, nested calls, Python
+//! callbacks and other threads (a body inside `py.detach`), as Rust's
+//! aliasing rules require; rust-numpy keeps a registry of the same kind.
+//!
+//! **One registry per process.** Every extension module built with dlcast,
+//! whatever its dlcast version, must see the others' borrows. The first one
+//! to need the registry publishes its own as a capsule named
+//! [`CAPSULE_NAME`] in the attribute [`ATTR`] of a module registered in
+//! `sys.modules` as [`MODULE`]; every later one uses that capsule's
+//! functions. The capsule holds a [`BorrowApi`], a C struct whose first
+//! field is its version: later versions may append fields, never change
+//! these.
+//!
+//! **Overlap.** Borrows are compared per address space (host memory, which
+//! CPU, pinned and managed memory share, or one device's memory): two
+//! borrows conflict when their byte ranges intersect, unless their elements
+//! provably interleave without touching, which is decided cheaply from the
+//! greatest common divisor of the byte strides (so `a[::2]` and `a[1::2]`
+//! are disjoint). The test is conservative: it may report an overlap of
+//! layouts that share no byte, never the reverse.
+//!
+//! **Locking.** The entries sit behind a mutex, so the registry is sound
+//! with or without the GIL; it never calls into Python.
+
+use crate::device::Device;
+use pyo3::prelude::*;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The name under which the shared module sits in `sys.modules`.
+pub const MODULE: &str = "_dlcast_shared";
+/// The attribute of [`MODULE`] that holds the registry's capsule.
+pub const ATTR: &str = "borrow_registry";
+/// The capsule's name.
+pub const CAPSULE_NAME: &CStr = c"dlcast.borrow_registry";
+/// The version of [`BorrowApi`] this build publishes and reads.
+pub const API_VERSION: u64 = 1;
+
+/// One borrow as the registry records it (a C struct: extensions built
+/// with other dlcast versions pass it across).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BorrowReq {
+    /// The address space: DLPack device type and id (host-accessible memory
+    /// is registered as CPU 0).
+    pub device_type: i32,
+    /// See `device_type`.
+    pub device_id: i32,
+    /// Lowest byte address touched.
+    pub lo: usize,
+    /// One past the highest byte address touched.
+    pub hi: usize,
+    /// Address of element 0.
+    pub start: usize,
+    /// The greatest common divisor of the byte strides of the dimensions
+    /// with more than one index (every element sits at `start` plus a
+    /// multiple of it); 0 for a single element.
+    pub modulus: usize,
+    /// Bytes per element.
+    pub itemsize: usize,
+    /// 1 for a writable borrow.
+    pub writable: u8,
+    /// Which call holds the borrow (unique per call in the process).
+    pub call: u64,
+    /// The function's name (UTF-8, not NUL-terminated, valid for the process).
+    pub function: *const u8,
+    /// Its length in bytes.
+    pub function_len: usize,
+    /// The parameter's name, likewise.
+    pub param: *const u8,
+    /// Its length in bytes.
+    pub param_len: usize,
+}
+
+// SAFETY: the name pointers point to `'static` strings of an extension
+// module (never unloaded); everything else is plain integers.
+unsafe impl Send for BorrowReq {}
+
+/// The registry's C interface, as published in the capsule.
+#[repr(C)]
+pub struct BorrowApi {
+    /// [`API_VERSION`] of the publisher.
+    pub version: u64,
+    /// Registers `*req`; returns its id (non-zero), or 0 and writes the
+    /// borrow it conflicts with into `*conflict`.
+    pub acquire: unsafe extern "C" fn(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64,
+    /// Removes the borrow `id` (no-op for an unknown id).
+    pub release: unsafe extern "C" fn(id: u64),
+    /// The number of live borrows (for tests).
+    pub live: unsafe extern "C" fn() -> usize,
+}
+
+struct Entry {
+    id: u64,
+    req: BorrowReq,
+}
+
+static ENTRIES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn entries() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+    // A panic cannot happen while the lock is held (plain Vec operations on
+    // reserved memory aside), but never let poisoning turn into one.
+    ENTRIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Whether two borrows may touch a common byte (conservative).
+pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
+    if (a.device_type, a.device_id) != (b.device_type, b.device_id) {
+        return false;
+    }
+    if a.lo >= b.hi || b.lo >= a.hi {
+        return false;
+    }
+    // Every element of `a` starts at `a.start + k * a.modulus` and covers
+    // `a.itemsize` bytes (likewise `b`). With `g` the gcd of both moduli,
+    // two elements' starts differ by `d` with `d ≡ a.start - b.start (mod
+    // g)`; they share a byte iff `-b.itemsize < d < a.itemsize`.
+    let g = gcd(a.modulus, b.modulus);
+    let diff = a.start.wrapping_sub(b.start) as isize;
+    if g == 0 {
+        // Both are single elements: compare them directly.
+        return -(b.itemsize as isize) < diff && diff < a.itemsize as isize;
+    }
+    let Ok(gi) = isize::try_from(g) else {
+        return true;
+    };
+    let r = diff.rem_euclid(gi); // 0 <= r < g
+    (r < a.itemsize as isize) || (gi - r < b.itemsize as isize)
+}
+
+unsafe extern "C" fn acquire(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64 {
+    // SAFETY: the caller passes a valid request and a writable out slot.
+    let req = unsafe { &*req };
+    let mut list = entries();
+    if let Some(e) = list
+        .iter()
+        .find(|e| (e.req.writable != 0 || req.writable != 0) && may_overlap(&e.req, req))
+    {
+        // SAFETY: as above.
+        unsafe { *conflict = e.req };
+        return 0;
+    }
+    if list.try_reserve(1).is_err() {
+        // Out of memory: refused like a conflict with nothing; the caller
+        // turns an all-zero conflict into `MemoryError`.
+        // SAFETY: as above.
+        unsafe { *conflict = EMPTY };
+        return 0;
+    }
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    list.push(Entry { id, req: *req });
+    id
+}
+
+unsafe extern "C" fn release(id: u64) {
+    let mut list = entries();
+    if let Some(i) = list.iter().rposition(|e| e.id == id) {
+        list.swap_remove(i);
+    }
+}
+
+unsafe extern "C" fn live() -> usize {
+    entries().len()
+}
+
+const EMPTY: BorrowReq = BorrowReq {
+    device_type: 0,
+    device_id: 0,
+    lo: 0,
+    hi: 0,
+    start: 0,
+    modulus: 0,
+    itemsize: 0,
+    writable: 0,
+    call: 0,
+    function: std::ptr::null(),
+    function_len: 0,
+    param: std::ptr::null(),
+    param_len: 0,
+};
+
+/// This build's registry, published if no other extension did so first.
+static OWN_API: BorrowApi = BorrowApi {
+    version: API_VERSION,
+    acquire,
+    release,
+    live,
+};
+
+/// The registry in use in this process, once found or published.
+static API: AtomicPtr<BorrowApi> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The process-wide registry: found in `sys.modules` or published there
+/// (Python code, the first time only: call it before any raw read of an
+/// argument).
+pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
+    let p = API.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: only pointers to `'static` tables are stored (ours, or one
+        // read from the capsule, whose publisher is never unloaded).
+        return Ok(unsafe { &*p });
+    }
+    let found = find_or_publish(py)?;
+    API.store((found as *const BorrowApi).cast_mut(), Ordering::Release);
+    Ok(found)
+}
+
+#[cold]
+fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
+    let modules = py.import("sys")?.getattr("modules")?;
+    let module = match modules.get_item(MODULE) {
+        Ok(m) => m,
+        Err(_) => {
+            let m = pyo3::types::PyModule::new(py, MODULE)?;
+            m.setattr(
+                "__doc__",
+                "State shared by every extension module built with dlcast.",
+            )?;
+            // `setdefault`: if another extension raced us here, use its.
+            modules.call_method1("setdefault", (MODULE, m))?
+        }
+    };
+    if let Ok(cap) = module.getattr(ATTR) {
+        // SAFETY: GetPointer checks the object is a capsule of exactly this
+        // name (else NULL with an error set).
+        let ptr = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), CAPSULE_NAME.as_ptr()) };
+        if ptr.is_null() {
+            let cause = PyErr::take(py);
+            let err = pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "sys.modules[{MODULE:?}].{ATTR} is not dlcast's borrow registry"
+            ));
+            err.set_cause(py, cause);
+            return Err(err);
+        }
+        // SAFETY: a capsule of this name holds a `BorrowApi` of a dlcast
+        // extension, valid for the process; every version starts with the
+        // fields of version 1.
+        let api = unsafe { &*ptr.cast::<BorrowApi>() };
+        if api.version < 1 {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "dlcast's borrow registry has version {}, this build needs 1",
+                api.version
+            )));
+        }
+        return Ok(api);
+    }
+    let ptr = (&OWN_API as *const BorrowApi).cast_mut().cast::<c_void>();
+    // SAFETY: `ptr` points to a static, the name is a static C string, and
+    // there is no destructor to run.
+    let cap = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            pyo3::ffi::PyCapsule_New(ptr, CAPSULE_NAME.as_ptr(), None),
+        )?
+    };
+    module.setattr(ATTR, cap)?;
+    Ok(&OWN_API)
+}
+
+/// A registered borrow; dropping it releases it.
+pub(crate) struct Borrow {
+    id: u64,
+    api: &'static BorrowApi,
+}
+
+impl Drop for Borrow {
+    fn drop(&mut self) {
+        // SAFETY: the publisher's function, with an id it handed out.
+        unsafe { (self.api.release)(self.id) }
+    }
+}
+
+/// Why a borrow was refused.
+pub(crate) enum Refused {
+    /// It meets this live borrow.
+    Conflict(BorrowReq),
+    /// The registry could not grow.
+    NoMemory,
+}
+
+/// Registers `req`.
+pub(crate) fn acquire_with(api: &'static BorrowApi, req: &BorrowReq) -> Result<Borrow, Refused> {
+    let mut conflict = EMPTY;
+    // SAFETY: the publisher's function, with a valid request and out slot.
+    let id = unsafe { (api.acquire)(req, &mut conflict) };
+    if id != 0 {
+        return Ok(Borrow { id, api });
+    }
+    if conflict.function.is_null() {
+        return Err(Refused::NoMemory);
+    }
+    Err(Refused::Conflict(conflict))
+}
+
+/// The number of live borrows in the process (for tests).
+pub fn live_borrows(py: Python<'_>) -> PyResult<usize> {
+    let api = api(py)?;
+    // SAFETY: the publisher's function.
+    Ok(unsafe { (api.live)() })
+}
+
+/// A name recorded in a [`BorrowReq`], as text.
+pub(crate) fn name(ptr: *const u8, len: usize) -> &'static str {
+    if ptr.is_null() {
+        return "?";
+    }
+    // SAFETY: names in requests point to `'static` UTF-8 strings of an
+    // extension module (checked again below, in case another version
+    // wrote something else).
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    std::str::from_utf8(bytes).unwrap_or("?")
+}
+
+/// A fresh call id, unique among this extension's calls. (Two extensions
+/// may hand out the same id; a conflict is within one call only when the
+/// ids and the function name's address, a static of the extension, agree.)
+pub(crate) fn new_call_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Whether `other` was registered by the same call as `req`.
+pub(crate) fn same_call(req: &BorrowReq, other: &BorrowReq) -> bool {
+    req.call == other.call && std::ptr::eq(req.function, other.function)
+}
+
+/// The request for `len` elements of `itemsize` bytes at `start` with
+/// `shape`/`strides` (in elements) spanning `lo..hi`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn request(
+    device: Device,
+    lo: usize,
+    hi: usize,
+    start: usize,
+    shape: &[usize],
+    strides: &[isize],
+    itemsize: usize,
+    writable: bool,
+    call: u64,
+    function: &'static str,
+    param: &'static str,
+) -> BorrowReq {
+    let space = if device.is_host_accessible() {
+        Device::CPU
+    } else {
+        device
+    };
+    let mut modulus = 0usize;
+    for (&n, &s) in shape.iter().zip(strides) {
+        if n > 1 {
+            // An overflowing byte stride cannot come from a validated
+            // layout; 1 (every byte) is the conservative answer anyway.
+            let b = s.unsigned_abs().checked_mul(itemsize).unwrap_or(1);
+            modulus = gcd(modulus, b);
+        }
+    }
+    BorrowReq {
+        device_type: space.device_type,
+        device_id: space.device_id,
+        lo,
+        hi,
+        start,
+        modulus,
+        itemsize,
+        writable: writable as u8,
+        call,
+        function: function.as_ptr(),
+        function_len: function.len(),
+        param: param.as_ptr(),
+        param_len: param.len(),
+    }
+}
+
+// Keep the C types honest: a `c_char` name would be read the same way.
+const _: () = assert!(std::mem::size_of::<c_char>() == 1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(start: usize, n: usize, stride: isize, item: usize, w: bool) -> BorrowReq {
+        let hi = start + (n - 1) * stride.unsigned_abs() * item + item;
+        request(
+            Device::CPU,
+            start,
+            hi,
+            start,
+            &[n],
+            &[stride],
+            item,
+            w,
+            1,
+            "f",
+            "x",
+        )
+    }
+
+    #[test]
+    fn interleaved_slices_do_not_overlap() {
+        // a[::2] and a[1::2] of f64.
+        assert!(!may_overlap(
+            &req(1000, 6, 2, 8, true),
+            &req(1008, 6, 2, 8, false)
+        ));
+        // a[:6] and a[4:].
+        assert!(may_overlap(
+            &req(1000, 6, 1, 8, true),
+            &req(1032, 6, 1, 8, false)
+        ));
+        // Columns 0 and 1 of a (5, 4) f32 array.
+        assert!(!may_overlap(
+            &req(0x100, 5, 4, 4, true),
+            &req(0x104, 5, 4, 4, true)
+        ));
+        // Misaligned by half an element: they share bytes.
+        assert!(may_overlap(
+            &req(1000, 6, 2, 8, true),
+            &req(1004, 6, 2, 8, false)
+        ));
+        // Single elements.
+        assert!(!may_overlap(
+            &req(1000, 1, 1, 8, true),
+            &req(1008, 1, 1, 8, true)
+        ));
+        assert!(may_overlap(
+            &req(1000, 1, 1, 8, true),
+            &req(1007, 1, 1, 8, true)
+        ));
+        // Different spaces never meet.
+        let mut cuda = req(1000, 6, 1, 8, true);
+        cuda.device_type = 2;
+        assert!(!may_overlap(&cuda, &req(1000, 6, 1, 8, true)));
+    }
+
+    #[test]
+    fn acquire_and_release() {
+        let a = req(1 << 20, 4, 1, 8, true);
+        let b = req((1 << 20) + 8, 4, 1, 8, false);
+        let first = acquire_with(&OWN_API, &a).ok().expect("free");
+        assert!(matches!(
+            acquire_with(&OWN_API, &b),
+            Err(Refused::Conflict(_))
+        ));
+        drop(first);
+        let second = acquire_with(&OWN_API, &b).ok().expect("released");
+        // Two readers share.
+        let third = acquire_with(&OWN_API, &b).ok().expect("readers share");
+        drop((second, third));
+    }
+}
