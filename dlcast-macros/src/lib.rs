@@ -881,25 +881,26 @@ fn expand_callable(
             .expect("a view of this function");
         format_ident!("__dlcast_peek{i}")
     };
-    let decides = |i: usize| {
-        views[i]
-            .tparam
-            .is_some_and(|k| a.tparams[k].decided_by == Some(i))
-    };
     // The statement is located at the view type, so that an unsupported
     // element type is reported on the parameter, but resolves names at the
     // call site (a type from a `macro_rules` fragment has another hygiene
     // context, in which `__dlcast` would not be found).
-    let imports = views.iter().enumerate().map(|(i, v)| {
+    let prepares = views.iter().enumerate().map(|(i, v)| {
         let (ident, ty) = (&v.ident, &v.ty);
         let span = ty.span().resolved_at(Span::call_site());
-        if decides(i) {
-            let peek = peek_ident(v);
-            quote_spanned!(span=> let #ident = __dlcast.arg_peeked::<#ty>(#i, #ident, #peek)?;)
-        } else if v.optional {
-            quote_spanned!(span=> let #ident = __dlcast.opt_arg::<#ty>(#i, #ident)?;)
+        if v.optional {
+            quote_spanned!(span=> __dlcast.prepare_opt::<#ty>(#i, #ident)?;)
         } else {
-            quote_spanned!(span=> let #ident = __dlcast.arg::<#ty>(#i, #ident)?;)
+            quote_spanned!(span=> __dlcast.prepare::<#ty>(#i, #ident)?;)
+        }
+    });
+    let takes = views.iter().enumerate().map(|(i, v)| {
+        let (ident, ty) = (&v.ident, &v.ty);
+        let span = ty.span().resolved_at(Span::call_site());
+        if v.optional {
+            quote_spanned!(span=> let #ident = __dlcast.take_opt::<#ty>(#i, #ident)?;)
+        } else {
+            quote_spanned!(span=> let #ident = __dlcast.take::<#ty>(#i, #ident)?;)
         }
     });
 
@@ -970,8 +971,9 @@ fn expand_callable(
         quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework))
     };
     let run = quote! {
-        #(#imports)*
+        #(#prepares)*
         __dlcast.finish()?;
+        #(#takes)*
         #result
     };
     // A dtype-generic function: peek at each deciding argument, then one
@@ -980,7 +982,8 @@ fn expand_callable(
     let peeks = a.tparams.iter().map(|tp| {
         let i = tp.decided_by.expect("checked");
         let (peek, ident) = (peek_ident(&views[i]), &views[i].ident);
-        quote!(let #peek = __dlcast.peek(#i, #ident)?;)
+        let writable = views[i].kind.writable();
+        quote!(let #peek = __dlcast.peek(#i, #ident, #writable)?;)
     });
     let dispatch = dispatch_tokens(&a, 0, &mut Vec::new(), &run, &peek_ident);
 

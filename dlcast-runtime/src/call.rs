@@ -1,31 +1,59 @@
-//! The per-call context the macro drives: import each array argument, check
-//! it against its [`ParamSpec`], then check what spans parameters (named
-//! extents, overlapping memory) once before the body runs.
+//! The per-call driver the macro emits calls to, in two phases:
 //!
-//! Error messages are formatted only when a check fails.
+//! 1. **Python steps** ([`CallCx::prepare`], [`CallCx::peek`]): for every
+//!    array argument, in order, every step that may run Python code —
+//!    `__dlpack__`, `__dlpack_device__`, the buffer protocol, type lookups,
+//!    PyTorch's alias and checks ([`crate::torch`]).
+//! 2. **Reads** ([`CallCx::finish`]): for every argument, the raw read
+//!    ([`crate::import::read`]), the checks against its [`ParamSpec`]
+//!    (device, shape and named extents, dtype, order, writability) and its
+//!    entry in the borrow registry ([`crate::borrow`]), with no Python code
+//!    from the first read to the body. A read that needs Python code after
+//!    all (a conversion, a NumPy array its fields cannot describe, version
+//!    counters to bump once every check passed) stops the reads, drops them,
+//!    runs that step, and reads every argument again; each such step runs
+//!    at most once per argument, so this ends.
+//!
+//! Then [`CallCx::take`] hands each view its read and its owner. Error
+//! messages are formatted only when a check fails.
 
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::fast::ImportPath;
-use crate::import::{self, ImportError, RawTensor};
+use crate::import::{self, exchange, numpy, ImportError, RawTensor, Source, StreamCx};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, ShapeDisplay, TupleDisplay};
-use crate::view::View;
+use crate::stream::{StreamArg, StreamRequest};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-/// An argument imported by [`CallCx::peek`], not yet checked, with the
-/// [`CallCx::epoch`] just after its import.
+/// What the call context needs to know of a parameter's view type.
+/// Implemented by the view types only (see `crate::view`), each for its own
+/// lifetime `'a`: the call context can then only make a view that borrows
+/// the Python argument, never one that outlives it (`TensorRef<'static, _>`
+/// does not implement `View<'a>` for a shorter `'a`).
 #[doc(hidden)]
-pub struct Peeked(RawTensor, u32);
+pub trait View<'a>: Sized {
+    /// The element type, or `None` for the untyped views.
+    const DTYPE: Option<DType>;
+    /// Whether the view writes.
+    const WRITABLE: bool;
+    /// Wraps a raw tensor that passed every check.
+    #[doc(hidden)]
+    fn from_raw(raw: RawTensor) -> Self;
+}
+
+/// The dtype of an argument that decides a dtype-generic function's type
+/// parameter, read in phase 1 (it is read again, and checked, in phase 2).
+#[doc(hidden)]
+pub struct Peeked(DType);
 
 impl Peeked {
     /// The argument's dtype, for the dispatch of a dtype-generic function.
     #[inline]
     pub fn dtype(&self) -> DType {
-        self.0.dtype
+        self.0
     }
 }
 
@@ -51,6 +79,62 @@ struct Binding {
     param: u8,
 }
 
+/// One array argument of the call.
+struct Slot {
+    /// The caller's argument; `None` for an absent optional one.
+    obj: Option<Py<PyAny>>,
+    /// What phase 1 made of it.
+    source: Source,
+    /// The view type's element type and writability.
+    dtype: Option<DType>,
+    writable: bool,
+    /// The read of the current phase-2 pass.
+    raw: Option<RawTensor>,
+    /// The converted temporary the source reads, and the shape the
+    /// argument had before (a conversion must keep it).
+    converted: Option<(Py<PyAny>, SmallVec<[usize; 4]>)>,
+    /// A NumPy array sent through `__dlpack__` once already.
+    via_dlpack: bool,
+}
+
+impl Slot {
+    const ABSENT: Slot = Slot {
+        obj: None,
+        source: Source::Empty,
+        dtype: None,
+        writable: false,
+        raw: None,
+        converted: None,
+        via_dlpack: false,
+    };
+}
+
+/// Python code a phase-2 pass asked for (see the module documentation).
+enum Work {
+    /// Convert the argument (read-only, same kind): its framework makes a
+    /// temporary, which is prepared in its place.
+    Convert {
+        target: Target,
+        what: String,
+        host: bool,
+        ndim: usize,
+    },
+    /// A NumPy array its fields cannot describe: through `__dlpack__`.
+    Dlpack,
+}
+
+/// Why a phase-2 pass stopped.
+enum Stop {
+    Error(PyErr),
+    Work(usize, Work),
+}
+
+impl From<PyErr> for Stop {
+    fn from(e: PyErr) -> Self {
+        Stop::Error(e)
+    }
+}
+
 /// State of one call of a `#[dlpack_fn]` function. Created by the generated
 /// code, one per call, on the stack.
 #[doc(hidden)]
@@ -60,98 +144,126 @@ pub struct CallCx {
     /// This call's id in the borrow registry (see [`crate::borrow`]).
     call: u64,
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
-    /// the generated code before the first `arg`.
-    pub(crate) stream: crate::stream::StreamRequest,
+    /// the generated code before the first `prepare`.
+    stream: StreamRequest,
+    slots: SmallVec<[Slot; 4]>,
     /// PyTorch tensors taken by writable parameters: their version counters
     /// are bumped once every argument has passed its checks.
-    written: SmallVec<[Py<PyAny>; 1]>,
-    /// Tensors read through `__dlpack__` or the exchange API, and what their
-    /// views describe: checked again by [`CallCx::finish`] (see
-    /// [`crate::fast::still_describes`]).
-    recheck: SmallVec<[Recheck; 1]>,
-    /// Counts the steps of this call that may have run Python code (an
-    /// import other than NumPy's fields, a conversion, a `requires_grad`
-    /// lookup, ...): a tensor needs no second read if none ran after its
-    /// first.
-    epoch: std::cell::Cell<u32>,
-}
-
-/// What a view of a mutable tensor was made of.
-struct Recheck {
-    param: u8,
-    obj: Py<PyAny>,
-    data: *mut u8,
-    shape: crate::import::Dims<usize>,
-    strides: crate::import::Dims<isize>,
-    /// The [`CallCx::epoch`] at the tensor's read, if no Python code ran
-    /// after it within its own import; `None`: always read again.
-    read_at: Option<u32>,
+    bump: SmallVec<[Py<PyAny>; 1]>,
+    bumped: bool,
 }
 
 impl CallCx {
     /// Starts a call of the function described by `spec`.
     #[inline]
     pub fn new(spec: &'static FnSpec) -> Self {
+        let mut slots = SmallVec::with_capacity(spec.params.len());
+        slots.extend((0..spec.params.len()).map(|_| Slot::ABSENT));
         CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],
             call: crate::borrow::new_call_id(),
-            stream: crate::stream::StreamRequest::Producer,
-            written: SmallVec::new(),
-            recheck: SmallVec::new(),
-            epoch: std::cell::Cell::new(0),
+            stream: StreamRequest::Producer,
+            slots,
+            bump: SmallVec::new(),
+            bumped: false,
         }
     }
 
-    /// Notes that Python code may run from here on (see [`CallCx::epoch`]).
-    fn python_may_run(&self) {
-        self.epoch.set(self.epoch.get().wrapping_add(1));
+    /// Sets the stream request of this call, from `#[dlpack_fn(stream =
+    /// ...)]`; call before the first `prepare`.
+    #[doc(hidden)]
+    pub fn set_stream(&mut self, request: StreamRequest) {
+        self.stream = request;
     }
 
-    /// Imports and checks the array argument of parameter `index`,
-    /// converting a read-only argument whose dtype or order does not fit
-    /// where the parameter allows it (see [`crate::convert`]).
+    /// Sets the stream request of this call from the value of a `#[stream]`
+    /// parameter (`func` and `param` name them in errors); call before the
+    /// first `prepare`.
+    ///
+    /// # Errors
+    /// `TypeError` for a negative value other than `-1`.
+    #[doc(hidden)]
+    pub fn stream_param<V: StreamArg + ?Sized>(
+        &mut self,
+        func: &str,
+        param: &str,
+        value: &V,
+    ) -> PyResult<()> {
+        match value.to_request() {
+            Ok(StreamRequest::Producer) => Ok(()),
+            Ok(r) => {
+                self.stream = r;
+                Ok(())
+            }
+            Err(v) => Err(PyTypeError::new_err(format!(
+                "{func}(): argument '{param}': expected a stream handle (an integer >= 0, \
+                 or -1 for no synchronisation), got {v}"
+            ))),
+        }
+    }
+
+    /// Phase 1 for the array argument of parameter `index`, whose view type
+    /// is `V`.
     #[inline(always)]
-    pub fn arg<'a, V: View<'a>>(&mut self, index: usize, obj: &'a Bound<'a, PyAny>) -> PyResult<V> {
-        // The registry is found (or published: Python code, once per
-        // process) before any raw read.
-        crate::borrow::api(obj.py())?;
-        // NumPy's fields straight into the check and the view (no
-        // `Result` re-wrapping on the way: each would copy the view).
-        if let Some(raw) = crate::fast::numpy(obj) {
-            return self.checked(index, obj, raw, None);
+    pub fn prepare<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let slot = &mut self.slots[index];
+        slot.dtype = V::DTYPE;
+        slot.writable = V::WRITABLE;
+        if slot.obj.is_some() {
+            // Prepared by `peek`.
+            return Ok(());
         }
-        self.arg_generic(index, obj)
+        slot.obj = Some(obj.clone().unbind());
+        // An exact `numpy.ndarray` needs no Python code at all.
+        if numpy::is_ndarray(obj) {
+            self.slots[index].source = Source::Numpy(obj.clone().unbind());
+            return Ok(());
+        }
+        self.prepare_slot(index, obj, true)
     }
 
-    /// [`CallCx::arg`] by the other import paths.
-    #[inline(never)]
-    fn arg_generic<'a, V: View<'a>>(
+    /// As [`CallCx::prepare`] for an `Option<..>` parameter: Python's `None`
+    /// is `None`.
+    pub fn prepare_opt<'a, V: View<'a>>(
         &mut self,
         index: usize,
-        obj: &'a Bound<'a, PyAny>,
-    ) -> PyResult<V> {
-        let raw = self.import_generic(index, obj)?;
-        self.checked(index, obj, raw, Some(self.epoch.get()))
+        obj: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        match obj {
+            Some(o) if !o.is_none() => self.prepare::<V>(index, o),
+            _ => Ok(()),
+        }
     }
 
-    /// Imports the argument of the parameter that decides a dtype-generic
-    /// function's type parameter, without checking it; the generated code
-    /// dispatches on [`Peeked::dtype`] and then calls [`CallCx::arg_peeked`].
-    pub fn peek(&mut self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<Peeked> {
-        crate::borrow::api(obj.py())?;
-        let raw = self.import(index, obj)?;
-        Ok(Peeked(raw, self.epoch.get()))
-    }
-
-    /// Checks an argument imported by [`CallCx::peek`], as [`CallCx::arg`].
-    pub fn arg_peeked<'a, V: View<'a>>(
+    /// Phase 1 for the argument of the parameter that decides a
+    /// dtype-generic function's type parameter, and a first look at its
+    /// dtype, on which the generated code dispatches (then calls
+    /// [`CallCx::prepare`] for it like for the others).
+    pub fn peek(
         &mut self,
         index: usize,
-        obj: &'a Bound<'a, PyAny>,
-        peeked: Peeked,
-    ) -> PyResult<V> {
-        self.checked(index, obj, peeked.0, Some(peeked.1))
+        obj: &Bound<'_, PyAny>,
+        writable: bool,
+    ) -> PyResult<Peeked> {
+        self.slots[index].obj = Some(obj.clone().unbind());
+        self.slots[index].writable = writable;
+        self.prepare_slot(index, obj, true)?;
+        let py = obj.py();
+        let raw = match import::read(py, &self.slots[index].source) {
+            Err(ImportError::NeedsDlpack) => {
+                self.prepare_slot(index, obj, false)?;
+                import::read(py, &self.slots[index].source)
+            }
+            r => r,
+        };
+        let param = &self.spec.params[index];
+        let raw = raw.map_err(|e| self.import_error(py, param, e))?;
+        Ok(Peeked(raw.dtype))
     }
 
     /// The error for a dtype-generic parameter whose dtype is not listed in
@@ -168,233 +280,244 @@ impl CallCx {
         };
         self.fail(
             param,
-            format_args!("expected dtype {listed}, got {}", peeked.0.dtype),
+            format_args!("expected dtype {listed}, got {}", peeked.0),
         )
     }
 
-    fn import(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
-        match crate::fast::numpy(obj) {
-            Some(raw) => Ok(raw),
-            None => self.import_generic(index, obj),
-        }
-    }
-
-    /// [`CallCx::import`] by every path but NumPy's fields.
-    fn import_generic(&self, index: usize, obj: &Bound<'_, PyAny>) -> PyResult<RawTensor> {
-        // Python code may run before the read (the exchange API path asks
-        // `is_neg` first) or after it (`__dlpack__` paths).
-        self.python_may_run();
+    /// Phase 1 of slot `index` for `obj` (the argument, or its converted
+    /// temporary): the source, and a PyTorch tensor to bump.
+    fn prepare_slot(
+        &mut self,
+        index: usize,
+        obj: &Bound<'_, PyAny>,
+        numpy_fields: bool,
+    ) -> PyResult<()> {
+        let py = obj.py();
+        // The registry is found (or published: Python code, once per
+        // process) before any read.
+        crate::borrow::api(py)?;
         let param = &self.spec.params[index];
-        let sx = import::StreamCx {
+        let sx = StreamCx {
             request: self.stream,
             may_need: crate::stream::may_need_stream(param.devices),
         };
-        import::import_generic(obj, sx).map_err(|e| self.import_error(obj.py(), param, e))
+        let writable = self.slots[index].writable;
+        let prepared = (|| {
+            // SAFETY: `obj` is a live object; the check reads only its type.
+            let capsule = unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0;
+            if !(capsule || numpy_fields && numpy::is_ndarray(obj)) {
+                let (_, flags) = exchange::type_info(obj);
+                if flags.torch_type() {
+                    let p = crate::torch::prepare(obj, flags, sx, writable)?;
+                    return Ok((p.source, p.bump));
+                }
+            }
+            import::prepare(obj, sx, numpy_fields).map(|s| (s, None))
+        })();
+        let (source, bump) = prepared.map_err(|e| self.import_error(py, param, e))?;
+        self.slots[index].source = source;
+        if let Some(t) = bump {
+            self.bump.push(t);
+        }
+        Ok(())
     }
 
-    /// Checks `raw` against parameter `index`; on a dtype or order mismatch
-    /// that may convert, converts `obj` and checks the result. `read_at` is
-    /// the [`CallCx::epoch`] just after the import (later steps of the call,
-    /// another argument's import, may have run Python code since), or
-    /// `None` for arrays read from NumPy's fields, which skip the PyTorch
-    /// bookkeeping below.
-    #[inline(always)]
-    fn checked<'a, V: View<'a>>(
-        &mut self,
-        index: usize,
-        obj: &'a Bound<'a, PyAny>,
-        raw: RawTensor,
-        read_at: Option<u32>,
-    ) -> PyResult<V> {
-        let param = &self.spec.params[index];
-        match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-            Ok(()) if read_at.is_none() => {
-                let mut raw = raw;
-                self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
-                Ok(V::from_raw(raw))
-            }
-            Ok(()) => {
-                let mut raw = raw;
-                self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
-                // A writable view of a PyTorch tensor is guarded whatever
-                // read it: a tensor subclass may publish an exchange table
-                // of its own.
-                if V::WRITABLE {
-                    self.guard_write(param, obj)?;
+    /// Phase 2: reads and checks every argument, and enters its view in the
+    /// borrow registry; see the module documentation. Call after every
+    /// `prepare`, before the body.
+    pub fn finish(&mut self) -> PyResult<()> {
+        // Each round runs one step of Python code that a pass asked for; each
+        // step happens at most twice per argument (`Dlpack`, then `Convert`)
+        // plus one round of version bumps, so the bound is never reached
+        // by a call that ends.
+        let bound = 2 * self.slots.len() + 2;
+        for _ in 0..bound {
+            match self.read_pass() {
+                Ok(()) if self.bump.is_empty() || self.bumped => return Ok(()),
+                Ok(()) => {
+                    self.clear_reads();
+                    self.bumped = true;
+                    let py = self.py();
+                    crate::torch::bump_versions(py, &self.bump)?;
                 }
-                // Read again at the end of the call: PyTorch tensors, mutable
-                // containers read without holding their storage's layout
-                // fixed, when read through PyTorch's own exchange API table
-                // or `__dlpack__` (its capsule holds the tensor, whose
-                // storage `set_` can still swap). Another producer's table
-                // answers for what it describes, as its capsules do.
-                let recheck = match raw.path {
-                    ImportPath::ExchangeApi => raw.read_through_torch_table(),
-                    ImportPath::Dlpack => crate::fast::is_torch_type(obj),
-                    _ => false,
-                };
-                if recheck {
-                    // The exchange API path runs no Python code after the
-                    // read but `is_conj()` for complex tensors; the
-                    // `__dlpack__` path runs the producer's code after it.
-                    let read_at = read_at.filter(|_| {
-                        raw.path == ImportPath::ExchangeApi
-                            && raw.dtype.code != crate::dtype::code::COMPLEX
-                    });
-                    self.recheck.push(Recheck {
-                        param: index as u8,
-                        obj: obj.clone().unbind(),
-                        data: raw.data,
-                        shape: SmallVec::from_slice(&raw.shape),
-                        strides: SmallVec::from_slice(&raw.strides),
-                        read_at,
-                    });
+                Err(Stop::Error(e)) => {
+                    self.clear_reads();
+                    return Err(e);
                 }
-                Ok(V::from_raw(raw))
+                Err(Stop::Work(index, work)) => {
+                    self.clear_reads();
+                    self.work(index, work)?;
+                }
             }
-            Err(refusal) => self.refused(index, obj, raw, refusal),
+        }
+        Err(PyBufferError::new_err(format!(
+            "{}(): the arguments kept changing while they were read",
+            self.spec.name
+        )))
+    }
+
+    /// The `Python` token (`attach` is not used: it may run PyO3's deferred
+    /// decrefs, Python code, in the middle of phase 2).
+    fn py(&self) -> Python<'static> {
+        // SAFETY: the generated code calls the context's methods inside the
+        // PyO3 function it wraps, where the GIL is held; the token is used
+        // for this call only, never stored.
+        unsafe { Python::assume_attached() }
+    }
+
+    fn clear_reads(&mut self) {
+        for s in &mut self.slots {
+            s.raw = None;
         }
     }
 
-    /// After `check` refused `raw`: the error, or, for a dtype or order
-    /// that may convert, the converted argument checked again.
-    #[cold]
-    #[inline(never)]
-    fn refused<'a, V: View<'a>>(
-        &mut self,
-        index: usize,
-        obj: &'a Bound<'a, PyAny>,
-        raw: RawTensor,
-        refusal: Refusal,
-    ) -> PyResult<V> {
-        let param = &self.spec.params[index];
-        match refusal {
-            Refusal::Error(e) => Err(e),
-            Refusal::Convert(target, what) => {
-                let host = raw.device.is_host_accessible();
-                let shape = raw.shape.clone();
-                drop(raw);
-                let mut raw = self.convert(index, obj, host, shape.len(), target, &what)?;
-                if raw.shape != shape {
-                    return Err(self.fail(
-                        param,
-                        format_args!(
-                            "{what}; converting it gave shape {}, not {}",
-                            TupleDisplay(&raw.shape),
-                            TupleDisplay(&shape)
-                        ),
-                    ));
+    /// One pass of phase 2 over every argument.
+    fn read_pass(&mut self) -> Result<(), Stop> {
+        let py = self.py();
+        self.names.iter_mut().for_each(|n| *n = None);
+        for index in 0..self.slots.len() {
+            let slot = &self.slots[index];
+            if slot.obj.is_none() {
+                continue;
+            }
+            let param = &self.spec.params[index];
+            let (dtype, writable) = (slot.dtype, slot.writable);
+            let mut raw = match import::read(py, &slot.source) {
+                Ok(raw) => raw,
+                Err(ImportError::NeedsDlpack) if !slot.via_dlpack => {
+                    return Err(Stop::Work(index, Work::Dlpack))
                 }
+                Err(e) => return Err(Stop::Error(self.import_error(py, param, e))),
+            };
+            if let Some((_, shape)) = &slot.converted {
                 // Writes into the temporary would never reach the caller's
                 // array: a view of it (returned to Python, say) is read-only.
                 raw.read_only = true;
-                match self.check(index, param, &raw, V::DTYPE, V::WRITABLE) {
-                    Ok(()) => {
-                        self.register(obj.py(), param, &mut raw, V::WRITABLE)?;
-                        Ok(V::from_raw(raw))
-                    }
-                    Err(Refusal::Error(e)) => Err(e),
-                    Err(Refusal::Convert(..)) => Err(self.fail(
+                if raw.shape.as_slice() != shape.as_slice() {
+                    return Err(Stop::Error(self.fail(
                         param,
                         format_args!(
-                            "{what}; converting it gave dtype {} with strides {}, \
-                             which still does not fit",
-                            raw.dtype,
-                            TupleDisplay(&raw.strides)
+                            "converting it gave shape {}, not {}",
+                            TupleDisplay(&raw.shape),
+                            TupleDisplay(shape)
                         ),
-                    )),
+                    )));
                 }
             }
+            match self.check(index, param, &raw, dtype, writable) {
+                Ok(()) => {}
+                Err(Refusal::Error(e)) => return Err(Stop::Error(e)),
+                Err(Refusal::Convert(target, what)) => {
+                    if self.slots[index].converted.is_some() {
+                        return Err(Stop::Error(self.fail(
+                            param,
+                            format_args!(
+                                "{what}; its converted copy has dtype {} with strides {}, \
+                                 which still does not fit",
+                                raw.dtype,
+                                TupleDisplay(&raw.strides)
+                            ),
+                        )));
+                    }
+                    let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
+                    let shape = SmallVec::from_slice(&raw.shape);
+                    drop(raw);
+                    self.slots[index].converted = Some((py.None(), shape));
+                    let work = Work::Convert {
+                        target,
+                        what,
+                        host,
+                        ndim,
+                    };
+                    return Err(Stop::Work(index, work));
+                }
+            }
+            self.register(py, param, &mut raw, writable)?;
+            self.slots[index].raw = Some(raw);
         }
+        Ok(())
     }
 
-    /// Before a writable view of a PyTorch tensor: refuse a tensor that
-    /// requires grad (autograd cannot see the write, PyTorch forbids
-    /// untracked in-place changes), and note the tensor, whose version
-    /// counter [`CallCx::finish`] bumps.
-    fn guard_write(&mut self, param: &ParamSpec, obj: &Bound<'_, PyAny>) -> PyResult<()> {
-        // The type's MRO and `requires_grad` are Python lookups.
-        self.python_may_run();
-        if !crate::fast::is_torch_type(obj) {
+    /// Runs the Python step a pass asked for, for slot `index`.
+    #[cold]
+    #[inline(never)]
+    fn work(&mut self, index: usize, work: Work) -> PyResult<()> {
+        let py = self.py();
+        let Some(obj) = self.slots[index].obj.as_ref().map(|o| o.clone_ref(py)) else {
             return Ok(());
-        }
-        let py = obj.py();
-        if obj
-            .getattr(pyo3::intern!(py, "requires_grad"))?
-            .is_truthy()?
-        {
-            return Err(self.fail(
-                param,
-                format_args!(
-                    "the tensor requires grad, and autograd cannot see writes through a \
-                     writable parameter; pass x.detach() to write into its data"
-                ),
-            ));
-        }
-        self.written.push(obj.clone().unbind());
-        Ok(())
-    }
-
-    /// The check of [`crate::fast::still_describes`] for every tensor read
-    /// through `__dlpack__` or the exchange API.
-    fn recheck_tensors(&self, py: Python<'_>) -> PyResult<()> {
-        for r in &self.recheck {
-            if r.read_at == Some(self.epoch.get()) {
-                // No Python code ran since the tensor was read.
-                continue;
+        };
+        let obj = obj.bind(py);
+        match work {
+            Work::Dlpack => {
+                self.slots[index].via_dlpack = true;
+                self.prepare_slot(index, obj, false)
             }
-            if !crate::fast::still_describes(r.obj.bind(py), r.data, &r.shape, &r.strides) {
-                return Err(PyBufferError::new_err(format!(
-                    "{}(): argument '{}': the tensor changed (its storage, shape or strides) \
-                     while the call's arguments were read; its view would read memory it no \
-                     longer owns",
-                    self.spec.name,
-                    self.param_name(r.param)
-                )));
+            Work::Convert {
+                target,
+                what,
+                host,
+                ndim,
+            } => {
+                let tmp = self.convert(index, obj, host, ndim, target, &what)?;
+                self.prepare_slot(index, &tmp, true).map_err(|e| {
+                    let err = self.fail(
+                        &self.spec.params[index],
+                        format_args!("{what}, and its converted copy could not be read: {e}"),
+                    );
+                    err.set_cause(py, Some(e));
+                    err
+                })?;
+                if let Some((keep, _)) = &mut self.slots[index].converted {
+                    *keep = tmp.unbind();
+                }
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    /// Bumps the version counter of each PyTorch tensor a writable parameter
-    /// took (`torch.autograd.graph.increment_version`), so that a graph that
-    /// saved one for backward raises instead of using changed data.
-    #[cold]
-    fn bump_versions(&self, py: Python<'_>) -> PyResult<()> {
-        self.python_may_run();
-        static INCREMENT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-        let increment = INCREMENT.get_or_try_init(py, || {
-            py.import("torch.autograd.graph")?
-                .getattr("increment_version")
-                .map(Bound::unbind)
-        })?;
-        for t in &self.written {
-            increment.call1(py, (t,))?;
+    /// Hands the view of parameter `index` its read and its owner. Call
+    /// after [`CallCx::finish`] succeeded, once per parameter.
+    #[inline(always)]
+    pub fn take<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        _obj: &'a Bound<'a, PyAny>,
+    ) -> PyResult<V> {
+        let slot = &mut self.slots[index];
+        match slot.raw.take() {
+            Some(mut raw) => {
+                raw.set_owner(import::into_owner(&mut slot.source));
+                Ok(V::from_raw(raw))
+            }
+            None => Err(not_read()),
         }
-        Ok(())
+    }
+
+    /// As [`CallCx::take`] for an `Option<..>` parameter.
+    pub fn take_opt<'a, V: View<'a>>(
+        &mut self,
+        index: usize,
+        obj: Option<&'a Bound<'a, PyAny>>,
+    ) -> PyResult<Option<V>> {
+        match obj {
+            Some(o) if self.slots[index].obj.is_some() => self.take(index, o).map(Some),
+            _ => Ok(None),
+        }
     }
 
     #[cold]
-    fn convert(
+    fn convert<'py>(
         &self,
         index: usize,
-        obj: &Bound<'_, PyAny>,
+        obj: &Bound<'py, PyAny>,
         host: bool,
         ndim: usize,
         target: Target,
         what: &str,
-    ) -> PyResult<RawTensor> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let param = &self.spec.params[index];
-        self.python_may_run();
         match convert::convert(obj, host, ndim, target) {
-            Ok(tmp) => self.import(index, &tmp).map_err(|e| {
-                let err = self.fail(
-                    param,
-                    format_args!("{what}, and its converted copy could not be read: {e}"),
-                );
-                err.set_cause(obj.py(), Some(e));
-                err
-            }),
+            Ok(tmp) => Ok(tmp),
             Err(ConvertError::Unsupported(why)) => Err(self.fail(
                 param,
                 format_args!("{what}, and it cannot be converted: {why}"),
@@ -416,43 +539,6 @@ impl CallCx {
                 Err(e)
             }
         }
-    }
-
-    /// As [`CallCx::arg`] for an `Option<..>` parameter: Python's `None` is
-    /// `None`.
-    pub fn opt_arg<'a, V: View<'a>>(
-        &mut self,
-        index: usize,
-        obj: Option<&'a Bound<'a, PyAny>>,
-    ) -> PyResult<Option<V>> {
-        match obj {
-            Some(o) if !o.is_none() => self.arg(index, o).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// Checks that span parameters; call after every `arg`, before the body.
-    pub fn finish(&self) -> PyResult<()> {
-        // The version counters first: `increment_version` is Python code,
-        // after which the tensors are read again.
-        if !self.written.is_empty() {
-            // The GIL is held (the generated code runs inside a PyO3 call).
-            Python::attach(|py| self.bump_versions(py))?;
-        }
-        if self
-            .recheck
-            .iter()
-            .any(|r| r.read_at != Some(self.epoch.get()))
-        {
-            // The GIL is held (the generated code runs inside a PyO3 call).
-            // Attaching may run PyO3's deferred decrefs (`__del__`, Python
-            // code): every tensor is then read again, none skipped.
-            Python::attach(|py| {
-                self.python_may_run();
-                self.recheck_tensors(py)
-            })?;
-        }
-        Ok(())
     }
 
     /// Enters the view of `raw` in the borrow registry (see
@@ -601,7 +687,12 @@ impl CallCx {
                 "{prefix}: unsupported device (device_type={}, device_id={})",
                 d.device_type, d.device_id
             )),
-            ImportError::Stream(msg) => PyTypeError::new_err(format!("{prefix}: {msg}")),
+            ImportError::Stream(msg) | ImportError::Param(msg) => {
+                PyTypeError::new_err(format!("{prefix}: {msg}"))
+            }
+            ImportError::NeedsDlpack => PyBufferError::new_err(format!(
+                "{prefix}: NumPy's fields do not describe the array, and neither did __dlpack__()"
+            )),
             ImportError::Buffer(e) => {
                 let py_err = PyBufferError::new_err(format!(
                     "{prefix}: the buffer protocol refused: {e}"
@@ -779,4 +870,9 @@ impl CallCx {
             )),
         }
     }
+}
+
+#[cold]
+fn not_read() -> PyErr {
+    PyBufferError::new_err("dlcast: an argument was not read before the body (a bug)")
 }

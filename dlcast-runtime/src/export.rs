@@ -1231,7 +1231,7 @@ fn torch_from_array<'py>(
     static TO_TORCH: PyOnceLock<usize> = PyOnceLock::new();
     let to_torch = *TO_TORCH.get_or_try_init(py, || -> PyResult<usize> {
         let tensor_type = py.import("torch")?.getattr("Tensor")?;
-        let api = crate::fast::exchange_api_of_type(&tensor_type);
+        let api = crate::import::exchange::exchange_api_of_type(&tensor_type);
         Ok(api
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
             .map_or(0, |f| f as usize))

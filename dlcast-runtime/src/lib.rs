@@ -44,19 +44,19 @@ mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod export;
-pub mod fast;
 mod import;
 pub mod layout;
 mod npapi;
 pub mod spec;
 pub mod stream;
+mod torch;
 mod view;
 
 pub use device::{Device, DeviceSpec};
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
-pub use import::{INLINE_DIMS, MAX_VERSION};
+pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
 pub use stream::StreamRequest;
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 
@@ -71,13 +71,12 @@ pub mod prelude {
 /// Used by the code `#[dlpack_fn]` generates; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::{CallCx, Peeked};
+    pub use crate::call::{CallCx, Peeked, View};
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};
-    pub use crate::view::View;
     /// Element types named by `#[dtype(..)]` (aliases, not re-exports,
     /// so that diagnostics keep the crates' own paths).
     #[cfg(feature = "half")]

@@ -201,42 +201,6 @@ pub(crate) fn wait_for(device: Device, ready: i64, consumer: i64) -> Result<(), 
     }
 }
 
-/// What the generated code calls to set a call's stream.
-impl crate::call::CallCx {
-    /// Sets the stream request of this call, from `#[dlpack_fn(stream =
-    /// ...)]`; call before the first `arg`.
-    #[doc(hidden)]
-    pub fn set_stream(&mut self, request: StreamRequest) {
-        self.stream = request;
-    }
-
-    /// Sets the stream request of this call from the value of a `#[stream]`
-    /// parameter (`func` and `param` name them in errors); call before the
-    /// first `arg`.
-    ///
-    /// # Errors
-    /// `TypeError` for a negative value other than `-1`.
-    #[doc(hidden)]
-    pub fn stream_param<V: StreamArg + ?Sized>(
-        &mut self,
-        func: &str,
-        param: &str,
-        value: &V,
-    ) -> pyo3::PyResult<()> {
-        match value.to_request() {
-            Ok(StreamRequest::Producer) => Ok(()),
-            Ok(r) => {
-                self.stream = r;
-                Ok(())
-            }
-            Err(v) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "{func}(): argument '{param}': expected a stream handle (an integer >= 0, \
-                 or -1 for no synchronisation), got {v}"
-            ))),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

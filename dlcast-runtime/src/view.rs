@@ -5,6 +5,7 @@
 //! call. Views are neither `Send` nor `Sync`: they stay on the thread that
 //! holds the GIL.
 
+use crate::call::View;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::import::RawTensor;
@@ -332,7 +333,7 @@ macro_rules! layout_methods {
         }
         /// How the argument was imported (NumPy fields, the exchange API, a
         /// capsule, `__dlpack__`, the buffer protocol, TensorFlow).
-        pub fn import_path(&self) -> crate::fast::ImportPath {
+        pub fn import_path(&self) -> crate::import::ImportPath {
             self.raw.path
         }
     };
@@ -652,22 +653,6 @@ impl<T: Element> fmt::Debug for TensorMut<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("TensorMut").field(&self.inner).finish()
     }
-}
-
-/// What the call context needs to know of a parameter's view type.
-/// Implemented by the four view types only, each for its own lifetime `'a`:
-/// the call context can then only make a view that borrows the Python
-/// argument, never one that outlives it (`TensorRef<'static, _>` does not
-/// implement `View<'a>` for a shorter `'a`).
-#[doc(hidden)]
-pub trait View<'a>: Sized {
-    /// The element type, or `None` for the untyped views.
-    const DTYPE: Option<DType>;
-    /// Whether the view writes.
-    const WRITABLE: bool;
-    /// Wraps a raw tensor that passed every check.
-    #[doc(hidden)]
-    fn from_raw(raw: RawTensor) -> Self;
 }
 
 impl<'a, T: Element> View<'a> for TensorRef<'a, T> {

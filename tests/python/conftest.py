@@ -82,7 +82,48 @@ WORK_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_int32,
                                ctypes.POINTER(ctypes.c_void_p))
 
 
+class ManagedC(ctypes.Structure):
+    """DLManagedTensorVersioned."""
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(ManagedC))
+ManagedC._fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                     ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER),
+                     ("flags", ctypes.c_uint64), ("dl_tensor", DLTensorC)]
+MANAGED_FROM_OBJ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
+                                    ctypes.POINTER(ctypes.POINTER(ManagedC)))
+
+
 class ApiC(ctypes.Structure):
     _fields_ = [("header", HeaderC), ("allocator", ctypes.c_void_p),
-                ("managed_from_obj", ctypes.c_void_p), ("managed_to_obj", ctypes.c_void_p),
+                ("managed_from_obj", MANAGED_FROM_OBJ), ("managed_to_obj", ctypes.c_void_p),
                 ("dltensor_from_obj", FROM_OBJ), ("current_work_stream", WORK_STREAM)]
+
+
+# Owning tensors made by `owning_export` tables, and their deleters run.
+OWNED = {"made": 0, "deleted": 0}
+_OWNED_KEEP = {}
+
+
+@DELETER
+def _owned_deleter(m):
+    OWNED["deleted"] += 1
+    _OWNED_KEEP.pop(ctypes.addressof(m.contents), None)
+
+
+def owning_export(fill):
+    """A `managed_tensor_from_py_object_no_sync` for a ctypes table: an
+    owning tensor (version 1.3) whose DLTensor `fill(tensor)` writes; its
+    deleter counts in `OWNED`."""
+
+    def export(obj, out):
+        m = ManagedC()
+        m.major, m.minor = 1, 3
+        m.deleter = _owned_deleter
+        fill(m.dl_tensor)
+        _OWNED_KEEP[ctypes.addressof(m)] = m
+        OWNED["made"] += 1
+        out[0] = ctypes.pointer(m)
+        return 0
+
+    return MANAGED_FROM_OBJ(export)

@@ -8,12 +8,13 @@ device. Fake DLPack C exchange API tables (ctypes) stand in for PyTorch's
 """
 
 import ctypes
+import gc
 
 import numpy as np
 import pytest
 
 import dlcast_testext as ext
-from conftest import FROM_OBJ, WORK_STREAM, ApiC, capsule, deleters_balanced
+from conftest import FROM_OBJ, OWNED, WORK_STREAM, ApiC, capsule, deleters_balanced, owning_export
 
 CPU, CUDA, CUDA_HOST, ROCM, ROCM_HOST, CUDA_MANAGED = 1, 2, 3, 10, 11, 13
 
@@ -231,11 +232,13 @@ def exchange_gpu_type(device_type, current=None, fail=False):
     strides = (ctypes.c_int64 * 1)(1)
     asked = []
 
-    def fill(obj, out):
-        t = out.contents
+    def describe(t):
         t.data, t.device_type, t.device_id, t.ndim = data.ctypes.data, device_type, 0, 1
         t.code, t.bits, t.lanes = 2, 32, 1
         t.shape, t.strides, t.byte_offset = shape, strides, 0
+
+    def fill(obj, out):
+        describe(out.contents)
         return 0
 
     def work_stream(dev_type, dev_id, out):
@@ -250,11 +253,13 @@ def exchange_gpu_type(device_type, current=None, fail=False):
     api = ApiC()
     api.header.major, api.header.minor = 1, 3
     api.dltensor_from_obj = FROM_OBJ(fill)
+    api.managed_from_obj = owning_export(describe)
     if current is not None or fail:
         api.current_work_stream = WORK_STREAM(work_stream)
     name = b"dlpack_exchange_api"
     cap = _CAPSULE_NEW(ctypes.addressof(api), name, None)
-    _KEEP.extend([data, shape, strides, api, name, api.dltensor_from_obj, api.current_work_stream])
+    _KEEP.extend([data, shape, strides, api, name, api.dltensor_from_obj, api.current_work_stream,
+                  api.managed_from_obj])
     calls = []
 
     def __dlpack__(self, **kw):
@@ -350,12 +355,17 @@ def test_export_keeps_the_chosen_stream(balanced):
     assert out.__dlpack__(stream=5) is not None
 
 
-def test_export_of_exchange_api_view_needs_an_owning_tensor():
+def test_export_of_exchange_api_view_owns_its_tensor():
+    # Another producer's table is asked for an owning tensor before any
+    # read, so a view of it can be returned; it is freed once.
+    made, deleted = OWNED["made"], OWNED["deleted"]
     x, calls, _ = exchange_gpu_type(CUDA, current=77)
-    # A view of an exchange-API import needs an owning tensor from the
-    # producer, which this fake table cannot give.
-    with pytest.raises(BufferError, match="cannot hand out an owning tensor"):
-        ext.gpu_identity(x)
+    out = ext.gpu_identity(x)
+    assert out.__dlpack_device__() == (CUDA, 0) and calls == []
+    assert OWNED["made"] == made + 1 and OWNED["deleted"] == deleted
+    del out
+    gc.collect()
+    assert OWNED["deleted"] == deleted + 1
 
 
 def test_export_of_rocm_view(balanced):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dlcast_testext as ext
-from conftest import FROM_OBJ, ApiC, HeaderC, capsule, deleters_balanced
+from conftest import FROM_OBJ, OWNED, ApiC, HeaderC, capsule, deleters_balanced, owning_export
 
 # ---------------------------------------------------------------------------
 # Producers whose __dlpack__ raises
@@ -585,6 +585,7 @@ def test_capsules_passed_directly_and_through_dlpack_and_as_writable():
 # with ctypes. The tables stay alive for the process, as the header requires.
 
 import ctypes
+import gc
 
 
 _KEEP = []  # tables, callbacks, shapes and data: alive for the process
@@ -608,9 +609,11 @@ def exchange_type(api, fallback=None):
     return type("Exchanged", (), {"__dlpack_c_exchange_api__": cap, "__dlpack__": __dlpack__})
 
 
-def table(major, fill=None, result=0, prev=None):
+def table(major, fill=None, result=0, prev=None, owning=True):
     """A version-`major` table whose dltensor_from_py_object_no_sync runs
-    `fill(out)` and returns `result` (NULL if `fill` is None)."""
+    `fill(out)` and returns `result` (NULL if `fill` is None), and whose
+    managed_tensor_from_py_object_no_sync (unless not `owning`) returns an
+    owning tensor that `fill` describes."""
     if fill is None:
         fn = FROM_OBJ()
     else:
@@ -623,7 +626,9 @@ def table(major, fill=None, result=0, prev=None):
     if prev is not None:
         api.header.prev_api = ctypes.cast(ctypes.pointer(prev.header), ctypes.POINTER(HeaderC))
     api.dltensor_from_obj = fn
-    _KEEP.extend([fn, api, prev])
+    if owning and fill is not None:
+        api.managed_from_obj = owning_export(fill)
+    _KEEP.extend([fn, api, prev, api.managed_from_obj])
     return api
 
 
@@ -667,27 +672,28 @@ def test_exchange_api_hostile_tables():
         assert ext.import_path(t) == "dlpack"
 
 
-def test_a_tensor_subclass_with_a_table_of_its_own_gets_the_write_guard():
-    # The tensor checks before a writable view (requires_grad refused, the
-    # version counter bumped) are PyTorch's, whatever exchange table a
-    # tensor subclass publishes.
+def test_a_tensor_subclass_with_a_table_of_its_own_is_read_as_a_tensor():
+    # A tensor subclass may publish an exchange table of its own (here one
+    # that describes other memory); dlcast reads every PyTorch tensor through
+    # a private alias and PyTorch's own table, so the tensor's own values
+    # are read, and the checks before a writable view (requires_grad
+    # refused, the version counter bumped) are PyTorch's.
     import torch
 
-    values = [1.0, 2.0]
-    api = table(1, describing(values, [2], [1]))
+    api = table(1, describing([1.0, 2.0], [2], [1]))
     name = b"dlpack_exchange_api"
     _KEEP.extend([api, name])
     Sub = type("OwnTable", (torch.Tensor,),
                {"__dlpack_c_exchange_api__": _CAPSULE_NEW(ctypes.addressof(api), name, None)})
     t = torch.zeros(2, dtype=torch.float64).as_subclass(Sub)
-    assert ext.import_path(t) == "exchange_api" and ext.values(t) == values
+    assert ext.import_path(t) == "exchange_api" and ext.values(t) == [0.0, 0.0]
     t.requires_grad_(True)
     with pytest.raises(TypeError, match=r"^fill_f64\(\): argument 'out': the tensor requires grad"):
         ext.fill_f64(t, 9.0)
     t = torch.zeros(2, dtype=torch.float64).as_subclass(Sub)
     before = t._version
     ext.fill_f64(t, 9.0)
-    assert t._version == before + 1
+    assert t._version == before + 1 and t.tolist() == [9.0, 9.0]
 
 
 def test_exchange_api_failures_and_invalid_descriptions():
@@ -716,7 +722,18 @@ def test_exchange_api_views_and_writes():
     t = exchange_type(table(1, fill))()
     assert ext.values(t) == [1.0, 3.0, 2.0, 4.0]
     assert ext.describe(t)[:2] == ([2, 2], [1, 2])
-    # A view returned to Python needs an owning tensor, which this table
-    # cannot give (managed_tensor_from_py_object_no_sync is NULL).
-    with pytest.raises(BufferError, match="cannot hand out an owning tensor"):
-        ext.identity(t)
+    # Another producer's table is asked for an owning tensor before any
+    # read (its functions may run Python code): a view of it can be
+    # returned, and the owning tensor is freed once, with the last user.
+    made, deleted = OWNED["made"], OWNED["deleted"]
+    out = np.asarray(ext.identity(t))
+    assert out.tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert OWNED["made"] == made + 1 and OWNED["deleted"] == deleted
+    del out
+    gc.collect()
+    assert OWNED["deleted"] == deleted + 1
+    # A table that cannot give an owning tensor is not read (its
+    # dltensor_from_py_object_no_sync describes memory valid only until
+    # Python code runs): the type's __dlpack__ is used.
+    t = exchange_type(table(1, fill, owning=False), lambda: capsule(np.arange(2.0)))()
+    assert ext.import_path(t) == "dlpack" and ext.values(t) == [0.0, 1.0]

@@ -85,6 +85,14 @@ fn copy_strided(mut dst: TensorMut<'_, f64>, #[shape(n)] src: TensorRef<'_, f64>
     Ok(())
 }
 
+/// The sum of `x` and the length of `y` (two arguments, for the tests
+/// where preparing the second one runs Python code that changes the first).
+#[dlpack_fn]
+#[pyfunction]
+fn sum_f64_and_len(x: TensorRef<'_, f64>, y: TensorRef<'_, f64>) -> PyResult<(f64, usize)> {
+    Ok((x.to_vec()?.iter().sum(), y.len()))
+}
+
 /// The number of live borrows in the process-wide registry.
 #[pyfunction]
 fn live_borrows(py: Python<'_>) -> PyResult<usize> {
@@ -99,5 +107,6 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum_detached_slowly, m)?)?;
     m.add_function(wrap_pyfunction!(copy_strided, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_f64_and_len, m)?)?;
     Ok(())
 }

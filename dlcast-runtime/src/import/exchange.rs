@@ -1,0 +1,373 @@
+//! The DLPack C exchange API (`type(x).__dlpack_c_exchange_api__`, a
+//! capsule named `"dlpack_exchange_api"`; PyTorch 2.11+), and what dlcast
+//! knows of an argument's type, looked up once per type.
+//!
+//! Two uses:
+//! - PyTorch's own table (`torch.Tensor`'s) runs no Python code: phase 2
+//!   reads a (private, see [`crate::torch`]) tensor through it with
+//!   [`read_with`], filling a `DLTensor` on the stack.
+//! - Any other type's table may be anything (a table written in Python
+//!   through ctypes, say): phase 1 asks it for an owning tensor
+//!   ([`owning`]), which phase 2 reads like a capsule.
+
+use super::{from_dltensor, ImportError, ImportPath, Owner, RawTensor};
+use dlpack_rs::ffi::{
+    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
+};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+
+/// Types seen, with their exchange API (or `NO_API`), their [`TypeFlags`]
+/// and the type's version tag when they were computed. A strong reference
+/// to each cached type is kept, so a cached address never names another
+/// type.
+const CACHE_SLOTS: usize = 8;
+const NO_API: usize = 1;
+static CACHE_TYPES: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+static CACHE_APIS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
+static CACHE_FLAGS: [AtomicU8; CACHE_SLOTS] = [const { AtomicU8::new(0) }; CACHE_SLOTS];
+static CACHE_TAGS: [AtomicU32; CACHE_SLOTS] = [const { AtomicU32::new(0) }; CACHE_SLOTS];
+
+/// The longest `prev_api` chain walked: a producer's chain that cycles (or
+/// is absurdly long) is not followed further.
+const MAX_CHAIN: usize = 16;
+
+/// What dlcast needs to know of an argument's type beyond its exchange API,
+/// looked up (Python attribute lookups) and cached with it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TypeFlags(u8);
+
+impl TypeFlags {
+    /// The type's exchange API is PyTorch's own table (see [`torch_table`]).
+    const TORCH_TABLE: u8 = 1;
+    /// The type is, or derives from, a type of the `torch` package.
+    const TORCH_TYPE: u8 = 2;
+    /// A type of JAX or TensorFlow, whose arrays are immutable although
+    /// their capsules do not say so (DLPack notes).
+    const IMMUTABLE: u8 = 4;
+    /// A `torch.Tensor` subclass with its own `__torch_dispatch__`, which
+    /// PyTorch may call (Python code) even to read the tensor's sizes.
+    const PY_DISPATCH: u8 = 8;
+
+    /// See [`TypeFlags::TORCH_TYPE`].
+    pub(crate) fn torch_type(self) -> bool {
+        self.0 & Self::TORCH_TYPE != 0
+    }
+
+    /// See [`TypeFlags::IMMUTABLE`].
+    pub(crate) fn immutable(self) -> bool {
+        self.0 & Self::IMMUTABLE != 0
+    }
+
+    /// See [`TypeFlags::PY_DISPATCH`].
+    pub(crate) fn py_dispatch(self) -> bool {
+        self.0 & Self::PY_DISPATCH != 0
+    }
+}
+
+/// The type's version tag, which CPython changes whenever the type or one
+/// of its bases is modified (an attribute set or deleted); `0` when it has
+/// none, or (abi3) when it cannot be read: then nothing that Python can
+/// change is trusted from the cache.
+fn version_tag(tp: *mut ffi::PyTypeObject) -> u32 {
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `tp` is a live type object; the field is a plain integer.
+        let t = unsafe { (*tp).tp_version_tag };
+        // SAFETY: as above; the flag says whether the tag is current.
+        let valid = unsafe { ffi::PyType_HasFeature(tp, ffi::Py_TPFLAGS_VALID_VERSION_TAG) } != 0;
+        if valid {
+            t
+        } else {
+            0
+        }
+    }
+    #[cfg(Py_LIMITED_API)]
+    {
+        let _ = tp;
+        0
+    }
+}
+
+/// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
+/// looked up (Python attribute lookups: phase 1 only) and cached in a free
+/// slot. The per-type verdict on `__torch_dispatch__` is trusted from the
+/// cache only while the type's version tag is unchanged (a class can gain
+/// one after dlcast first saw it).
+pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchangeAPI>, TypeFlags) {
+    // SAFETY: `obj` is live.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    for (slot, t) in CACHE_TYPES.iter().enumerate() {
+        match t.load(Ordering::Relaxed) {
+            0 => break,
+            x if x == tp as usize => {
+                let api = CACHE_APIS[slot].load(Ordering::Relaxed);
+                let mut flags = TypeFlags(CACHE_FLAGS[slot].load(Ordering::Relaxed));
+                // SAFETY: a cached API pointer came from a live capsule of a
+                // type we keep alive; the header requires the table to live
+                // for the process.
+                let api = (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
+                let tag = version_tag(tp);
+                if flags.torch_type()
+                    && (tag == 0 || tag != CACHE_TAGS[slot].load(Ordering::Relaxed))
+                {
+                    // The type may have changed since: ask again.
+                    flags.0 &= !TypeFlags::PY_DISPATCH;
+                    if has_own_torch_dispatch(obj) {
+                        flags.0 |= TypeFlags::PY_DISPATCH;
+                    }
+                    CACHE_FLAGS[slot].store(flags.0, Ordering::Relaxed);
+                    CACHE_TAGS[slot].store(version_tag(tp), Ordering::Relaxed);
+                }
+                return (api, flags);
+            }
+            _ => {}
+        }
+    }
+    let tag = version_tag(tp);
+    let api = exchange_api_of_type(obj.get_type().as_any());
+    let torch_type = torch_in_mro(obj);
+    let mut flags = 0;
+    if torch_type {
+        flags |= TypeFlags::TORCH_TYPE;
+        if api.is_some_and(|a| torch_table(obj.py()).is_some_and(|t| std::ptr::eq(t, a))) {
+            flags |= TypeFlags::TORCH_TABLE;
+        }
+        if has_own_torch_dispatch(obj) {
+            flags |= TypeFlags::PY_DISPATCH;
+        }
+    }
+    if super::is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
+        flags |= TypeFlags::IMMUTABLE;
+    }
+    // Cache the answer in a free slot (under the GIL, so no race), keeping
+    // the type alive; with no free slot, just answer.
+    if let Some(slot) = CACHE_TYPES
+        .iter()
+        .position(|t| t.load(Ordering::Relaxed) == 0)
+    {
+        std::mem::forget(obj.get_type().unbind());
+        CACHE_APIS[slot].store(
+            api.map_or(NO_API, |a| a as *const _ as usize),
+            Ordering::Relaxed,
+        );
+        CACHE_FLAGS[slot].store(flags, Ordering::Relaxed);
+        CACHE_TAGS[slot].store(tag, Ordering::Relaxed);
+        CACHE_TYPES[slot].store(tp as usize, Ordering::Relaxed);
+    }
+    (api, TypeFlags(flags))
+}
+
+/// Whether `obj`'s type is, or derives from, a type of the `torch` package:
+/// the `__module__` of each type of the MRO.
+fn torch_in_mro(obj: &Bound<'_, PyAny>) -> bool {
+    let from_torch = |t: &Bound<'_, pyo3::types::PyType>| {
+        t.module().is_ok_and(|m| {
+            m.to_str()
+                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+        })
+    };
+    obj.get_type()
+        .mro()
+        .iter()
+        .any(|t| t.cast::<pyo3::types::PyType>().is_ok_and(from_torch))
+}
+
+/// Whether `obj`'s type has a `__torch_dispatch__` other than
+/// `torch.Tensor`'s (a builtin function, found as the same object through
+/// every subclass that does not define its own). `true` when it cannot tell.
+pub(crate) fn has_own_torch_dispatch(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let name = pyo3::intern!(py, "__torch_dispatch__");
+    let Ok(base) = py
+        .import("torch")
+        .and_then(|t| t.getattr("Tensor"))
+        .and_then(|t| t.getattr(name))
+    else {
+        return true;
+    };
+    obj.get_type()
+        .getattr(name)
+        .map_or(true, |own| !own.is(&base))
+}
+
+/// PyTorch's own exchange API table (`torch.Tensor`'s), once looked up.
+static TORCH_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(std::ptr::null_mut());
+/// `torch.Tensor`, once looked up with [`TORCH_TABLE`] (a strong reference
+/// is kept, so the pointer stays valid for the process).
+static TORCH_TENSOR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// PyTorch's own table, whose functions run no Python code for tensors
+/// without Python dispatch (a `torch.Tensor` subclass may publish another
+/// table, even one written in Python). Looked up once (Python code, the
+/// first time: phase 1); `None` for a PyTorch without the exchange API.
+pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
+    let known = TORCH_TABLE.load(Ordering::Acquire);
+    if !known.is_null() {
+        // SAFETY: a table learnt from `torch.Tensor`'s capsule, which the
+        // header requires to live for the process.
+        return Some(unsafe { &*known });
+    }
+    let tensor = py.import("torch").and_then(|t| t.getattr("Tensor")).ok()?;
+    let table = exchange_api_of_type(&tensor)?;
+    // Keep `torch.Tensor` alive for the process, then note both.
+    TORCH_TENSOR.store(tensor.as_ptr().cast(), Ordering::Release);
+    std::mem::forget(tensor.unbind());
+    TORCH_TABLE.store(
+        (table as *const DLPackExchangeAPI).cast_mut(),
+        Ordering::Release,
+    );
+    Some(table)
+}
+
+/// Whether `obj` is a `torch.Tensor` (or subclass) instance, by a C-level
+/// subtype check (no Python code); `false` before [`torch_table`] first
+/// found PyTorch.
+pub(crate) fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    let tensor = TORCH_TENSOR.load(Ordering::Acquire);
+    // SAFETY: `obj` is live and `tensor` is the type object of
+    // `torch.Tensor`, kept alive for the process; the check walks the type's
+    // MRO tuple in C.
+    !tensor.is_null() && unsafe { ffi::PyType_IsSubtype(ffi::Py_TYPE(obj.as_ptr()), tensor) } != 0
+}
+
+/// The DLPack C exchange API a type publishes (`None` if it has none, or
+/// none of major version 1 within [`MAX_CHAIN`] links of `prev_api`). The
+/// table lives for the process (DLPack header).
+pub(crate) fn exchange_api_of_type(tp: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let py = tp.py();
+    let capsule = tp
+        .getattr(pyo3::intern!(py, "__dlpack_c_exchange_api__"))
+        .ok()?;
+    // SAFETY: GetPointer checks the object is a capsule of that exact name
+    // (else NULL with an error, which we clear).
+    let ptr =
+        unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
+    if ptr.is_null() {
+        let _ = PyErr::take(py);
+        return None;
+    }
+    // Walk to a table of major version 1; a chain that cycles ends at the
+    // bound.
+    let mut header = ptr.cast::<DLPackExchangeAPIHeader>();
+    for _ in 0..MAX_CHAIN {
+        if header.is_null() {
+            return None;
+        }
+        // SAFETY: the capsule holds a DLPackExchangeAPIHeader, valid for
+        // the process, whose `prev_api` links point to further headers.
+        let h = unsafe { &*header };
+        if h.version.major == 1 {
+            // SAFETY: a major-1 header starts a DLPackExchangeAPI table.
+            return Some(unsafe { &*header.cast::<DLPackExchangeAPI>() });
+        }
+        header = h.prev_api;
+    }
+    None
+}
+
+/// The error of a table function that returned failure.
+fn table_error(py: Python<'_>, what: &'static str) -> ImportError {
+    let err = PyErr::take(py).unwrap_or_else(|| {
+        pyo3::exceptions::PyBufferError::new_err(format!("{what} failed without an error"))
+    });
+    ImportError::Producer(what, err)
+}
+
+/// Phase 2: reads `obj` through `api` (PyTorch's own table, which runs no
+/// Python code), without taking ownership: the caller keeps `obj` alive
+/// and unchanged (a private tensor, see [`crate::torch`]).
+pub(crate) fn read_with(
+    obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
+) -> Result<RawTensor, ImportError> {
+    let Some(read) = api.dltensor_from_py_object_no_sync else {
+        return Err(ImportError::Invalid(
+            "the exchange API cannot describe a tensor".into(),
+        ));
+    };
+    // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
+    let mut t: DLTensor = unsafe { std::mem::zeroed() };
+    // SAFETY: `obj` is of a type the table serves (a torch.Tensor); the
+    // function fills `t` and returns 0, or returns -1 with an exception set.
+    if unsafe { read(obj.as_ptr().cast(), &mut t) } != 0 {
+        return Err(table_error(obj.py(), "__dlpack_c_exchange_api__"));
+    }
+    // SAFETY: `t` was filled by the producer; its shape and strides stay
+    // valid while `obj` is alive and unchanged, which holds while we read
+    // them here (GIL held, no Python code runs).
+    unsafe { from_dltensor(&t, false, ImportPath::ExchangeApi) }
+}
+
+/// Phase 1: an owning tensor from `api` (any producer's table, which may run
+/// Python code), read in phase 2 like a capsule.
+pub(crate) fn owning(
+    obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
+) -> Result<Option<Owner>, ImportError> {
+    let Some(export) = api.managed_tensor_from_py_object_no_sync else {
+        return Ok(None);
+    };
+    let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: `obj` has the type the API came from; on success `out` is an
+    // owning tensor whose deleter we must call once.
+    if unsafe { export(obj.as_ptr().cast(), &mut out) } != 0 {
+        return Err(table_error(obj.py(), "__dlpack_c_exchange_api__"));
+    }
+    match NonNull::new(out) {
+        Some(m) => Ok(Some(Owner::Versioned(m))),
+        None => Err(ImportError::Invalid(
+            "the exchange API returned no tensor".into(),
+        )),
+    }
+}
+
+/// The device of `obj` as `api` describes it (phase 1, to choose a path
+/// for device memory); `None` when the table cannot say.
+pub(crate) fn device_of(
+    obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
+) -> Result<Option<crate::device::Device>, ImportError> {
+    let Some(read) = api.dltensor_from_py_object_no_sync else {
+        return Ok(None);
+    };
+    // SAFETY: as in `read_with`.
+    let mut t: DLTensor = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `read_with`.
+    if unsafe { read(obj.as_ptr().cast(), &mut t) } != 0 {
+        return Err(table_error(obj.py(), "__dlpack_c_exchange_api__"));
+    }
+    Ok(Some(crate::device::Device {
+        device_type: t.device.device_type as i32,
+        device_id: t.device.device_id,
+    }))
+}
+
+/// The producer's current work stream on `device`, from `api`
+/// (`current_work_stream`); `None` when the table has no such function.
+pub(crate) fn current_stream(
+    py: Python<'_>,
+    api: &'static DLPackExchangeAPI,
+    device: crate::device::Device,
+) -> Result<Option<u64>, ImportError> {
+    let Some(current) = api.current_work_stream else {
+        return Ok(None);
+    };
+    let mut handle: *mut std::ffi::c_void = std::ptr::null_mut();
+    let Ok(device_type) = device.device_type.try_into() else {
+        return Ok(None);
+    };
+    // SAFETY: a function of the producer's process-lifetime table; it writes
+    // one pointer into `handle` and returns 0, or returns -1 with a Python
+    // exception set.
+    let rc = unsafe { current(device_type, device.device_id, &mut handle) };
+    if rc != 0 {
+        return Err(table_error(
+            py,
+            "__dlpack_c_exchange_api__.current_work_stream",
+        ));
+    }
+    Ok(Some(handle as usize as u64))
+}

@@ -1,0 +1,755 @@
+//! Import: from a Python object to a validated [`RawTensor`], in the two
+//! phases of a call (see [`crate::call`]).
+//!
+//! **Phase 1, [`prepare`]**: every step that may run Python code, for one
+//! argument: `__dlpack_device__()`, `__dlpack__()` (the capsule is taken),
+//! `PyObject_GetBuffer`, another producer's exchange-API export,
+//! TensorFlow's `to_dlpack`, type lookups. PyTorch tensors have their own
+//! phase 1 in [`crate::torch`]. The result is a [`Source`].
+//!
+//! **Phase 2, [`read`]**: the raw read of a [`Source`] (NumPy's fields, a
+//! managed tensor's `DLTensor`, a held buffer, PyTorch's own exchange
+//! table) and its validation, with no Python code; the owner stays with the
+//! source until [`into_owner`] hands it to the view.
+//!
+//! Sources, one module each: NumPy's fields ([`numpy`]), the DLPack C
+//! exchange API ([`exchange`]), capsules and `__dlpack__` ([`capsule`]),
+//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]).
+//!
+//! Whatever path is taken, the producer's deleter (or `PyBuffer_Release`)
+//! runs exactly once: when the [`Owner`] drops, error paths included.
+
+pub(crate) mod buffer;
+pub(crate) mod capsule;
+pub(crate) mod exchange;
+pub(crate) mod numpy;
+pub(crate) mod tensorflow;
+
+use crate::device::{device_type_name, Device};
+use crate::dtype::DType;
+use crate::layout::{self, ByteExtent};
+use crate::stream::{self, StreamKind, StreamRequest};
+use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
+use pyo3::exceptions::{PyException, PyMemoryError};
+use pyo3::prelude::*;
+use pyo3::{ffi, intern};
+use smallvec::SmallVec;
+use std::ptr::NonNull;
+
+/// Dimensions up to this many are stored inline in a view (no allocation).
+pub const INLINE_DIMS: usize = 8;
+pub(crate) type Dims<T> = SmallVec<[T; INLINE_DIMS]>;
+
+/// The DLPack version dlcast asks producers for (`max_version`).
+pub const MAX_VERSION: (u32, u32) = (1, 3);
+/// `DLPACK_FLAG_BITMASK_READ_ONLY` from the DLPack header.
+pub(crate) const FLAG_READ_ONLY: u64 = 1;
+
+/// How a view was imported (for tests and debugging).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImportPath {
+    /// NumPy's fields read directly.
+    Numpy,
+    /// The DLPack C exchange API.
+    ExchangeApi,
+    /// A capsule passed directly.
+    Capsule,
+    /// `__dlpack__()` called.
+    Dlpack,
+    /// The buffer protocol.
+    Buffer,
+    /// `tf.experimental.dlpack.to_dlpack`.
+    Tensorflow,
+}
+
+impl ImportPath {
+    /// A short name: `"numpy"`, `"exchange_api"`, `"capsule"`, `"dlpack"`,
+    /// `"buffer"`, `"tensorflow"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ImportPath::Numpy => "numpy",
+            ImportPath::ExchangeApi => "exchange_api",
+            ImportPath::Capsule => "capsule",
+            ImportPath::Dlpack => "dlpack",
+            ImportPath::Buffer => "buffer",
+            ImportPath::Tensorflow => "tensorflow",
+        }
+    }
+}
+
+/// Who keeps the memory of a view alive; dropping it releases the memory
+/// exactly once.
+pub(crate) enum Owner {
+    /// A legacy `DLManagedTensor` taken from a `"dltensor"` capsule.
+    Legacy(NonNull<DLManagedTensor>),
+    /// A `DLManagedTensorVersioned` from a `"dltensor_versioned"` capsule.
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    /// A buffer-protocol view; boxed so its address stays fixed until release.
+    Buffer(Box<ffi::Py_buffer>),
+    /// A strong reference to an object whose memory we read directly (an
+    /// exact `numpy.ndarray`: holding it keeps its data alive and unresized).
+    Object(#[allow(dead_code)] Py<PyAny>),
+    /// A tensor read through PyTorch's own DLPack C exchange API table
+    /// without taking ownership: `obj` is dlcast's private alias of the
+    /// caller's tensor `original` (see [`crate::torch`]); upgraded to an
+    /// owning tensor when the view is exported, see
+    /// [`RawTensor::prepare_export`].
+    Exchange {
+        obj: Py<PyAny>,
+        api: NonNull<DLPackExchangeAPI>,
+        original: Py<PyAny>,
+    },
+    /// Nothing yet: a tensor read in phase 2 of a call, whose owner stays
+    /// with its [`Source`] until the view is made.
+    None,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // Owners are `!Send` (raw pointers) and live only inside a call of a
+        // `#[dlpack_fn]` function, which holds the GIL, so the producer's
+        // deleter and `PyBuffer_Release` run with the GIL held.
+        match self {
+            Owner::Legacy(m) => {
+                // SAFETY: `m` came from a capsule we renamed to "used_*", so
+                // nobody else calls its deleter; this drop runs once. The
+                // header allows a NULL deleter.
+                unsafe {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr());
+                    }
+                }
+            }
+            Owner::Versioned(m) => {
+                // SAFETY: as for `Legacy`; `version`, `manager_ctx` and
+                // `deleter` sit before `flags` in every major version, so
+                // reading `deleter` is valid even for an unsupported major.
+                unsafe {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr());
+                    }
+                }
+            }
+            Owner::Buffer(view) => {
+                // SAFETY: `view` was filled by a successful
+                // `PyObject_GetBuffer` and is released only here, with the GIL.
+                unsafe { ffi::PyBuffer_Release(&mut **view) }
+            }
+            // The reference drops with the GIL held (see above).
+            Owner::Object(_) | Owner::Exchange { .. } | Owner::None => {}
+        }
+    }
+}
+
+/// A validated description of an imported array and the owner of its memory.
+#[doc(hidden)]
+pub struct RawTensor {
+    /// Address of element 0 (`data + byte_offset`). Never dereferenced for
+    /// memory the host cannot access, nor for empty arrays.
+    pub(crate) data: *mut u8,
+    pub(crate) shape: Dims<usize>,
+    /// Strides in elements, never absent.
+    pub(crate) strides: Dims<isize>,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) read_only: bool,
+    /// The bytes the elements span relative to `data`; `None` if empty.
+    pub(crate) extent: Option<ByteExtent>,
+    /// How the input was imported.
+    pub(crate) path: ImportPath,
+    /// The `stream` the producer was asked to make the data ready on (the
+    /// array API standard's integer), or the producer's current work stream
+    /// from the exchange API; `None` for memory without streams, raw
+    /// capsules, and producers that could not say their device.
+    pub(crate) stream: Option<i64>,
+    /// The view's entry in the borrow registry (see [`crate::borrow`]),
+    /// released when the view drops or is exported.
+    pub(crate) borrow: Option<crate::borrow::Borrow>,
+    owner: Owner,
+}
+
+impl RawTensor {
+    /// A host (CPU) tensor from values a fast path has validated: `extent`
+    /// is the span of `shape`/`strides` (elements) around `data`, checked to
+    /// be addressable, or `None` for an empty array.
+    #[inline(always)]
+    pub(crate) fn new(
+        data: *mut u8,
+        shape: Dims<usize>,
+        strides: Dims<isize>,
+        dtype: DType,
+        read_only: bool,
+        extent: Option<ByteExtent>,
+        path: ImportPath,
+    ) -> RawTensor {
+        RawTensor {
+            data,
+            shape,
+            strides,
+            dtype,
+            device: Device::CPU,
+            read_only,
+            extent,
+            path,
+            stream: None,
+            borrow: None,
+            owner: Owner::None,
+        }
+    }
+
+    /// Hands the view its owner (see [`into_owner`]).
+    pub(crate) fn set_owner(&mut self, owner: Owner) {
+        self.owner = owner;
+    }
+
+    /// Before a view is exported (returned to Python): its borrow ends; a
+    /// view of a PyTorch tensor that requires grad becomes read-only (writes
+    /// through it would bypass autograd, which PyTorch's own `.numpy()` and
+    /// `__dlpack__` refuse); a tensor read through PyTorch's exchange table
+    /// takes ownership (`managed_tensor_from_py_object_no_sync`, on the
+    /// private alias), checked against the view's dtype and memory, so that
+    /// it may outlive the call.
+    pub(crate) fn prepare_export(&mut self, py: Python<'_>) -> PyResult<()> {
+        // Exported, the memory is Python's again: no Rust reference to it
+        // remains, so the view's borrow ends here.
+        self.borrow = None;
+        let Owner::Exchange { obj, api, original } = &self.owner else {
+            return Ok(());
+        };
+        if original
+            .bind(py)
+            .getattr(pyo3::intern!(py, "requires_grad"))?
+            .is_truthy()?
+        {
+            self.read_only = true;
+        }
+        // SAFETY: `api` is the producer's process-lifetime table.
+        let api = unsafe { api.as_ref() };
+        let owned = match exchange::owning(obj.bind(py), api) {
+            Ok(Some(o)) => o,
+            Ok(None) => {
+                return Err(pyo3::exceptions::PyBufferError::new_err(
+                    "the producer's exchange API cannot hand out an owning tensor",
+                ))
+            }
+            Err(ImportError::Producer(_, e)) | Err(ImportError::Propagate(e)) => return Err(e),
+            Err(_) => {
+                return Err(pyo3::exceptions::PyBufferError::new_err(
+                    "the exchange API returned no tensor",
+                ))
+            }
+        };
+        // The owning tensor must hold every byte the view reaches, with the
+        // view's dtype (the alias is private, so this holds; never trust it).
+        let fits = capsule::read(&owned, ImportPath::ExchangeApi)
+            .is_ok_and(|whole| whole.dtype == self.dtype && self.within(&whole));
+        if !fits {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "the tensor no longer holds the memory of the view (its storage, dtype or \
+                 layout changed)",
+            ));
+        }
+        self.owner = owned;
+        Ok(())
+    }
+
+    /// Whether every byte this tensor reaches lies within `whole`'s bytes,
+    /// on the same device.
+    fn within(&self, whole: &RawTensor) -> bool {
+        let span = |t: &RawTensor| {
+            let base = t.data as usize;
+            t.extent.and_then(|e| {
+                Some((
+                    base.checked_add_signed(e.lo)?,
+                    base.checked_add_signed(e.hi)?,
+                ))
+            })
+        };
+        if self.device != whole.device {
+            return false;
+        }
+        match (span(self), span(whole)) {
+            (None, _) => true,
+            (Some((lo, hi)), Some((wlo, whi))) => wlo <= lo && hi <= whi,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// Why an import failed, before the call context adds the function and the
+/// parameter to the message.
+pub(crate) enum ImportError {
+    /// Not an array at all: no `__dlpack__`, no buffer protocol.
+    NotAnArray(String),
+    /// The producer's `__dlpack__()` (or `to_dlpack`) raised.
+    Producer(&'static str, PyErr),
+    /// An exception that must propagate untouched (`KeyboardInterrupt`,
+    /// `MemoryError`, ...).
+    Propagate(PyErr),
+    /// `__dlpack__()` returned something other than a capsule.
+    NotACapsule(String),
+    /// A capsule already consumed (`"used_dltensor"`...).
+    UsedCapsule,
+    /// A capsule whose name is not a DLPack name.
+    CapsuleName(String),
+    /// A versioned capsule of a major version other than 1.
+    Version(u32, u32),
+    /// The producer described an impossible array.
+    Invalid(String),
+    /// A data type dlcast cannot hold (vector lanes, unknown code, sub-byte).
+    DType(DType),
+    /// A device type code the DLPack header does not define.
+    Device(Device),
+    /// The function's stream request cannot apply to the array's device
+    /// (e.g. CUDA's per-thread stream for ROCm memory).
+    Stream(String),
+    /// The buffer protocol refused.
+    Buffer(PyErr),
+    /// The producer's memory does not hold the array's values (PyTorch's
+    /// conjugate / negative bits), or dlcast cannot keep it fixed; the text
+    /// says what to do.
+    Unreadable(String),
+    /// A NumPy array that its fields alone cannot describe (a dtype DLPack
+    /// has no code for, byte-swapped data, ...): it goes through
+    /// `__dlpack__`, which gives NumPy's own answer (phase 1 again).
+    NeedsDlpack,
+    /// The argument does not fit the parameter (a `TypeError`); the text
+    /// says why.
+    Param(String),
+}
+
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// What the import needs to know about streams: the function's request and
+/// whether the parameter accepts memory with streams at all (only then is a
+/// producer asked `__dlpack_device__()` before `__dlpack__`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StreamCx {
+    pub(crate) request: StreamRequest,
+    pub(crate) may_need: bool,
+}
+
+/// What phase 1 made of an argument: every step that may run Python code
+/// is done, and what is left is a raw read ([`read`]).
+pub(crate) enum Source {
+    /// Not prepared, or already handed to a view.
+    Empty,
+    /// An exact `numpy.ndarray`, read from its fields.
+    Numpy(Py<PyAny>),
+    /// A PyTorch tensor read through PyTorch's own exchange table: `tensor`
+    /// is dlcast's private alias of `original` (see [`crate::torch`]).
+    Torch {
+        tensor: Py<PyAny>,
+        api: &'static DLPackExchangeAPI,
+        original: Py<PyAny>,
+        stream: Option<i64>,
+    },
+    /// A managed tensor dlcast owns (a capsule taken, or an exchange API's
+    /// owning export).
+    Managed {
+        owner: Owner,
+        path: ImportPath,
+        /// The stream the producer was asked for (see [`RawTensor::stream`]).
+        stream: Option<i64>,
+        /// The producer's arrays are immutable (JAX, TensorFlow), whatever
+        /// the capsule says.
+        immutable: bool,
+        /// The device `__dlpack_device__()` said, if asked.
+        said: Option<Device>,
+        /// An object that must still be referenced by dlcast alone when
+        /// read (the private alias whose capsule this is).
+        private: Option<Py<PyAny>>,
+    },
+    /// A buffer held through the buffer protocol.
+    Buffer(Owner),
+}
+
+/// Whether dlcast holds the only reference to `obj`, strong or weak (a
+/// private alias, see [`crate::torch`]): then no Python code can change it.
+/// Runs no Python code.
+pub(crate) fn is_private(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is live; reading its reference count.
+    if unsafe { ffi::Py_REFCNT(obj.as_ptr()) } != 1 {
+        return false;
+    }
+    no_weakrefs(obj)
+}
+
+#[cfg(not(Py_LIMITED_API))]
+fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is live, so is its type.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    // SAFETY: reading a type slot.
+    let offset = unsafe { (*tp).tp_weaklistoffset };
+    if offset == 0 {
+        // The type takes no weak references.
+        return true;
+    }
+    // SAFETY: a non-zero `tp_weaklistoffset` locates the object's list head,
+    // a `PyObject *` that is NULL while no weak reference exists: inside the
+    // object, or (negative: managed weak references, CPython 3.12+) in the
+    // pre-header the interpreter allocates before it; CPython's own
+    // `_PyObject_GET_WEAKREFS_LISTPTR` adds the offset the same way.
+    unsafe {
+        let head = obj
+            .as_ptr()
+            .cast::<u8>()
+            .offset(offset)
+            .cast::<*mut ffi::PyObject>();
+        (*head).is_null()
+    }
+}
+
+#[cfg(Py_LIMITED_API)]
+fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
+    // The limited API cannot read the list; `weakref.getweakrefcount` is a
+    // builtin that runs no Python code (it allocates an int, which cannot
+    // trigger the cyclic GC).
+    let py = obj.py();
+    static COUNT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let Ok(f) = COUNT.get_or_try_init(py, || {
+        py.import("_weakref")?
+            .getattr("getweakrefcount")
+            .map(Bound::unbind)
+    }) else {
+        return false;
+    };
+    f.call1(py, (obj,))
+        .and_then(|n| n.extract::<usize>(py))
+        .is_ok_and(|n| n == 0)
+}
+
+/// Phase 1 for an argument that is not a PyTorch tensor ([`crate::torch`]
+/// prepares those): see the module documentation. `numpy_fields`: whether
+/// an exact `numpy.ndarray` may be read from its fields (else it goes
+/// through `__dlpack__`).
+pub(crate) fn prepare(
+    obj: &Bound<'_, PyAny>,
+    sx: StreamCx,
+    numpy_fields: bool,
+) -> Result<Source, ImportError> {
+    if numpy_fields && (numpy::is_ndarray(obj) || numpy::learn_ndarray(obj)) {
+        return Ok(Source::Numpy(obj.clone().unbind()));
+    }
+    // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
+    if unsafe { ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
+        return Ok(managed(capsule::take(obj)?, ImportPath::Capsule));
+    }
+    let (api, flags) = exchange::type_info(obj);
+    // Another producer's exchange table: an owning tensor now, for host
+    // memory, or for CUDA/ROCm memory on the producer's current stream.
+    let mut device = None;
+    if let Some(api) = api {
+        let d = exchange::device_of(obj, api)?;
+        // `Some(stream)` when the owning tensor may be taken now.
+        let stream: Option<Option<i64>> = match d {
+            Some(d)
+                if stream::stream_kind(d.device_type) != StreamKind::None
+                    && sx.request == StreamRequest::Producer =>
+            {
+                match exchange::current_stream(obj.py(), api, d)? {
+                    Some(h) => {
+                        Some(stream::resolve(d, sx.request, Some(h)).map_err(ImportError::Stream)?)
+                    }
+                    None => None,
+                }
+            }
+            Some(d) if d.device_type == crate::device::kind::CPU => Some(None),
+            _ => None,
+        };
+        if let Some(stream) = stream {
+            if let Some(owner) = exchange::owning(obj, api)? {
+                let mut m = managed(owner, ImportPath::ExchangeApi);
+                if let Source::Managed {
+                    stream: s,
+                    immutable,
+                    ..
+                } = &mut m
+                {
+                    *s = stream;
+                    *immutable = flags.immutable();
+                }
+                return Ok(m);
+            }
+        }
+        device = d;
+    }
+    // Only parameters that accept CUDA/ROCm memory ask the device: a
+    // CPU-only parameter passes `None` and refuses device memory later.
+    let device = match device {
+        Some(d) => Some(d),
+        None if sx.may_need => capsule::dlpack_device(obj)?,
+        None => None,
+    };
+    let stream = match device {
+        Some(d) => stream::resolve(d, sx.request, None).map_err(ImportError::Stream)?,
+        None => None,
+    };
+    if let Some(cap) = capsule::call_dlpack(obj, stream)? {
+        return Ok(Source::Managed {
+            owner: capsule::take(&cap)?,
+            path: ImportPath::Dlpack,
+            stream,
+            immutable: flags.immutable(),
+            said: device,
+            private: None,
+        });
+    }
+    // SAFETY: `obj` is a live object.
+    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
+        return Ok(Source::Buffer(buffer::acquire(obj)?));
+    }
+    if is_from_module(obj, &["tensorflow"]) {
+        let cap = tensorflow::tensorflow_to_dlpack(obj)?;
+        let mut m = managed(capsule::take(&cap)?, ImportPath::Tensorflow);
+        if let Source::Managed { immutable, .. } = &mut m {
+            *immutable = true;
+        }
+        return Ok(m);
+    }
+    Err(ImportError::NotAnArray(type_name(obj)))
+}
+
+/// A [`Source::Managed`] with nothing else known.
+pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
+    Source::Managed {
+        owner,
+        path,
+        stream: None,
+        immutable: false,
+        said: None,
+        private: None,
+    }
+}
+
+/// Phase 2: the raw read of a prepared source and its validation. Runs no
+/// Python code. The view's owner stays with `source` (see [`into_owner`]).
+pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportError> {
+    match source {
+        Source::Numpy(obj) => numpy::read(obj.bind(py)).ok_or(ImportError::NeedsDlpack),
+        Source::Torch {
+            tensor,
+            api,
+            stream,
+            ..
+        } => {
+            let tensor = tensor.bind(py);
+            if !is_private(tensor) {
+                return Err(not_private());
+            }
+            let mut raw = exchange::read_with(tensor, api)?;
+            raw.stream = if stream::stream_kind(raw.device.device_type) == StreamKind::None {
+                None
+            } else {
+                *stream
+            };
+            Ok(raw)
+        }
+        Source::Managed {
+            owner,
+            path,
+            stream,
+            immutable,
+            said,
+            private,
+        } => {
+            if private.as_ref().is_some_and(|p| !is_private(p.bind(py))) {
+                return Err(not_private());
+            }
+            let mut raw = capsule::read(owner, *path)?;
+            // JAX arrays and TensorFlow tensors are immutable, but they
+            // answer with capsules that do not say so (DLPack notes).
+            raw.read_only |= *immutable;
+            let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
+            if let (Some(said), true, None) = (said, has_streams, stream) {
+                // The producer said "no streams here" and then handed over
+                // CUDA/ROCm memory, which it never synchronised for us.
+                return Err(ImportError::Invalid(format!(
+                    "__dlpack_device__() said {said}, but the capsule describes memory on {}",
+                    raw.device
+                )));
+            }
+            raw.stream = if has_streams { *stream } else { None };
+            Ok(raw)
+        }
+        Source::Buffer(owner) => buffer::read(owner),
+        Source::Empty => Err(ImportError::Invalid("the argument was not prepared".into())),
+    }
+}
+
+#[cold]
+fn not_private() -> ImportError {
+    ImportError::Unreadable(
+        "Python code kept a reference to dlcast's private alias of the tensor (a \
+         __torch_function__ mode or override?), so the tensor could change under the view; \
+         the call is refused"
+            .into(),
+    )
+}
+
+/// The owner of the memory a [`read`] of `source` describes, for the view
+/// (`source` is left [`Source::Empty`]).
+pub(crate) fn into_owner(source: &mut Source) -> Owner {
+    match std::mem::replace(source, Source::Empty) {
+        Source::Numpy(obj) => Owner::Object(obj),
+        Source::Torch {
+            tensor,
+            api,
+            original,
+            ..
+        } => Owner::Exchange {
+            obj: tensor,
+            api: NonNull::from(api),
+            original,
+        },
+        Source::Managed { owner, .. } | Source::Buffer(owner) => owner,
+        Source::Empty => Owner::None,
+    }
+}
+
+/// Sorts a producer's exception: interrupts and memory errors propagate as
+/// they are; everything else is wrapped with the parameter's name.
+pub(crate) fn producer_error(what: &'static str, e: PyErr, py: Python<'_>) -> ImportError {
+    // Not an `Exception` (KeyboardInterrupt, SystemExit, GeneratorExit), or
+    // out of memory: not the producer's answer about this array.
+    if !e.is_instance_of::<PyException>(py) || e.is_instance_of::<PyMemoryError>(py) {
+        ImportError::Propagate(e)
+    } else {
+        ImportError::Producer(what, e)
+    }
+}
+
+/// Whether `type(obj).__module__` is one of `packages` or a submodule.
+pub(crate) fn is_from_module(obj: &Bound<'_, PyAny>, packages: &[&str]) -> bool {
+    let py = obj.py();
+    obj.get_type()
+        .getattr(intern!(py, "__module__"))
+        .and_then(|m| m.extract::<String>())
+        .is_ok_and(|m| {
+            packages.iter().any(|p| {
+                m.strip_prefix(p)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+        })
+}
+
+/// Reads and validates a `DLTensor` (the caller keeps its owner).
+///
+/// # Safety
+/// `t` must point to a valid `DLTensor`, with
+/// `shape` (and `strides` unless NULL) readable for `ndim` values each, as
+/// the DLPack header requires of producers.
+pub(crate) unsafe fn from_dltensor(
+    t: *const DLTensor,
+    read_only: bool,
+    path: ImportPath,
+) -> Result<RawTensor, ImportError> {
+    // SAFETY: the caller guarantees `t` is a valid DLTensor.
+    let t = unsafe { &*t };
+    let dtype = DType::new(t.dtype.code, t.dtype.bits, t.dtype.lanes);
+    let device = Device {
+        device_type: t.device.device_type as i32,
+        device_id: t.device.device_id,
+    };
+    if device_type_name(device.device_type).is_none() {
+        return Err(ImportError::Device(device));
+    }
+    if dtype.itemsize().is_none() {
+        return Err(ImportError::DType(dtype));
+    }
+    let ndim =
+        usize::try_from(t.ndim).map_err(|_| ImportError::Invalid(format!("ndim is {}", t.ndim)))?;
+    if ndim > 0 && t.shape.is_null() {
+        return Err(ImportError::Invalid(format!(
+            "shape is NULL with ndim {ndim}"
+        )));
+    }
+    let mut shape: Dims<usize> = numpy::zeros(ndim);
+    for (i, out) in shape.iter_mut().enumerate() {
+        // SAFETY: `shape` holds `ndim` values (caller's guarantee), non-NULL.
+        let n = unsafe { *t.shape.add(i) };
+        *out = usize::try_from(n)
+            .map_err(|_| ImportError::Invalid(format!("extent {n} in dimension {i}")))?;
+    }
+    let mut strides: Dims<isize> = numpy::zeros(ndim);
+    if t.strides.is_null() || ndim == 0 {
+        // Case C5: NULL strides (allowed before DLPack 1.2) mean compact
+        // row-major.
+        layout::fill_c_strides(&shape, &mut strides)
+            .ok_or_else(|| ImportError::Invalid("the shape overflows".into()))?;
+    } else {
+        for (i, s) in strides.iter_mut().enumerate() {
+            // SAFETY: non-NULL `strides` hold `ndim` values.
+            let v = unsafe { *t.strides.add(i) };
+            *s = isize::try_from(v)
+                .map_err(|_| ImportError::Invalid(format!("stride {v} in dimension {i}")))?;
+        }
+    }
+    make_raw(
+        t.data.cast(),
+        t.byte_offset,
+        shape,
+        strides,
+        dtype,
+        device,
+        read_only,
+        path,
+    )
+}
+
+/// Final checks shared by every path: sizes, extent and address arithmetic.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn make_raw(
+    data: *mut u8,
+    byte_offset: u64,
+    shape: Dims<usize>,
+    strides: Dims<isize>,
+    dtype: DType,
+    device: Device,
+    read_only: bool,
+    path: ImportPath,
+) -> Result<RawTensor, ImportError> {
+    let Some(itemsize) = dtype.itemsize() else {
+        return Err(ImportError::DType(dtype));
+    };
+    let invalid = |what: &str| ImportError::Invalid(what.to_string());
+    layout::element_count(&shape).ok_or_else(|| invalid("the element count overflows"))?;
+    let extent = layout::byte_extent(&shape, &strides, itemsize)
+        .ok_or_else(|| invalid("the strides reach beyond the address space"))?;
+    let offset = usize::try_from(byte_offset).map_err(|_| invalid("byte_offset overflows"))?;
+    if let (Some(e), true) = (extent, device.is_host_accessible()) {
+        // Memory the host will read: the whole span must be addressable.
+        if data.is_null() {
+            return Err(invalid("data is NULL for a non-empty array"));
+        }
+        let first = (data as usize)
+            .checked_add(offset)
+            .ok_or_else(|| invalid("data + byte_offset overflows"))?;
+        let lo = first.checked_add_signed(e.lo);
+        let hi = first.checked_add_signed(e.hi);
+        match (lo, hi) {
+            (Some(lo), Some(hi)) if lo != 0 && hi - lo <= isize::MAX as usize => {}
+            _ => return Err(invalid("the array's memory wraps around the address space")),
+        }
+    }
+    Ok(RawTensor {
+        // Never dereferenced unless the checks above passed for it.
+        data: data.wrapping_add(offset),
+        shape,
+        strides,
+        dtype,
+        device,
+        read_only,
+        extent,
+        path,
+        stream: None,
+        borrow: None,
+        owner: Owner::None,
+    })
+}

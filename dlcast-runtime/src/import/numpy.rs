@@ -1,0 +1,245 @@
+//! NumPy arrays, read from the array object's own fields: after an exact
+//! type check against `numpy.ndarray`, the data pointer, ndim, shape,
+//! strides, dtype, flags and byte order. No capsule, no Python call, no
+//! allocation (up to [`super::INLINE_DIMS`] dimensions). The fields read sit
+//! at the same offsets in NumPy 1.x and 2.x.
+
+use super::{Dims, ImportPath, RawTensor, INLINE_DIMS};
+use crate::dtype::{code, DType};
+use crate::layout::ByteExtent;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x).
+#[repr(C)]
+struct NpArray {
+    ob_base: ffi::PyObject,
+    data: *mut u8,
+    nd: c_int,
+    dimensions: *const isize,
+    strides: *const isize,
+    base: *mut ffi::PyObject,
+    descr: *const NpDescr,
+    flags: c_int,
+}
+
+/// The leading fields of NumPy's `PyArray_Descr` (1.x and 2.x: the fourth
+/// char is `flags` in 1.x and `_former_flags` in 2.x; `type_num` follows).
+#[repr(C)]
+struct NpDescr {
+    ob_base: ffi::PyObject,
+    typeobj: *mut ffi::PyTypeObject,
+    kind: c_char,
+    type_char: c_char,
+    byteorder: c_char,
+    former_flags: c_char,
+    type_num: c_int,
+}
+
+/// `NPY_ARRAY_WRITEABLE`.
+const NPY_WRITEABLE: c_int = 0x0400;
+
+/// `numpy.ndarray`, once seen (a strong reference is kept, so the pointer
+/// stays valid for the process).
+static NDARRAY: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `obj`'s type is exactly `numpy.ndarray` (subclasses take the
+/// generic path: they may override `__dlpack__`).
+#[inline(always)]
+pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object; its type pointer is valid.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    // Until `numpy.ndarray` is known, every object takes the generic path,
+    // which learns the type (`learn_ndarray`), running Python code only there.
+    tp == NDARRAY.load(Ordering::Relaxed)
+}
+
+/// Whether `obj` is exactly a `numpy.ndarray`, learning the type the first
+/// time one is seen (which may run Python code: `numpy.ndarray` is looked
+/// up). Called on the generic path, so that [`numpy`] never runs Python.
+pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object; its type pointer is valid.
+    let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+    let known = NDARRAY.load(Ordering::Relaxed);
+    if !known.is_null() {
+        return tp == known;
+    }
+    if !type_named_ndarray(obj, tp) {
+        return false;
+    }
+    // Confirm against the real `numpy.ndarray` (numpy is imported, since an
+    // object of a type of that name exists).
+    let py = obj.py();
+    let Ok(ndarray) = py.import("numpy").and_then(|m| m.getattr("ndarray")) else {
+        return false;
+    };
+    if ndarray.as_ptr().cast() != tp {
+        return false;
+    }
+    // Keep the type alive for the process, then cache its address.
+    std::mem::forget(ndarray.unbind());
+    NDARRAY.store(tp, Ordering::Relaxed);
+    true
+}
+
+/// Whether the type's name is `numpy.ndarray` (a cheap filter before the
+/// exact check against NumPy's type).
+#[cfg(not(Py_LIMITED_API))]
+fn type_named_ndarray(_obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bool {
+    // SAFETY: `tp` is a live type object; `tp_name` is a C string.
+    unsafe { std::ffi::CStr::from_ptr((*tp).tp_name) == c"numpy.ndarray" }
+}
+
+/// The same for abi3 builds, where type objects are opaque: the name is
+/// asked through the API (only until `numpy.ndarray` is first seen).
+#[cfg(Py_LIMITED_API)]
+fn type_named_ndarray(obj: &Bound<'_, PyAny>, _tp: *mut ffi::PyTypeObject) -> bool {
+    obj.get_type()
+        .fully_qualified_name()
+        .is_ok_and(|n| n.to_str().is_ok_and(|n| n == "numpy.ndarray"))
+}
+
+/// DLPack type of a NumPy `type_num`, for the types DLPack can describe.
+fn numpy_dtype(type_num: c_int) -> Option<DType> {
+    let long_bits = (std::mem::size_of::<std::ffi::c_long>() * 8) as u8;
+    Some(match type_num {
+        0 => DType::BOOL,
+        1 => DType::INT8,
+        2 => DType::UINT8,
+        3 => DType::INT16,
+        4 => DType::UINT16,
+        5 => DType::INT32,
+        6 => DType::UINT32,
+        7 => DType::new(code::INT, long_bits, 1),
+        8 => DType::new(code::UINT, long_bits, 1),
+        9 => DType::INT64,
+        10 => DType::UINT64,
+        11 => DType::FLOAT32,
+        12 => DType::FLOAT64,
+        14 => DType::COMPLEX64,
+        15 => DType::COMPLEX128,
+        23 => DType::FLOAT16,
+        _ => return None,
+    })
+}
+
+/// Imports an exact `numpy.ndarray` from its fields, in one pass over its
+/// dimensions: shape, strides (bytes to elements), element count and byte
+/// extent together, with the checks of [`super::make_raw`]. `None` for
+/// other objects and for arrays this path does not take: dtypes DLPack
+/// cannot describe, byte-swapped data, byte strides that are not whole
+/// elements, sizes or spans that overflow. Those go the generic way, which
+/// gives NumPy's own `BufferError` or dlcast's error for the layout.
+#[inline(always)]
+pub(crate) fn read(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
+    if !is_ndarray(obj) {
+        return None;
+    }
+    // SAFETY: `obj` is exactly a `numpy.ndarray`, whose object starts with
+    // the fields of `NpArray`; we hold the GIL and a reference to `obj`, so
+    // the fields and the descr they point to stay valid while we read.
+    let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
+    // SAFETY: every array has a descr.
+    let descr = unsafe { &*arr.descr };
+    let dtype = numpy_dtype(descr.type_num)?;
+    let native = if cfg!(target_endian = "little") {
+        b'<'
+    } else {
+        b'>'
+    };
+    let order = descr.byteorder as u8;
+    if order != b'=' && order != b'|' && order != native {
+        return None;
+    }
+    let ndim = usize::try_from(arr.nd).ok()?;
+    // Every dtype of `numpy_dtype` has a power-of-two size.
+    let item = dtype.itemsize()? as isize;
+    // A 0-d array's `dimensions` and `strides` may be NULL, which no slice
+    // may point at, even an empty one.
+    let (dims, byte_strides): (&[isize], &[isize]) = if ndim == 0 {
+        (&[], &[])
+    } else {
+        // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
+        // non-NULL, aligned and hold `nd` values each, valid while we hold
+        // `obj` and the GIL (no Python code runs here).
+        unsafe {
+            (
+                std::slice::from_raw_parts(arr.dimensions, ndim),
+                std::slice::from_raw_parts(arr.strides, ndim),
+            )
+        }
+    };
+    // First pass, reading only: the element count and the bytes reached
+    // either side of element 0 (NumPy's strides are in bytes already). An
+    // overflow matters only for a non-empty array; either way the generic
+    // path decides.
+    let (mut count, mut lo, mut hi) = (1usize, 0isize, 0isize);
+    let (mut empty, mut overflow) = (false, false);
+    for (&n, &s) in dims.iter().zip(byte_strides) {
+        if n < 0 || s & (item - 1) != 0 {
+            // Byte strides that are not whole elements: NumPy's __dlpack__
+            // refuses them with its own message.
+            return None;
+        }
+        empty |= n == 0;
+        let (c, o1) = count.overflowing_mul(n as usize);
+        let (step, o2) = (n - 1).overflowing_mul(s);
+        let o3 = if step < 0 {
+            let (v, o) = lo.overflowing_add(step);
+            lo = v;
+            o
+        } else {
+            let (v, o) = hi.overflowing_add(step);
+            hi = v;
+            o
+        };
+        count = c;
+        overflow |= o1 | o2 | o3;
+    }
+    let extent = if empty {
+        None
+    } else {
+        let hi = hi.checked_add(item)?;
+        // The whole span must be addressable, as `make_raw` checks.
+        let base = arr.data as usize;
+        match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
+            (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
+                if h - l > isize::MAX as usize {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        Some(ByteExtent { lo, hi })
+    };
+    // Built where it is returned, then filled: no copy of its inline dims.
+    let mut raw = RawTensor::new(
+        arr.data,
+        zeros(ndim),
+        zeros(ndim),
+        dtype,
+        arr.flags & NPY_WRITEABLE == 0,
+        extent,
+        ImportPath::Numpy,
+    );
+    let shift = item.trailing_zeros();
+    for (i, (&n, &s)) in dims.iter().zip(byte_strides).enumerate() {
+        raw.shape[i] = n as usize;
+        raw.strides[i] = s >> shift;
+    }
+    Some(raw)
+}
+
+/// `ndim` zeros (inline up to [`INLINE_DIMS`]: a fixed-size fill,
+/// no `memset` call of variable length).
+#[inline(always)]
+pub(crate) fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
+    if ndim <= INLINE_DIMS {
+        SmallVec::from_buf_and_len([T::default(); INLINE_DIMS], ndim)
+    } else {
+        smallvec::smallvec![T::default(); ndim]
+    }
+}
