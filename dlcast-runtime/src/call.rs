@@ -458,7 +458,17 @@ impl CallCx {
                 host,
                 ndim,
             } => {
-                let tmp = self.convert(index, obj, host, ndim, target, &what)?;
+                // A PyTorch tensor converts from the alias that was read (the
+                // caller's tensor may have changed since).
+                let read = match &self.slots[index].source {
+                    Source::Torch { tensor, .. }
+                    | Source::Managed {
+                        private: Some(tensor),
+                        ..
+                    } => tensor.clone_ref(py).into_bound(py),
+                    _ => obj.clone(),
+                };
+                let tmp = self.convert(index, &read, host, ndim, target, &what)?;
                 self.prepare_slot(index, &tmp, true).map_err(|e| {
                     let err = self.fail(
                         &self.spec.params[index],

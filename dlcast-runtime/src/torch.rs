@@ -58,9 +58,8 @@ pub(crate) fn prepare(
     let py = obj.py();
     refuse_py_dispatch(flags)?;
     let api = exchange::torch_table(py);
-    if writable {
-        guard_write(obj)?;
-    }
+    // Inference tensors track no version: they are not bumped.
+    let bump = writable && guard_write(obj)?;
     let alias = obj
         .getattr(intern!(py, "data"))
         .map_err(|e| producer_error("x.data", e, py))?;
@@ -72,7 +71,7 @@ pub(crate) fn prepare(
     }
     refuse_py_dispatch(exchange::type_info(&alias).1)?;
     torch_bit(&alias, TorchBit::Negative)?;
-    let bump = writable.then(|| obj.clone().unbind());
+    let bump = bump.then(|| obj.clone().unbind());
     let Some(api) = api else {
         // A PyTorch without the exchange API: the alias's own `__dlpack__`.
         return via_dlpack(alias, None, sx, bump);
@@ -170,8 +169,9 @@ fn refuse_py_dispatch(flags: TypeFlags) -> Result<(), ImportError> {
 /// Before a writable view: refuse a tensor that requires grad (autograd
 /// cannot see the write, PyTorch forbids untracked in-place changes) and an
 /// inference tensor outside `torch.inference_mode()` (PyTorch refuses
-/// in-place writes to it there).
-fn guard_write(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
+/// in-place writes to it there). `Ok(false)` for an inference tensor, whose
+/// version PyTorch does not track.
+fn guard_write(obj: &Bound<'_, PyAny>) -> Result<bool, ImportError> {
     let py = obj.py();
     let asked = |name: &Bound<'_, pyo3::types::PyString>, call: bool| {
         let v = if call {
@@ -203,8 +203,9 @@ fn guard_write(obj: &Bound<'_, PyAny>) -> Result<(), ImportError> {
                     .into(),
             ));
         }
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The lazy bits PyTorch keeps on a tensor: its memory does not hold its

@@ -737,3 +737,37 @@ def test_exchange_api_views_and_writes():
     # Python code runs): the type's __dlpack__ is used.
     t = exchange_type(table(1, fill, owning=False), lambda: capsule(np.arange(2.0)))()
     assert ext.import_path(t) == "dlpack" and ext.values(t) == [0.0, 1.0]
+
+
+_CYCLE = """
+import ctypes, numpy as np, sys
+sys.path.insert(0, {here!r})
+from conftest import ApiC, HeaderC, capsule
+import dlcast_testext as ext
+api = ApiC()
+api.header.major = 2
+api.header.prev_api = ctypes.cast(ctypes.pointer(api.header), ctypes.POINTER(HeaderC))
+new = ctypes.pythonapi.PyCapsule_New
+new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+name = b"dlpack_exchange_api"
+cap = new(ctypes.addressof(api), name, None)
+T = type("Cycles", (), {{"__dlpack_c_exchange_api__": cap,
+                        "__dlpack__": lambda self, **kw: capsule(np.arange(2.0))}})
+print(ext.import_path(T()), ext.values(T()))
+"""
+
+
+def test_kind10_a_prev_api_chain_that_cycles_ends():
+    # A table whose prev_api points back to itself (major 2, so dlcast walks
+    # on looking for major 1) once hung the process with the GIL held; the
+    # walk is bounded and the type's __dlpack__ is used.
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, DLCAST_NO_JAX="1")
+    out = subprocess.run([sys.executable, "-c", _CYCLE.format(here=here)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["dlpack", "[0.0,", "1.0]"]

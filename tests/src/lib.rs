@@ -11,6 +11,7 @@ mod api;
 mod borrows;
 mod gpu;
 mod producer;
+mod soundness;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
 /// compiled into it), to show that the fast import paths allocate nothing.
@@ -445,6 +446,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_export_functions(m)?;
     api::add(m)?;
     borrows::add(m)?;
+    soundness::add(m)?;
     gpu::add(m)?;
     add_robustness_functions(m)
 }

@@ -1,0 +1,45 @@
+//! Functions for the soundness tests (tests/python/test_soundness.py):
+//! bodies that run Python code while they hold views.
+
+use dlcast_runtime::prelude::*;
+use pyo3::prelude::*;
+
+/// Calls `callback()` inside the body, then returns the view of `x` to
+/// NumPy: the export must describe the memory the view was made of,
+/// whatever the callback did to the caller's tensor.
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn view_after_call<'a>(
+    x: TensorRef<'a, f64>,
+    callback: &Bound<'_, PyAny>,
+) -> PyResult<TensorRef<'a, f64>> {
+    callback.call0()?;
+    Ok(x)
+}
+
+/// Sums `x` (read-only, converted where needed), calls `callback()`, and
+/// sums it again through the same view: `(before, after)`.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_around_call(x: TensorRef<'_, f64>, callback: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+    let before = x.to_vec()?.iter().sum();
+    callback.call0()?;
+    Ok((before, x.to_vec()?.iter().sum()))
+}
+
+/// Writes `value` into every element of `out` (first), then reads the
+/// length of `other` (second argument, prepared after `out`).
+#[dlpack_fn]
+#[pyfunction]
+fn fill_then_len(mut out: TensorMut<'_, f64>, other: TensorDyn<'_>, value: f64) -> PyResult<usize> {
+    out.fill(value)?;
+    Ok(other.len())
+}
+
+/// Registers the functions above.
+pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(view_after_call, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_around_call, m)?)?;
+    m.add_function(wrap_pyfunction!(fill_then_len, m)?)?;
+    Ok(())
+}
