@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint rust-test py-test typecheck demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint rust-test free-threaded py-test typecheck demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -29,6 +29,14 @@ lint:
 rust-test:
 	cargo test --workspace
 
+## The runtime and both test extensions type-check against a free-threaded
+## CPython (3.14t, Py_GIL_DISABLED) through a PyO3 config file: there,
+## #[dlpack_fn] functions refuse to run unless the GIL is on (README,
+## Safety). A target dir of its own, kept between runs.
+free-threaded:
+	PYO3_CONFIG_FILE=$(abspath scripts/pyo3-free-threaded.cfg) CARGO_TARGET_DIR=target/free-threaded \
+		cargo check -q -p dlcast-runtime -p dlcast-testext -p dlcast-second
+
 py-test: ext
 	$(PY) -m pytest tests/python -q
 
@@ -40,7 +48,7 @@ typecheck: ext
 ## Run every test: formatting, clippy, Rust unit/property tests, ui-tests,
 ## the pytest suite against NumPy, PyTorch, JAX and array-api-strict, and
 ## the generated stubs under mypy --strict.
-test: venv lint rust-test py-test typecheck
+test: venv lint rust-test free-threaded py-test typecheck
 
 demo-ext: venv
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q --no-cache-dir "matplotlib>=3.8"

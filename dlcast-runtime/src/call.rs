@@ -254,6 +254,8 @@ impl CallCx {
         self.slots[index].writable = writable;
         self.prepare_slot(index, obj, true)?;
         let py = obj.py();
+        #[cfg(Py_GIL_DISABLED)]
+        refuse_free_threading(py)?;
         let raw = match import::read(py, &self.slots[index].source) {
             Err(ImportError::NeedsDlpack) => {
                 self.prepare_slot(index, obj, false)?;
@@ -326,6 +328,8 @@ impl CallCx {
     /// borrow registry; see the module documentation. Call after every
     /// `prepare`, before the body.
     pub fn finish(&mut self) -> PyResult<()> {
+        #[cfg(Py_GIL_DISABLED)]
+        refuse_free_threading(self.py())?;
         // Each round runs one step of Python code that a pass asked for; each
         // step happens at most twice per argument (`Dlpack`, then `Convert`)
         // plus one round of version bumps, so the bound is never reached
@@ -886,3 +890,33 @@ impl CallCx {
 fn not_read() -> PyErr {
     PyBufferError::new_err("dlcast: an argument was not read before the body (a bug)")
 }
+
+/// On a free-threaded CPython (3.13t+) running without the GIL, refuses the
+/// call: dlcast's checks assume that no other thread runs Python code
+/// between an argument's read and the body (the borrow registry has its own
+/// lock, but a PyTorch alias or a NumPy array's fields could change under
+/// another thread's hands). Runs no Python code once the GIL is known on.
+#[cfg(Py_GIL_DISABLED)]
+fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static GIL_ON: AtomicBool = AtomicBool::new(false);
+    if GIL_ON.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let on = py
+        .import("sys")?
+        .getattr("_is_gil_enabled")
+        .and_then(|f| f.call0())
+        .and_then(|v| v.is_truthy())
+        .unwrap_or(false);
+    if on {
+        // Once enabled, the GIL stays on for the process.
+        GIL_ON.store(true, Ordering::Relaxed);
+        return Ok(());
+    }
+    Err(pyo3::exceptions::PyRuntimeError::new_err(
+        "dlcast functions do not run on free-threaded CPython without the GIL yet: run \
+         Python with PYTHON_GIL=1 (or -X gil=1)",
+    ))
+}
+
