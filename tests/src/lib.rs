@@ -10,6 +10,7 @@ use pyo3::types::PyComplex;
 mod api;
 mod gpu;
 mod producer;
+mod soundness;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
 /// compiled into it), to show that the fast import paths allocate nothing.
@@ -444,6 +445,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_export_functions(m)?;
     api::add(m)?;
     gpu::add(m)?;
+    soundness::add(m)?;
     add_robustness_functions(m)
 }
 
