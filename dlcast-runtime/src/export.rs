@@ -358,8 +358,9 @@ impl Exported {
             )));
         }
         let mut c_strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        // Compact strides of a shape whose byte size fits `isize` fit too.
-        layout::fill_c_strides(&shape, &mut c_strides)
+        // Compact strides of a non-empty shape whose byte size fits `isize`
+        // fit too; an empty one gets zeros where they would overflow.
+        layout::fill_c_strides_or_empty(&shape, &mut c_strides)
             .ok_or_else(|| PyValueError::new_err("the compact strides overflow"))?;
         Exported::new(
             dst,
@@ -517,8 +518,15 @@ impl<T: Element> Tensor<T> {
             .filter(|&b| b <= isize::MAX as usize - Self::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
         let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        // Compact strides of a shape whose byte size fits `isize` fit too.
-        layout::fill_c_strides(shape, &mut strides).ok_or_else(overflow)?;
+        // Compact strides of a non-empty shape whose byte size fits `isize`
+        // fit too; an empty one gets zeros where they would overflow.
+        layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(|| {
+            ShapeError::Unrepresentable {
+                shape: shape.to_vec(),
+                strides: Vec::new(),
+                why: "an extent exceeds i64::MAX, or its compact strides overflow",
+            }
+        })?;
         let buf = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
         let inner = Exported::new(
             buf.ptr.as_ptr(),

@@ -71,6 +71,20 @@ pub fn fill_c_strides(shape: &[usize], out: &mut [isize]) -> Option<()> {
     Some(())
 }
 
+/// [`fill_c_strides`], except that an empty array, whose strides address
+/// nothing, gets strides of 0 where its compact ones would overflow (a
+/// shape such as `[0, 2**62, 4]`). `None` only for a non-empty shape.
+pub fn fill_c_strides_or_empty(shape: &[usize], out: &mut [isize]) -> Option<()> {
+    if fill_c_strides(shape, out).is_some() {
+        return Some(());
+    }
+    if !shape.contains(&0) {
+        return None;
+    }
+    out.fill(0);
+    Some(())
+}
+
 /// The bytes an array touches, relative to the address of element 0.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ByteExtent {
@@ -345,6 +359,10 @@ mod tests {
         assert_eq!(offset_of(&[2, 1], &[1, isize::MIN], &[1, 0]), Some(1));
         assert!(stride_unused(&[1, 5], 0) && !stride_unused(&[1, 5], 1));
         assert!(stride_unused(&[0, 5], 1));
+        let mut st = [7; 3];
+        assert_eq!(fill_c_strides_or_empty(&[0, 1 << 62, 4], &mut st), Some(()));
+        assert_eq!(st, [0, 0, 0]);
+        assert_eq!(fill_c_strides_or_empty(&[2, 1 << 62, 4], &mut st), None);
     }
 
     #[test]
