@@ -660,15 +660,16 @@ impl<T: Element> Tensor<T> {
         keep: Box<dyn Any + Send>,
     ) -> Result<Self, ShapeError> {
         let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        let unrepresentable = |why| ShapeError::Unrepresentable {
+        let unrepresentable = |why, strides: &[isize]| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
             strides: strides.to_vec(),
             why,
         };
         // The caller checked the element count (that of a real allocation),
         // so compact strides fit; checked anyway.
-        layout::fill_c_strides(shape, &mut strides)
-            .ok_or_else(|| unrepresentable("the compact strides overflow"))?;
+        if layout::fill_c_strides(shape, &mut strides).is_none() {
+            return Err(unrepresentable("the compact strides overflow", &[]));
+        }
         let mut inner = Exported::new(
             data,
             shape,
@@ -678,7 +679,7 @@ impl<T: Element> Tensor<T> {
             false,
             Keep::Owned(keep),
         )
-        .map_err(|e| unrepresentable(e.0))?;
+        .map_err(|e| unrepresentable(e.0, &strides))?;
         inner.stream = stream;
         Ok(Tensor {
             inner,
