@@ -919,4 +919,3 @@ fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
          Python with PYTHON_GIL=1 (or -X gil=1)",
     ))
 }
-

@@ -112,12 +112,12 @@ impl<T: Element + cudarc::driver::DeviceRepr> Tensor<T> {
             device_type: kind::CUDA,
             device_id: slice.ordinal() as i32,
         };
-        Ok(Tensor::from_device_parts(
+        Tensor::from_device_parts(
             ptr as usize as *mut u8,
             shape,
             device,
             Some(stream_value),
             Box::new(CudaKeep(Some(slice))),
-        ))
+        )
     }
 }

@@ -20,7 +20,7 @@ use crate::layout;
 use dlpack_rs::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
@@ -29,6 +29,7 @@ use std::any::Any;
 use std::ffi::{c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// `DLPACK_FLAG_BITMASK_READ_ONLY` and `..._IS_COPIED` (DLPack header).
 const FLAG_READ_ONLY: u64 = 1;
@@ -100,11 +101,34 @@ pub enum ShapeError {
         /// Elements given.
         len: usize,
     },
+    /// The shape or strides cannot be described to a consumer: an extent
+    /// beyond `i64::MAX`, or a byte stride beyond `isize`.
+    #[error("shape {shape:?} with strides {strides:?} cannot be exported: {why}")]
+    Unrepresentable {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The requested strides (elements).
+        strides: Vec<isize>,
+        /// What does not fit.
+        why: &'static str,
+    },
+    /// The buffer could not be allocated: more bytes than the address space
+    /// holds, or the allocator refused. Converts to Python's `MemoryError`.
+    #[error("cannot allocate {bytes} bytes for shape {shape:?}")]
+    OutOfMemory {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// Bytes asked for (`usize::MAX` when the size itself overflows).
+        bytes: usize,
+    },
 }
 
 impl From<ShapeError> for PyErr {
     fn from(e: ShapeError) -> Self {
-        PyValueError::new_err(e.to_string())
+        match e {
+            ShapeError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+            _ => PyValueError::new_err(e.to_string()),
+        }
     }
 }
 
@@ -115,16 +139,16 @@ struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    /// `bytes` zero bytes aligned to `align` (a power of two); the caller
-    /// checked that `bytes + align` fits in `isize`.
-    fn zeroed(bytes: usize, align: usize) -> Self {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), align)
-            .expect("size and alignment were checked by the caller");
+    /// `bytes` zero bytes aligned to `align` (a power of two), or `None`
+    /// when the size does not fit a layout (over `isize::MAX` once rounded
+    /// up to `align`) or the allocator refuses: the size comes from a
+    /// Python input, so failure must raise `MemoryError`, not abort.
+    fn try_zeroed(bytes: usize, align: usize) -> Option<Self> {
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), align).ok()?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, layout }
+        let ptr = std::ptr::NonNull::new(ptr)?;
+        Some(AlignedBuf { ptr, layout })
     }
 }
 
@@ -182,7 +206,25 @@ impl Drop for Exported {
     }
 }
 
+/// Why an [`Exported`] cannot describe a layout (see [`Exported::new`]).
+#[derive(Debug)]
+struct Unrepresentable(&'static str);
+
+/// Shape and strides in the forms DLPack and the buffer protocol need.
+struct Described {
+    shape: Dims<i64>,
+    strides: Dims<i64>,
+    buf_shape: Dims<isize>,
+    buf_strides: Dims<isize>,
+}
+
 impl Exported {
+    /// The description of an export; the layout was validated by its maker
+    /// (import, or a `Tensor` constructor). Every size is converted with
+    /// checked arithmetic: extents must fit `i64` (DLPack) and `isize`
+    /// (`Py_ssize_t`), `ndim` an `i32`, and byte strides `isize`. A stride
+    /// that no index steps along (extent <= 1, or an empty array) may be
+    /// any value and is exported as 0 when it has no such form.
     fn new(
         data: *mut u8,
         shape: &[usize],
@@ -191,29 +233,75 @@ impl Exported {
         device: Device,
         read_only: bool,
         keep: Keep,
-    ) -> Self {
-        let item = dtype.itemsize().unwrap_or(1) as isize;
+    ) -> Result<Self, Unrepresentable> {
+        let d = Self::describe(shape, strides, dtype)?;
         BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
-        Exported {
+        Ok(Exported {
             data,
-            shape: shape.iter().map(|&n| n as i64).collect(),
-            strides: strides.iter().map(|&s| s as i64).collect(),
+            shape: d.shape,
+            strides: d.strides,
             dtype,
             device,
             read_only,
             stream: None,
-            buf_shape: shape.iter().map(|&n| n as isize).collect(),
-            buf_strides: strides.iter().map(|&s| s * item).collect(),
+            buf_shape: d.buf_shape,
+            buf_strides: d.buf_strides,
             _keep: keep,
+        })
+    }
+
+    /// The checked conversions of [`Exported::new`], without the data.
+    fn describe(
+        shape: &[usize],
+        strides: &[isize],
+        dtype: DType,
+    ) -> Result<Described, Unrepresentable> {
+        if shape.len() != strides.len() || i32::try_from(shape.len()).is_err() {
+            return Err(Unrepresentable("too many dimensions"));
         }
+        let item = isize::try_from(dtype.itemsize().unwrap_or(1))
+            .map_err(|_| Unrepresentable("the itemsize overflows"))?;
+        let mut out_shape = Dims::<i64>::new();
+        let mut buf_shape = Dims::<isize>::new();
+        for &n in shape {
+            let (Ok(a), Ok(b)) = (i64::try_from(n), isize::try_from(n)) else {
+                return Err(Unrepresentable("an extent exceeds i64::MAX"));
+            };
+            out_shape.push(a);
+            buf_shape.push(b);
+        }
+        let mut out_strides = Dims::<i64>::new();
+        let mut buf_strides = Dims::<isize>::new();
+        for (axis, &s) in strides.iter().enumerate() {
+            let (s, bytes) = match s.checked_mul(item).map(|b| (i64::try_from(s), b)) {
+                Some((Ok(s), b)) => (s, b),
+                _ if layout::stride_unused(shape, axis) => (0, 0),
+                // A dimension stepped along: its byte stride is at most the
+                // byte extent its maker checked, so this cannot happen.
+                _ => return Err(Unrepresentable("a byte stride overflows")),
+            };
+            out_strides.push(s);
+            buf_strides.push(bytes);
+        }
+        Ok(Described {
+            shape: out_shape,
+            strides: out_strides,
+            buf_shape,
+            buf_strides,
+        })
     }
 
+    /// Extents as `usize` (they were `usize` values, checked to fit `i64`).
     fn shape_usize(&self) -> Dims<usize> {
-        self.shape.iter().map(|&n| n as usize).collect()
+        self.buf_shape.iter().map(|&n| n.unsigned_abs()).collect()
     }
 
+    /// Strides in elements as `isize` (they were `isize` values).
     fn strides_isize(&self) -> Dims<isize> {
-        self.strides.iter().map(|&s| s as isize).collect()
+        self.strides
+            .iter()
+            .map(|&s| isize::try_from(s).unwrap_or(0))
+            .collect()
     }
 
     fn is_c_contiguous(&self) -> bool {
@@ -223,43 +311,67 @@ impl Exported {
     /// The elements copied, in C order, into a new buffer aligned to
     /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
     /// read-only mark.
-    fn aligned_copy(&self) -> Exported {
-        let bytes = self.copy_c_order();
-        let buf = AlignedBuf::zeroed(bytes.len(), Tensor::<u8>::ALIGN);
-        // SAFETY: `buf` holds at least `bytes.len()` writable bytes and does
-        // not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr.as_ptr(), bytes.len()) };
+    ///
+    /// # Errors
+    /// `MemoryError` when the copy cannot be allocated (a broadcast array
+    /// may hold far more elements than memory), `ValueError` for a layout
+    /// whose offsets overflow.
+    fn aligned_copy(&self) -> PyResult<Exported> {
+        let item = self.dtype.itemsize().unwrap_or(1);
         let shape = self.shape_usize();
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        // The shape was valid for the original, so its compact strides fit.
-        layout::fill_c_strides(&shape, &mut strides).unwrap_or(());
+        let strides = self.strides_isize();
+        let oom = |bytes| {
+            PyMemoryError::new_err(format!(
+                "cannot allocate {bytes} bytes for a copy of an array of shape {shape:?}"
+            ))
+        };
+        let count = layout::element_count(&shape).ok_or_else(|| oom(usize::MAX))?;
+        let bytes = layout::checked_bytes(count, item)
+            .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
+            .ok_or_else(|| oom(count.saturating_mul(item)))?;
+        let buf = AlignedBuf::try_zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
+        let dst = buf.ptr.as_ptr();
+        let mut written = 0usize;
+        let mut overflow = false;
+        let walked = layout::for_each_offset(&shape, &strides, |off| {
+            let src = match off.checked_mul(item as isize) {
+                // `written < bytes` always: the walk visits `count` elements.
+                Some(b) if written < bytes => self.data.wrapping_offset(b),
+                _ => {
+                    overflow = true;
+                    return;
+                }
+            };
+            // SAFETY: every offset of the walk is an element inside the
+            // exported memory (validated when the export was made), which is
+            // host-accessible (checked by the caller) and `item` bytes long;
+            // `dst + written` has `item` writable bytes left (`written <
+            // bytes = count * item`, a multiple of `item`) in a fresh buffer
+            // that does not overlap the source.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(written), item) };
+            written += item;
+        });
+        if walked.is_none() || overflow {
+            return Err(PyValueError::new_err(format!(
+                "cannot copy an array of shape {shape:?} and strides {strides:?}: \
+                 an element offset overflows"
+            )));
+        }
+        let mut c_strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        // Compact strides of a non-empty shape whose byte size fits `isize`
+        // fit too; an empty one gets zeros where they would overflow.
+        layout::fill_c_strides_or_empty(&shape, &mut c_strides)
+            .ok_or_else(|| PyValueError::new_err("the compact strides overflow"))?;
         Exported::new(
-            buf.ptr.as_ptr(),
+            dst,
             &shape,
-            &strides,
+            &c_strides,
             self.dtype,
             self.device,
             self.read_only,
             Keep::Owned(Box::new(buf)),
         )
-    }
-
-    /// The elements copied into a fresh C-order buffer (host memory only).
-    fn copy_c_order(&self) -> Vec<u8> {
-        let item = self.dtype.itemsize().unwrap_or(1);
-        let shape = self.shape_usize();
-        let strides = self.strides_isize();
-        let count = layout::element_count(&shape).unwrap_or(0);
-        let mut out = Vec::with_capacity(count * item);
-        layout::for_each_offset(&shape, &strides, |off| {
-            // SAFETY: every offset of the walk is an element inside the
-            // exported memory (validated when the export was made), which is
-            // host-accessible (checked by the caller) and `item` bytes long.
-            let src =
-                unsafe { std::slice::from_raw_parts(self.data.offset(off * item as isize), item) };
-            out.extend_from_slice(src);
-        });
-        out
+        .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
     }
 }
 
@@ -325,8 +437,13 @@ impl<T: Element> Tensor<T> {
         let (first, empty) = match layout::byte_extent(shape, strides, item).ok_or_else(oob)? {
             None => (0usize, true),
             Some(e) => {
-                let span = usize::try_from(e.hi - e.lo).map_err(|_| oob())?;
-                if span > data.len() * item {
+                let span =
+                    e.hi.checked_sub(e.lo)
+                        .and_then(|d| usize::try_from(d).ok())
+                        .ok_or_else(oob)?;
+                // `data.len() * item` is the byte size of a live `Vec`,
+                // which fits `isize`; checked anyway.
+                if data.len().checked_mul(item).is_none_or(|b| span > b) {
                     return Err(oob());
                 }
                 (e.lo.unsigned_abs(), false)
@@ -340,6 +457,11 @@ impl<T: Element> Tensor<T> {
         } else {
             base.wrapping_add(first)
         };
+        let unrepresentable = |e: Unrepresentable| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            why: e.0,
+        };
         Ok(Tensor {
             inner: Exported::new(
                 ptr,
@@ -349,7 +471,8 @@ impl<T: Element> Tensor<T> {
                 Device::CPU,
                 false,
                 Keep::Owned(Box::new(data)),
-            ),
+            )
+            .map_err(unrepresentable)?,
             _marker: PhantomData,
         })
     }
@@ -358,7 +481,9 @@ impl<T: Element> Tensor<T> {
     /// is `f(i)`, in a buffer aligned to [`Tensor::ALIGN`] bytes.
     ///
     /// # Errors
-    /// [`ShapeError::Length`] if the element count overflows.
+    /// [`ShapeError::Length`] if the element count overflows,
+    /// [`ShapeError::OutOfMemory`] (Python's `MemoryError`) if the buffer
+    /// cannot be allocated.
     pub fn from_fn(shape: &[usize], mut f: impl FnMut(usize) -> T) -> Result<Self, ShapeError> {
         let mut t = Self::zeros(shape)?;
         // `zeros` makes owned, C-contiguous, aligned and valid elements.
@@ -373,7 +498,10 @@ impl<T: Element> Tensor<T> {
     /// as JAX need to take the buffer without a copy.
     ///
     /// # Errors
-    /// [`ShapeError::Length`] if the byte size overflows.
+    /// [`ShapeError::Length`] if the element count overflows `usize`,
+    /// [`ShapeError::Unrepresentable`] if an extent exceeds `i64::MAX`,
+    /// [`ShapeError::OutOfMemory`] (Python's `MemoryError`) if the byte
+    /// size exceeds the address space or the allocator refuses it.
     pub fn zeros(shape: &[usize]) -> Result<Self, ShapeError> {
         let overflow = || ShapeError::Length {
             shape: shape.to_vec(),
@@ -381,23 +509,41 @@ impl<T: Element> Tensor<T> {
             got: 0,
         };
         let count = layout::element_count(shape).ok_or_else(overflow)?;
-        let bytes = count
-            .checked_mul(std::mem::size_of::<T>())
+        let oom = |bytes| ShapeError::OutOfMemory {
+            shape: shape.to_vec(),
+            bytes,
+        };
+        let item = std::mem::size_of::<T>();
+        let bytes = layout::checked_bytes(count, item)
             .filter(|&b| b <= isize::MAX as usize - Self::ALIGN)
-            .ok_or_else(overflow)?;
-        let buf = AlignedBuf::zeroed(bytes, Self::ALIGN);
+            .ok_or_else(|| oom(count.saturating_mul(item)))?;
         let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        layout::fill_c_strides(shape, &mut strides).ok_or_else(overflow)?;
+        // Compact strides of a non-empty shape whose byte size fits `isize`
+        // fit too; an empty one gets zeros where they would overflow.
+        layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(|| {
+            ShapeError::Unrepresentable {
+                shape: shape.to_vec(),
+                strides: Vec::new(),
+                why: "an extent exceeds i64::MAX, or its compact strides overflow",
+            }
+        })?;
+        let buf = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
+        let inner = Exported::new(
+            buf.ptr.as_ptr(),
+            shape,
+            &strides,
+            T::DTYPE,
+            Device::CPU,
+            false,
+            Keep::Owned(Box::new(buf)),
+        )
+        .map_err(|e| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            why: e.0,
+        })?;
         Ok(Tensor {
-            inner: Exported::new(
-                buf.ptr.as_ptr(),
-                shape,
-                &strides,
-                T::DTYPE,
-                Device::CPU,
-                false,
-                Keep::Owned(Box::new(buf)),
-            ),
+            inner,
             _marker: PhantomData,
         })
     }
@@ -437,23 +583,36 @@ impl<T: Element> Tensor<T> {
     pub fn from_ndarray<D: ndarray::Dimension>(array: ndarray::Array<T, D>) -> Self {
         let shape: Dims<usize> = array.shape().iter().copied().collect();
         let strides: Dims<isize> = array.strides().iter().copied().collect();
+        if Exported::describe(&shape, &strides, T::DTYPE).is_err() {
+            // Unreachable by ndarray's invariants (extents and the byte
+            // offset of every element fit `isize`; strides of extent-1 axes
+            // are exported as 0 when they do not fit): a C-order copy, never
+            // a panic. Its compact strides always fit, so the last resort,
+            // an empty array, is never taken either.
+            let v: Vec<T> = array.iter().copied().collect();
+            return Tensor::from_vec(v, &shape).unwrap_or_else(|_| Tensor::from(Vec::new()));
+        }
         let (vec, offset) = array.into_raw_vec_and_offset();
         let mut vec = vec;
         let base = vec.as_mut_ptr();
         // `offset` is the index of element 0 in the vector (ndarray's own
         // guarantee); an empty array may report none.
         let ptr = base.wrapping_add(offset.unwrap_or(0)).cast::<u8>();
-        Tensor {
-            inner: Exported::new(
-                ptr,
-                &shape,
-                &strides,
-                T::DTYPE,
-                Device::CPU,
-                false,
-                Keep::Owned(Box::new(vec)),
-            ),
-            _marker: PhantomData,
+        match Exported::new(
+            ptr,
+            &shape,
+            &strides,
+            T::DTYPE,
+            Device::CPU,
+            false,
+            Keep::Owned(Box::new(vec)),
+        ) {
+            Ok(inner) => Tensor {
+                inner,
+                _marker: PhantomData,
+            },
+            // `describe` accepted this very shape and strides above.
+            Err(_) => Tensor::from(Vec::new()),
         }
     }
 
@@ -499,10 +658,18 @@ impl<T: Element> Tensor<T> {
         device: Device,
         stream: Option<i64>,
         keep: Box<dyn Any + Send>,
-    ) -> Self {
+    ) -> Result<Self, ShapeError> {
         let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
-        // The caller checked the element count, so compact strides fit.
-        layout::fill_c_strides(shape, &mut strides).unwrap_or(());
+        let unrepresentable = |why, strides: &[isize]| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            why,
+        };
+        // The caller checked the element count (that of a real allocation),
+        // so compact strides fit; checked anyway.
+        if layout::fill_c_strides(shape, &mut strides).is_none() {
+            return Err(unrepresentable("the compact strides overflow", &[]));
+        }
         let mut inner = Exported::new(
             data,
             shape,
@@ -511,12 +678,13 @@ impl<T: Element> Tensor<T> {
             device,
             false,
             Keep::Owned(keep),
-        );
+        )
+        .map_err(|e| unrepresentable(e.0, &strides))?;
         inner.stream = stream;
-        Tensor {
+        Ok(Tensor {
             inner,
             _marker: PhantomData,
-        }
+        })
     }
 }
 
@@ -524,7 +692,25 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
     /// A 1-d array over the vector.
     fn from(v: Vec<T>) -> Self {
         let n = v.len();
-        Tensor::from_vec(v, &[n]).expect("a 1-d shape always fits")
+        let data = v.as_ptr().cast_mut().cast::<u8>();
+        // A `Vec` holds at most `isize::MAX` bytes, so its length fits
+        // `i64` and `isize`, and stride 1 times the itemsize fits: no check
+        // of `Exported::new` can fail for a 1-d vector.
+        match Exported::new(
+            data,
+            &[n],
+            &[1],
+            T::DTYPE,
+            Device::CPU,
+            false,
+            Keep::Owned(Box::new(v)),
+        ) {
+            Ok(inner) => Tensor {
+                inner,
+                _marker: PhantomData,
+            },
+            Err(_) => Tensor::from(Vec::new()),
+        }
     }
 }
 
@@ -561,6 +747,8 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
     let shape = raw.shape.clone();
     let strides = raw.strides.clone();
+    // On error `raw` is dropped inside `new`: the producer's deleter runs
+    // once, here.
     let mut e = Exported::new(
         data,
         &shape,
@@ -569,7 +757,14 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         device,
         raw.read_only,
         Keep::Imported(Box::new(raw)),
-    );
+    )
+    .map_err(|e| {
+        PyBufferError::new_err(format!(
+            "cannot export a view of shape {shape:?} and strides {strides:?} \
+             (elements of {dtype}): {}",
+            e.0
+        ))
+    })?;
     // The data is ready on the stream the input was made ready on (and the
     // body's work on it, if it followed `view.stream()`).
     e.stream = stream;
@@ -641,12 +836,18 @@ struct CapsuleCtx {
     _copy: Option<Exported>,
     shape: Box<[i64]>,
     strides: Box<[i64]>,
+    /// Set when the deleter runs, for a caller that must know whether a
+    /// consumer that failed freed the tensor (see [`torch_from_array`]).
+    deleted: Option<Arc<AtomicBool>>,
 }
 
 impl Drop for CapsuleCtx {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
             release_array(owner);
+        }
+        if let Some(flag) = &self.deleted {
+            flag.store(true, Ordering::SeqCst);
         }
         CAPSULE_DELETERS.fetch_add(1, Ordering::SeqCst);
     }
@@ -957,22 +1158,40 @@ impl Array {
             return Err(PyBufferError::new_err("the array is not contiguous"));
         }
         let item = this.dtype.itemsize().unwrap_or(1);
-        let len = layout::element_count(&shape).unwrap_or(0) * item;
+        // `len` is the product of the extents times the itemsize, which
+        // CPython trusts (memoryview.tobytes() copies `len` bytes): a
+        // broadcast array can describe more bytes than `Py_ssize_t` holds.
+        let len = layout::element_count(&shape)
+            .and_then(|n| layout::checked_bytes(n, item))
+            .and_then(|b| isize::try_from(b).ok())
+            .ok_or_else(|| {
+                PyBufferError::new_err(format!(
+                    "the array of shape {shape:?} holds more than {} bytes (Py_ssize_t), \
+                     which the buffer protocol cannot describe; use DLPack",
+                    isize::MAX
+                ))
+            })?;
+        let (Ok(itemsize), Ok(ndim)) = (isize::try_from(item), c_int::try_from(this.shape.len()))
+        else {
+            return Err(PyBufferError::new_err(
+                "the array has too many dimensions for the buffer protocol",
+            ));
+        };
         // SAFETY: CPython passes a writable Py_buffer. The pointers stored
         // (data, shape, strides, format) stay valid while `obj` (a new
         // reference to this frozen object) lives, i.e. until release.
         unsafe {
             (*view).buf = this.data.cast();
             (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).len = len as isize;
+            (*view).len = len;
             (*view).readonly = c_int::from(this.read_only);
-            (*view).itemsize = item as isize;
+            (*view).itemsize = itemsize;
             (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
                 format.as_ptr().cast_mut()
             } else {
                 std::ptr::null_mut()
             };
-            (*view).ndim = this.shape.len() as c_int;
+            (*view).ndim = ndim;
             (*view).shape = if flags & ffi::PyBUF_ND != 0 {
                 this.buf_shape.as_ptr().cast_mut()
             } else {
@@ -996,13 +1215,33 @@ impl Array {
 
 /// A managed tensor describing `slf` (or a copy of it), owned by the
 /// caller: a `DLManagedTensorVersioned` if `versioned`, else a legacy
-/// `DLManagedTensor`; its deleter releases what it holds.
-fn make_managed(slf: &Bound<'_, Array>, versioned: bool, copied: bool) -> *mut c_void {
+/// `DLManagedTensor`; its deleter releases what it holds, and sets
+/// `deleted` (when given) as it does.
+///
+/// # Errors
+/// `MemoryError` when the copy cannot be allocated; `BufferError` for a
+/// description DLPack cannot carry. Nothing is left allocated then.
+fn make_managed(
+    slf: &Bound<'_, Array>,
+    versioned: bool,
+    copied: bool,
+    deleted: Option<Arc<AtomicBool>>,
+) -> PyResult<*mut c_void> {
     let this = &slf.get().inner;
+    let (Ok(ndim), Ok(device_type)) = (
+        i32::try_from(this.shape.len()),
+        u32::try_from(this.device.device_type),
+    ) else {
+        return Err(PyBufferError::new_err(format!(
+            "an array of {} dimensions on {} cannot be described to DLPack",
+            this.shape.len(),
+            this.device
+        )));
+    };
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.
     let (copy, owner) = if copied {
-        (Some(this.aligned_copy()), None)
+        (Some(this.aligned_copy()?), None)
     } else {
         (None, Some(slf.clone().unbind()))
     };
@@ -1016,14 +1255,15 @@ fn make_managed(slf: &Bound<'_, Array>, versioned: bool, copied: bool) -> *mut c
         _copy: copy,
         shape: this.shape.iter().copied().collect(),
         strides,
+        deleted,
     });
     let tensor = DLTensor {
         data,
         device: DLDevice {
-            device_type: this.device.device_type as u32,
+            device_type,
             device_id: this.device.device_id,
         },
-        ndim: this.shape.len() as i32,
+        ndim,
         dtype: DLDataType {
             code: this.dtype.code,
             bits: this.dtype.bits,
@@ -1058,7 +1298,7 @@ fn make_managed(slf: &Bound<'_, Array>, versioned: bool, copied: bool) -> *mut c
         Box::into_raw(m).cast()
     };
     CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
-    ptr
+    Ok(ptr)
 }
 
 /// A DLPack capsule over `slf` (legacy or versioned, or over a copy).
@@ -1068,7 +1308,7 @@ fn make_capsule(
     versioned: bool,
     copied: bool,
 ) -> PyResult<Py<PyAny>> {
-    let ptr = make_managed(slf, versioned, copied);
+    let ptr = make_managed(slf, versioned, copied, None)?;
     let name = if versioned {
         NAME_VERSIONED
     } else {
@@ -1245,24 +1485,54 @@ fn torch_from_array<'py>(
              (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
         ));
     }
-    if to_torch == 0 || !array.get().inner.device.is_host_accessible() {
+    let e = &array.get().inner;
+    let shape = e.shape_usize();
+    if let Some(axis) =
+        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
+    {
+        // PyTorch refuses negative strides; say so before handing anything
+        // over (the export is then freed by the caller, as for any error).
+        return Err(PyBufferError::new_err(format!(
+            "returns = torch: the array has a negative stride ({}) in dimension {axis} \
+             (strides {:?}), and PyTorch tensors cannot have negative strides; return a copy \
+             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
+            e.strides[axis],
+            e.strides.as_slice(),
+        )));
+    }
+    if to_torch == 0 || !e.device.is_host_accessible() {
         return from_dlpack.call1((array,));
     }
     // SAFETY: `to_torch` is the non-NULL `managed_tensor_to_py_object_no_sync`
     // of PyTorch's process-lifetime exchange table.
     let to_torch: unsafe extern "C" fn(*mut DLManagedTensorVersioned, *mut *mut c_void) -> c_int =
         unsafe { std::mem::transmute::<usize, _>(to_torch) };
-    let managed = make_managed(array, true, false).cast::<DLManagedTensorVersioned>();
+    let deleted = Arc::new(AtomicBool::new(false));
+    let managed =
+        make_managed(array, true, false, Some(deleted.clone()))?.cast::<DLManagedTensorVersioned>();
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: `managed` is an owning versioned tensor whose ownership the
     // call takes ("stolen", per the header); `out` receives a new reference,
-    // or the call fails with an exception set. On failure the header does
-    // not say who owns the tensor, so it is leaked rather than risk a
-    // double free.
+    // or the call fails with an exception set.
     let rc = unsafe { to_torch(managed, &mut out) };
     if rc != 0 || out.is_null() {
-        return Err(PyErr::take(py)
-            .unwrap_or_else(|| PyBufferError::new_err("torch's exchange API returned no tensor")));
+        let err = PyErr::take(py)
+            .unwrap_or_else(|| PyBufferError::new_err("torch's exchange API returned no tensor"));
+        if !deleted.load(Ordering::SeqCst) {
+            // SAFETY: PyTorch's implementation (`ManagedTensorToPyObjectNoSync`
+            // in torch/csrc/Module.cpp) is `at::fromDLPackVersioned` then
+            // `THPVariable_Wrap`, inside a try block: once a tensor exists,
+            // its storage calls our deleter when it is destroyed, which on
+            // failure happens before the call returns (the flag is then
+            // set). A failure before that point (a refused dtype, device or
+            // layout) destroys the deleter closure without calling it, and
+            // nothing in PyTorch refers to `managed` any more. So with the
+            // flag unset the tensor is still ours, and freeing it here is
+            // its one deleter call (without this, every refused call leaked
+            // the export and the input it keeps alive).
+            unsafe { delete_versioned(managed) };
+        }
+        return Err(err);
     }
     // SAFETY: `out` is a new reference to a torch.Tensor.
     Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
@@ -1292,7 +1562,7 @@ fn jax_from_array<'py>(
         layout::is_c_contiguous(&shape, &strides) || layout::is_f_contiguous(&shape, &strides);
     let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
     if e.device.is_host_accessible() && !(compact && aligned) {
-        array = Array::new(py, e.aligned_copy())?;
+        array = Array::new(py, e.aligned_copy()?)?;
     }
     if array.get().inner.read_only {
         from_dlpack.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))

@@ -71,6 +71,20 @@ pub fn fill_c_strides(shape: &[usize], out: &mut [isize]) -> Option<()> {
     Some(())
 }
 
+/// [`fill_c_strides`], except that an empty array, whose strides address
+/// nothing, gets strides of 0 where its compact ones would overflow (a
+/// shape such as `[0, 2**62, 4]`). `None` only for a non-empty shape.
+pub fn fill_c_strides_or_empty(shape: &[usize], out: &mut [isize]) -> Option<()> {
+    if fill_c_strides(shape, out).is_some() {
+        return Some(());
+    }
+    if !shape.contains(&0) {
+        return None;
+    }
+    out.fill(0);
+    Some(())
+}
+
 /// The bytes an array touches, relative to the address of element 0.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ByteExtent {
@@ -143,13 +157,23 @@ pub fn may_self_overlap(shape: &[usize], strides: &[isize]) -> bool {
 }
 
 /// Calls `f` with the offset (in elements, relative to element 0) of every
-/// element, in C order (last index fastest). The caller has checked, with
-/// [`byte_extent`], that no offset overflows.
-pub fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(isize)) {
+/// element, in C order (last index fastest).
+///
+/// Every offset handed to `f` is the offset of an element, so for a layout
+/// whose [`byte_extent`] fits (what import and export check) no step
+/// overflows. The walk never steps past the last index of a dimension (it
+/// goes back to index 0 by subtracting `(n - 1) * stride`), so a stride
+/// that only an extent-1 dimension could carry never enters the sum. Any
+/// other layout whose offsets overflow `isize` stops the walk and gives
+/// `None` (checked arithmetic in every build profile, never a panic).
+pub fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(isize)) -> Option<()> {
     if shape.contains(&0) {
-        return;
+        return Some(());
     }
-    let ndim = shape.len();
+    let ndim = shape.len().min(strides.len());
+    if ndim != shape.len() {
+        return None;
+    }
     let mut index: smallvec::SmallVec<[usize; 8]> = smallvec::smallvec![0; ndim];
     let mut offset: isize = 0;
     loop {
@@ -158,24 +182,31 @@ pub fn for_each_offset(shape: &[usize], strides: &[isize], mut f: impl FnMut(isi
         let mut d = ndim;
         loop {
             if d == 0 {
-                return;
+                return Some(());
             }
             d -= 1;
-            index[d] += 1;
-            offset += strides[d];
-            if index[d] < shape[d] {
+            // `index[d] < shape[d]` always holds, so `+ 1` cannot overflow.
+            if index[d] + 1 < shape[d] {
+                index[d] += 1;
+                offset = offset.checked_add(strides[d])?;
                 break;
             }
-            offset -= strides[d] * shape[d] as isize;
+            // Back to index 0 along `d`: subtract the `shape[d] - 1` steps
+            // taken (`shape[d] >= 1` here: empty shapes returned above).
+            let back = isize::try_from(shape[d] - 1)
+                .ok()
+                .and_then(|n| n.checked_mul(strides[d]))?;
+            offset = offset.checked_sub(back)?;
             index[d] = 0;
         }
     }
 }
 
 /// Offset in elements of the element at `index`, or `None` if `index` has
-/// the wrong length or is out of bounds.
+/// the wrong length or is out of bounds (or, for a layout whose extent does
+/// not fit `isize`, if the offset overflows).
 pub fn offset_of(shape: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
-    if index.len() != shape.len() {
+    if index.len() != shape.len() || strides.len() != shape.len() {
         return None;
     }
     let mut off: isize = 0;
@@ -183,10 +214,26 @@ pub fn offset_of(shape: &[usize], strides: &[isize], index: &[usize]) -> Option<
         if i >= n {
             return None;
         }
-        // In bounds, so |i * s| <= |(n - 1) * s|, which byte_extent checked.
-        off += i as isize * s;
+        // In bounds, so |i * s| <= |(n - 1) * s|, which byte_extent checked
+        // for every validated layout; checked anyway for any other.
+        off = off.checked_add(isize::try_from(i).ok()?.checked_mul(s)?)?;
     }
     Some(off)
+}
+
+/// Bytes of `count` elements of `itemsize` bytes, when that fits `isize`
+/// (the most a Rust allocation, a slice or a `Py_buffer` may hold).
+pub fn checked_bytes(count: usize, itemsize: usize) -> Option<usize> {
+    count
+        .checked_mul(itemsize)
+        .filter(|&b| isize::try_from(b).is_ok())
+}
+
+/// Whether index steps along a dimension never happen: its extent is at
+/// most 1, or the array is empty. The stride of such a dimension never
+/// addresses memory, so any value (including 0) describes the same array.
+pub fn stride_unused(shape: &[usize], axis: usize) -> bool {
+    shape.get(axis).is_none_or(|&n| n <= 1) || shape.contains(&0)
 }
 
 #[cfg(test)]
@@ -219,7 +266,7 @@ mod tests {
         #[test]
         fn offsets_match_brute_force((shape, strides) in layout()) {
             let mut seen = Vec::new();
-            for_each_offset(&shape, &strides, |o| seen.push(o));
+            prop_assert!(for_each_offset(&shape, &strides, |o| seen.push(o)).is_some());
             prop_assert_eq!(seen, all_offsets(&shape, &strides));
         }
 
@@ -269,7 +316,7 @@ mod tests {
         #[test]
         fn offset_of_matches_walk((shape, strides) in layout()) {
             let mut walked = Vec::new();
-            for_each_offset(&shape, &strides, |o| walked.push(o));
+            prop_assert!(for_each_offset(&shape, &strides, |o| walked.push(o)).is_some());
             let total = element_count(&shape).unwrap();
             for (flat, &expected) in (0..total).zip(&walked) {
                 let mut idx = vec![0; shape.len()];
@@ -289,6 +336,33 @@ mod tests {
         assert_eq!(fill_c_strides(&[usize::MAX, 2], &mut st), Some(()));
         assert_eq!(fill_c_strides(&[2, usize::MAX, 2], &mut [0; 3]), None);
         assert!(may_self_overlap(&[3, 3], &[isize::MAX, isize::MAX]));
+        assert_eq!(checked_bytes(usize::MAX / 4, 8), None);
+        assert_eq!(checked_bytes(isize::MAX as usize / 8 + 1, 8), None);
+        assert_eq!(checked_bytes(3, 8), Some(24));
+    }
+
+    #[test]
+    fn huge_strides_of_unused_dimensions_walk_without_overflow() {
+        // Extent-1 dimensions with extreme strides: the walk never steps
+        // along them (kind 9: this overflowed in debug builds).
+        let mut seen = Vec::new();
+        let r = for_each_offset(&[2, 1], &[1, isize::MAX], |o| seen.push(o));
+        assert_eq!((r, seen), (Some(()), vec![0, 1]));
+        let mut seen = Vec::new();
+        let r = for_each_offset(&[3, 1, 1], &[-1, isize::MIN, isize::MAX], |o| seen.push(o));
+        assert_eq!((r, seen), (Some(()), vec![0, -1, -2]));
+        // A layout whose offsets overflow stops instead of wrapping.
+        let mut seen = Vec::new();
+        let r = for_each_offset(&[3], &[isize::MAX], |o| seen.push(o));
+        assert_eq!((r, seen), (None, vec![0, isize::MAX]));
+        assert_eq!(offset_of(&[3], &[isize::MAX], &[2]), None);
+        assert_eq!(offset_of(&[2, 1], &[1, isize::MIN], &[1, 0]), Some(1));
+        assert!(stride_unused(&[1, 5], 0) && !stride_unused(&[1, 5], 1));
+        assert!(stride_unused(&[0, 5], 1));
+        let mut st = [7; 3];
+        assert_eq!(fill_c_strides_or_empty(&[0, 1 << 62, 4], &mut st), Some(()));
+        assert_eq!(st, [0, 0, 0]);
+        assert_eq!(fill_c_strides_or_empty(&[2, 1 << 62, 4], &mut st), None);
     }
 
     #[test]

@@ -67,12 +67,64 @@ pub enum ViewError {
         /// What is wrong.
         why: &'static str,
     },
+    /// Memory for a copy of the elements could not be allocated (the
+    /// request is too large for the address space, or the allocator
+    /// refused it). Converts to Python's `MemoryError`.
+    #[error("cannot allocate {bytes} bytes for a copy of {count} elements")]
+    OutOfMemory {
+        /// Elements to copy.
+        count: usize,
+        /// Bytes asked for (`usize::MAX` when the size itself overflows).
+        bytes: usize,
+    },
+    /// The layout's sizes or offsets do not fit the arithmetic the access
+    /// needs (`isize`), e.g. more than `isize::MAX` elements for an
+    /// `ndarray` view, or a flip of a stride that has no negation.
+    #[error(
+        "the layout (shape {shape:?}, strides {strides:?}) is too large for this access: {why}"
+    )]
+    Overflow {
+        /// The view's shape.
+        shape: Vec<usize>,
+        /// The view's strides (elements).
+        strides: Vec<isize>,
+        /// What overflows.
+        why: &'static str,
+    },
 }
 
 impl From<ViewError> for pyo3::PyErr {
     fn from(e: ViewError) -> Self {
-        pyo3::exceptions::PyValueError::new_err(e.to_string())
+        match e {
+            ViewError::OutOfMemory { .. } => {
+                pyo3::exceptions::PyMemoryError::new_err(e.to_string())
+            }
+            _ => pyo3::exceptions::PyValueError::new_err(e.to_string()),
+        }
     }
+}
+
+impl RawTensor {
+    fn overflow(&self, why: &'static str) -> ViewError {
+        ViewError::Overflow {
+            shape: self.shape.to_vec(),
+            strides: self.strides.to_vec(),
+            why,
+        }
+    }
+}
+
+/// A vector with room for the `count` elements of a view, or
+/// [`ViewError::OutOfMemory`]: the size comes from a Python input, so an
+/// impossible one must raise instead of aborting the process.
+fn vec_for<T>(count: usize) -> Result<Vec<T>, ViewError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(count)
+        .map_err(|_| ViewError::OutOfMemory {
+            count,
+            bytes: count.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    Ok(out)
 }
 
 /// A read-only view of an array from any DLPack producer, with elements of
@@ -135,12 +187,21 @@ impl RawTensor {
                 extent,
             });
         }
-        if range.start < range.end {
-            // Element `start` along `axis` is inside the validated memory.
-            let step = range.start as isize * self.strides[axis] * self.itemsize();
+        let new_extent = range.end - range.start;
+        let empty = new_extent == 0 || self.shape.contains(&0);
+        if !empty {
+            // Element `start` along `axis` is an element of the validated
+            // layout, so its byte offset fits `isize` (byte_extent checked
+            // it); checked anyway. An empty result keeps `data`: it is
+            // never read, and the strides of empty arrays are unchecked.
+            let step = isize::try_from(range.start)
+                .ok()
+                .and_then(|i| i.checked_mul(self.strides[axis]))
+                .and_then(|o| o.checked_mul(self.itemsize()))
+                .ok_or_else(|| self.overflow("the slice start's byte offset overflows"))?;
             self.data = self.data.wrapping_offset(step);
         }
-        self.shape[axis] = range.end - range.start;
+        self.shape[axis] = new_extent;
         self.refresh_extent();
         Ok(())
     }
@@ -152,11 +213,27 @@ impl RawTensor {
                 ndim: self.shape.len(),
             });
         };
-        if extent > 0 {
-            let step = (extent as isize - 1) * self.strides[axis] * self.itemsize();
-            self.data = self.data.wrapping_offset(step);
+        if layout::stride_unused(&self.shape, axis) {
+            // No index ever steps along `axis` (extent <= 1, or the array
+            // is empty): flipping changes no address, and the stride, which
+            // import never checked here, may be any value (`isize::MIN`
+            // has no negation), so it becomes 0.
+            self.strides[axis] = self.strides[axis].checked_neg().unwrap_or(0);
+            self.refresh_extent();
+            return Ok(());
         }
-        self.strides[axis] = -self.strides[axis];
+        // The last element along `axis` is an element of the validated
+        // layout: its byte offset fits `isize`; checked anyway.
+        let step = isize::try_from(extent - 1)
+            .ok()
+            .and_then(|n| n.checked_mul(self.strides[axis]))
+            .and_then(|o| o.checked_mul(self.itemsize()))
+            .ok_or_else(|| self.overflow("the last element's byte offset overflows"))?;
+        let flipped = self.strides[axis]
+            .checked_neg()
+            .ok_or_else(|| self.overflow("the stride has no negation"))?;
+        self.data = self.data.wrapping_offset(step);
+        self.strides[axis] = flipped;
         self.refresh_extent();
         Ok(())
     }
@@ -376,7 +453,8 @@ impl<T: Element> TensorRef<'_, T> {
             // SAFETY: the import checked that every element offset lies in
             // the producer's memory, and the memory is host-accessible.
             ok &= unsafe { T::is_valid_at(self.data_ptr().offset(off)) };
-        });
+        })
+        .ok_or_else(|| self.raw.overflow("an element offset overflows"))?;
         if ok {
             Ok(())
         } else {
@@ -398,14 +476,19 @@ impl<T: Element> TensorRef<'_, T> {
     /// All elements, copied in C order (last index fastest).
     ///
     /// # Errors
-    /// [`ViewError::NotHostAccessible`] for device memory.
+    /// [`ViewError::NotHostAccessible`] for device memory;
+    /// [`ViewError::OutOfMemory`] when the copy cannot be allocated (a
+    /// broadcast view may hold far more elements than memory).
     pub fn to_vec(&self) -> Result<Vec<T>, ViewError> {
         self.host()?;
-        let mut out = Vec::with_capacity(self.len());
+        let mut out = vec_for::<T>(self.len())?;
         layout::for_each_offset(&self.raw.shape, &self.raw.strides, |off| {
             // SAFETY: every offset of the walk is an in-bounds element.
+            // `push` never reallocates: the walk visits `len()` elements,
+            // the capacity reserved above.
             out.push(unsafe { T::read_at(self.data_ptr().offset(off)) });
-        });
+        })
+        .ok_or_else(|| self.raw.overflow("an element offset overflows"))?;
         Ok(out)
     }
 
@@ -450,11 +533,22 @@ impl<T: Element> TensorRef<'_, T> {
         self.aligned()?;
         self.valid_values()?;
         use ndarray::ShapeBuilder;
-        let (ptr, shape, strides, flips) = ndarray_parts(&self.raw, std::mem::size_of::<T>());
+        let (ptr, shape, strides, flips) = match ndarray_parts(&self.raw, std::mem::size_of::<T>())?
+        {
+            NdParts::Empty(shape) => {
+                // No memory to view: ndarray's safe constructor over an
+                // empty slice checks the shape itself.
+                return ndarray::ArrayViewD::from_shape(shape, &[])
+                    .map_err(|_| self.raw.overflow("ndarray refuses the shape"));
+            }
+            NdParts::Strided(p) => p,
+        };
         // SAFETY: `ptr` is the lowest-addressed element of memory the import
         // validated (host-accessible, in bounds for every index); strides
-        // are non-negative after the flip and the elements are aligned and
-        // valid. The borrow of `self` keeps the memory alive.
+        // are non-negative after the flip, the element count fits `isize`
+        // and the elements are aligned and valid (ndarray's requirements,
+        // checked by `ndarray_parts` and above). The borrow of `self` keeps
+        // the memory alive.
         let mut view =
             unsafe { ndarray::ArrayViewD::from_shape_ptr(shape.strides(strides), ptr.cast::<T>()) };
         for axis in flips {
@@ -464,34 +558,59 @@ impl<T: Element> TensorRef<'_, T> {
     }
 }
 
-/// Shape, non-negative strides and a base pointer for `ndarray`, plus the
-/// axes to invert afterwards to restore negative strides.
+/// What `ndarray` needs for a view: the shape alone for an empty array (a
+/// view over an empty slice), else a base pointer, shape, non-negative
+/// strides and the axes to invert afterwards to restore negative strides.
 #[cfg(feature = "ndarray")]
-fn ndarray_parts(
-    raw: &RawTensor,
-    itemsize: usize,
-) -> (*mut u8, ndarray::IxDyn, ndarray::IxDyn, Vec<usize>) {
+enum NdParts {
+    Empty(ndarray::IxDyn),
+    Strided((*mut u8, ndarray::IxDyn, ndarray::IxDyn, Vec<usize>)),
+}
+
+/// Shape, non-negative strides and a base pointer for `ndarray`, checked
+/// against `ndarray::ArrayView::from_shape_ptr`'s requirements: element
+/// count within `isize::MAX`, non-negative strides (as `isize`), every
+/// offset in bytes within `isize`.
+#[cfg(feature = "ndarray")]
+fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewError> {
+    if raw.shape.contains(&0) {
+        return Ok(NdParts::Empty(ndarray::IxDyn(&raw.shape)));
+    }
+    // A broadcast view may hold more elements than `isize::MAX`, which
+    // ndarray does not allow (it could not index them).
+    layout::element_count(&raw.shape)
+        .filter(|&n| isize::try_from(n).is_ok())
+        .ok_or_else(|| raw.overflow("ndarray views hold at most isize::MAX elements"))?;
+    let item = isize::try_from(itemsize).map_err(|_| raw.overflow("the itemsize overflows"))?;
     let mut ptr = raw.data;
     let mut flips = Vec::new();
     let mut strides = Vec::with_capacity(raw.strides.len());
-    let empty = raw.shape.contains(&0);
     for (axis, (&n, &s)) in raw.shape.iter().zip(&raw.strides).enumerate() {
-        if s < 0 && !empty {
-            // Move to the lowest address along this axis.
-            ptr = ptr.wrapping_offset(s * (n as isize - 1) * itemsize as isize);
+        if n <= 1 {
+            // Never stepped along: any stride will do, and 0 is one ndarray
+            // takes whatever the producer sent (`isize::MIN`, say).
+            strides.push(0);
+            continue;
+        }
+        if s < 0 {
+            // Move to the lowest address along this axis: the byte offset
+            // of an element of the validated layout (fits; checked anyway).
+            let step = isize::try_from(n - 1)
+                .ok()
+                .and_then(|k| k.checked_mul(s))
+                .and_then(|o| o.checked_mul(item))
+                .ok_or_else(|| raw.overflow("an element offset overflows"))?;
+            ptr = ptr.wrapping_offset(step);
             flips.push(axis);
         }
-        strides.push(if empty { 0 } else { s.unsigned_abs() });
+        strides.push(s.unsigned_abs());
     }
-    if empty {
-        ptr = std::ptr::NonNull::<u64>::dangling().as_ptr().cast();
-    }
-    (
+    Ok(NdParts::Strided((
         ptr,
         ndarray::IxDyn(&raw.shape),
         ndarray::IxDyn(&strides),
         flips,
-    )
+    )))
 }
 
 impl<'a, T: Element> std::ops::Deref for TensorMut<'a, T> {
@@ -534,8 +653,8 @@ impl<T: Element> TensorMut<'_, T> {
         layout::for_each_offset(&self.inner.raw.shape, &self.inner.raw.strides, |off| {
             // SAFETY: as in `set`, for every in-bounds element.
             unsafe { base.offset(off).write_unaligned(value) };
-        });
-        Ok(())
+        })
+        .ok_or_else(|| self.inner.raw.overflow("an element offset overflows"))
     }
 
     /// The elements as a mutable slice in C order; `None` unless host-
@@ -558,7 +677,17 @@ impl<T: Element> TensorMut<'_, T> {
         self.inner.aligned()?;
         self.inner.valid_values()?;
         use ndarray::ShapeBuilder;
-        let (ptr, shape, strides, flips) = ndarray_parts(&self.inner.raw, std::mem::size_of::<T>());
+        let (ptr, shape, strides, flips) =
+            match ndarray_parts(&self.inner.raw, std::mem::size_of::<T>())? {
+                NdParts::Empty(shape) => {
+                    // As in `as_ndarray`: no memory, a view over `&mut []`
+                    // (ndarray's debug checks refused the dangling pointer
+                    // and zero strides this used to pass: kind 9).
+                    return ndarray::ArrayViewMutD::from_shape(shape, &mut [])
+                        .map_err(|_| self.inner.raw.overflow("ndarray refuses the shape"));
+                }
+                NdParts::Strided(p) => p,
+            };
         // SAFETY: as in `as_ndarray`; the memory is writable, the import
         // refused self-overlapping layouts for writable views, and
         // `&mut self` makes this the only live access.

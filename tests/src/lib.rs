@@ -7,6 +7,7 @@ use num_complex::Complex;
 use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
+mod accessors;
 mod api;
 mod borrows;
 mod gpu;
@@ -448,6 +449,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     borrows::add(m)?;
     soundness::add(m)?;
     gpu::add(m)?;
+    accessors::add(m)?;
     add_robustness_functions(m)
 }
 

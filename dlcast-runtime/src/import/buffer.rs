@@ -84,8 +84,14 @@ pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
     })?;
     let ndim =
         usize::try_from(ndim).map_err(|_| ImportError::Invalid(format!("buffer ndim {ndim}")))?;
-    let mut shape: Dims<usize> = SmallVec::with_capacity(ndim);
-    let mut strides: Dims<isize> = smallvec::smallvec![0; ndim];
+    let no_memory = || {
+        ImportError::Propagate(pyo3::exceptions::PyMemoryError::new_err(format!(
+            "no memory for the shape and strides of {ndim} dimensions"
+        )))
+    };
+    let mut shape: Dims<usize> = SmallVec::new();
+    shape.try_reserve_exact(ndim).map_err(|_| no_memory())?;
+    let mut strides: Dims<isize> = super::numpy::try_zeros(ndim).ok_or_else(no_memory)?;
     if ndim > 0 && shape_ptr.is_null() {
         return Err(ImportError::Invalid("buffer shape is NULL".into()));
     }

@@ -669,14 +669,19 @@ pub(crate) unsafe fn from_dltensor(
             "shape is NULL with ndim {ndim}"
         )));
     }
-    let mut shape: Dims<usize> = numpy::zeros(ndim);
+    let no_memory = || {
+        ImportError::Propagate(PyMemoryError::new_err(format!(
+            "no memory for the shape and strides of {ndim} dimensions"
+        )))
+    };
+    let mut shape: Dims<usize> = numpy::try_zeros(ndim).ok_or_else(no_memory)?;
     for (i, out) in shape.iter_mut().enumerate() {
         // SAFETY: `shape` holds `ndim` values (caller's guarantee), non-NULL.
         let n = unsafe { *t.shape.add(i) };
         *out = usize::try_from(n)
             .map_err(|_| ImportError::Invalid(format!("extent {n} in dimension {i}")))?;
     }
-    let mut strides: Dims<isize> = numpy::zeros(ndim);
+    let mut strides: Dims<isize> = numpy::try_zeros(ndim).ok_or_else(no_memory)?;
     if t.strides.is_null() || ndim == 0 {
         // Case C5: NULL strides (allowed before DLPack 1.2) mean compact
         // row-major.

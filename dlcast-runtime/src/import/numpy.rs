@@ -243,3 +243,16 @@ pub(crate) fn zeros<T: Copy + Default>(ndim: usize) -> Dims<T> {
         smallvec::smallvec![T::default(); ndim]
     }
 }
+
+/// `ndim` zeros for a count a producer chose (a capsule's or a buffer's
+/// `ndim`, up to `i32::MAX`): `None` when the memory cannot be had, where
+/// [`zeros`] would abort the process.
+pub(crate) fn try_zeros<T: Copy + Default>(ndim: usize) -> Option<Dims<T>> {
+    if ndim <= INLINE_DIMS {
+        return Some(zeros(ndim));
+    }
+    let mut v: Dims<T> = SmallVec::new();
+    v.try_reserve_exact(ndim).ok()?;
+    v.resize(ndim, T::default());
+    Some(v)
+}
