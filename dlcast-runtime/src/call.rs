@@ -3,7 +3,7 @@
 //! 1. **Python steps** ([`CallCx::prepare`], [`CallCx::peek`]): for every
 //!    array argument, in order, every step that may run Python code —
 //!    `__dlpack__`, `__dlpack_device__`, the buffer protocol, type lookups,
-//!    PyTorch's alias and checks ([`crate::torch`]).
+//!    PyTorch's alias and checks (the `torch` module).
 //! 2. **Reads** ([`CallCx::finish`]): for every argument, the raw read
 //!    ([`crate::import::read`]), the checks against its [`ParamSpec`]
 //!    (device, shape and named extents, dtype, order, writability) and its
@@ -29,7 +29,7 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 /// What the call context needs to know of a parameter's view type.
-/// Implemented by the view types only (see `crate::view`), each for its own
+/// Implemented by the view types only (in the `view` module), each for its own
 /// lifetime `'a`: the call context can then only make a view that borrows
 /// the Python argument, never one that outlives it (`TensorRef<'static, _>`
 /// does not implement `View<'a>` for a shorter `'a`).

@@ -17,7 +17,7 @@
 //! as long as the view, i.e. for the call.
 
 use crate::dtype::{code, DType};
-use crate::export::Framework;
+use crate::framework::Framework;
 use crate::spec::Order;
 use pyo3::intern;
 use pyo3::prelude::*;

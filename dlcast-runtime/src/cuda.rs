@@ -1,25 +1,23 @@
 //! CUDA through [`cudarc`] (feature `cudarc`; the driver library is loaded
 //! at run time, so building needs no CUDA installation):
 //!
-//! - [`Tensor::from_cuda_slice`]: a `CudaSlice<T>` returned to Python as a
-//!   CUDA array, zero-copy; it is freed (on its own stream) when the last
-//!   consumer lets go.
+//! - `Tensor::from_cuda_slice` (in the export module): a `CudaSlice<T>`
+//!   returned to Python as a CUDA array, zero-copy; it is freed (on its own
+//!   stream) when the last consumer lets go.
 //! - `cuda_device_ptr()` and `cu_stream()` on views: the device address and
 //!   stream handle to launch kernels with (`cudarc::driver::result` or
 //!   `launch_builder` with `&ptr`).
 //! - Returned CUDA arrays make a consumer's stream wait for their own (an
 //!   event recorded on one, waited for on the other).
 
-use crate::device::{kind, Device};
-use crate::dtype::Element;
-use crate::export::{ShapeError, Tensor};
-use cudarc::driver::{result, sys, CudaContext, CudaSlice, DevicePtr};
+use crate::device::Device;
+use cudarc::driver::{result, sys, CudaContext};
 use std::sync::OnceLock;
 
 /// Whether the CUDA driver library can be loaded (checked once). `cudarc`
 /// panics on the first driver call when it cannot, so every entry point
 /// asks this first.
-fn driver_present() -> bool {
+pub(crate) fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: loads libcuda (or nothing); its initialisers are the CUDA
     // driver's own, which every CUDA program runs.
@@ -32,7 +30,8 @@ pub(crate) fn cu_stream(stream: i64) -> Option<sys::CUstream> {
     (stream >= 0).then_some(stream as usize as sys::CUstream)
 }
 
-/// See [`crate::stream::wait_for`].
+/// Makes `consumer` wait for the work queued on `ready` (see the stream
+/// module's `wait_for`).
 pub(crate) fn wait_for(device: Device, ready: i64, consumer: i64) -> Result<(), String> {
     if !driver_present() {
         return Err("the CUDA driver library (libcuda) is not available".into());
@@ -66,58 +65,4 @@ pub(crate) fn wait_for(device: Device, ready: i64, consumer: i64) -> Result<(), 
     let d = unsafe { result::event::destroy(event) };
     drop(ctx);
     r.and(d).map_err(err)
-}
-
-/// Keeps a `CudaSlice` alive inside an exported array and frees it with
-/// its context current on whatever thread the last consumer lets go.
-struct CudaKeep<T>(Option<CudaSlice<T>>);
-
-impl<T> Drop for CudaKeep<T> {
-    fn drop(&mut self) {
-        if let Some(slice) = self.0.take() {
-            // Errors are recorded in the context by cudarc, never raised.
-            let _ = slice.context().bind_to_thread();
-            drop(slice);
-        }
-    }
-}
-
-impl<T: Element + cudarc::driver::DeviceRepr> Tensor<T> {
-    /// A C-order CUDA array of `shape` over `slice` (its elements, not
-    /// bytes), exported without a copy on the slice's device. The data is
-    /// ready on the slice's stream (any write cudarc tracks is waited for
-    /// first); consumers asking for another stream are made to wait for it.
-    /// The slice is freed when the last Python object or consumer lets go.
-    ///
-    /// # Errors
-    /// [`ShapeError::Length`] if `shape` does not hold `slice.len()` elements.
-    pub fn from_cuda_slice(slice: CudaSlice<T>, shape: &[usize]) -> Result<Self, ShapeError> {
-        let n = crate::layout::element_count(shape);
-        if n != Some(slice.len()) {
-            return Err(ShapeError::Length {
-                shape: shape.to_vec(),
-                expected: n.unwrap_or(usize::MAX),
-                got: slice.len(),
-            });
-        }
-        let stream = slice.stream().clone();
-        // Makes the slice's own stream wait for cudarc-tracked writes from
-        // other streams; then the data is ready on `stream`.
-        let (ptr, sync) = slice.device_ptr(&stream);
-        drop(sync);
-        let handle = stream.cu_stream() as usize as i64;
-        // The NULL stream is the legacy default stream, `1` in the standard.
-        let stream_value = if handle == 0 { 1 } else { handle };
-        let device = Device {
-            device_type: kind::CUDA,
-            device_id: slice.ordinal() as i32,
-        };
-        Tensor::from_device_parts(
-            ptr as usize as *mut u8,
-            shape,
-            device,
-            Some(stream_value),
-            Box::new(CudaKeep(Some(slice))),
-        )
-    }
 }

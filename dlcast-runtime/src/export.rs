@@ -15,16 +15,18 @@
 
 use crate::device::Device;
 use crate::dtype::{code, DType, Element};
+pub use crate::framework::Framework;
 use crate::import::{Dims, RawTensor};
 use crate::layout;
+use crate::view::{TensorDyn, TensorDynMut, TensorMut, TensorRef};
 use dlpack_rs::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
-use pyo3::{ffi, intern};
 use std::any::Any;
 use std::ffi::{c_int, c_void, CStr};
 use std::marker::PhantomData;
@@ -1358,44 +1360,7 @@ impl ImmutableConsumer {
     }
 }
 
-/// The framework a `#[dlpack_fn(returns = ...)]` function hands its arrays to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framework {
-    /// `numpy.from_dlpack`.
-    Numpy,
-    /// `torch.from_dlpack`.
-    Torch,
-    /// `jax.numpy.from_dlpack`.
-    Jax,
-    /// `cupy.from_dlpack`.
-    Cupy,
-    /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
-    Tensorflow,
-    /// `array_api_strict.from_dlpack`.
-    ArrayApi,
-}
-
 impl Framework {
-    /// The framework whose array `obj` is, judged by the top-level package
-    /// of its type (`numpy`, `torch`, `jax`/`jaxlib`, `cupy`, `tensorflow`,
-    /// `array_api_strict`); `None` for anything else (buffers, capsules,
-    /// `dlcast.Array`). Used by `returns = like(param)`.
-    pub fn of(obj: &Bound<'_, PyAny>) -> Option<Framework> {
-        let py = obj.py();
-        let module = obj.get_type().getattr(intern!(py, "__module__")).ok()?;
-        let module = module.extract::<pyo3::pybacked::PyBackedStr>().ok()?;
-        let top = module.split('.').next().unwrap_or("");
-        Some(match top {
-            "numpy" => Framework::Numpy,
-            "torch" => Framework::Torch,
-            "jax" | "jaxlib" => Framework::Jax,
-            "cupy" => Framework::Cupy,
-            "tensorflow" => Framework::Tensorflow,
-            "array_api_strict" => Framework::ArrayApi,
-            _ => return None,
-        })
-    }
-
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         static CACHE: [PyOnceLock<Py<PyAny>>; 6] = [
             PyOnceLock::new(),
@@ -1610,3 +1575,88 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
     let out = pyo3::IntoPyObjectExt::into_bound_py_any(result, py)?;
     convert_result(out, framework)
 }
+
+/// `Tensor::from_cuda_slice` (feature `cudarc`).
+#[cfg(feature = "cudarc")]
+mod cuda_tensor {
+    use super::{ShapeError, Tensor};
+    use crate::device::{kind, Device};
+    use crate::dtype::Element;
+    use cudarc::driver::{CudaSlice, DevicePtr};
+
+    /// Keeps a `CudaSlice` alive inside an exported array and frees it with
+    /// its context current on whatever thread the last consumer lets go.
+    struct CudaKeep<T>(Option<CudaSlice<T>>);
+
+    impl<T> Drop for CudaKeep<T> {
+        fn drop(&mut self) {
+            if let Some(slice) = self.0.take() {
+                // Errors are recorded in the context by cudarc, never raised.
+                let _ = slice.context().bind_to_thread();
+                drop(slice);
+            }
+        }
+    }
+
+    impl<T: Element + cudarc::driver::DeviceRepr> Tensor<T> {
+        /// A C-order CUDA array of `shape` over `slice` (its elements, not
+        /// bytes), exported without a copy on the slice's device. The data is
+        /// ready on the slice's stream (any write cudarc tracks is waited for
+        /// first); consumers asking for another stream are made to wait for it.
+        /// The slice is freed when the last Python object or consumer lets go.
+        ///
+        /// # Errors
+        /// [`ShapeError::Length`] if `shape` does not hold `slice.len()` elements.
+        pub fn from_cuda_slice(slice: CudaSlice<T>, shape: &[usize]) -> Result<Self, ShapeError> {
+            let n = crate::layout::element_count(shape);
+            if n != Some(slice.len()) {
+                return Err(ShapeError::Length {
+                    shape: shape.to_vec(),
+                    expected: n.unwrap_or(usize::MAX),
+                    got: slice.len(),
+                });
+            }
+            let stream = slice.stream().clone();
+            // Makes the slice's own stream wait for cudarc-tracked writes from
+            // other streams; then the data is ready on `stream`.
+            let (ptr, sync) = slice.device_ptr(&stream);
+            drop(sync);
+            let handle = stream.cu_stream() as usize as i64;
+            // The NULL stream is the legacy default stream, `1` in the standard.
+            let stream_value = if handle == 0 { 1 } else { handle };
+            let device = Device {
+                device_type: kind::CUDA,
+                device_id: slice.ordinal() as i32,
+            };
+            Tensor::from_device_parts(
+                ptr as usize as *mut u8,
+                shape,
+                device,
+                Some(stream_value),
+                Box::new(CudaKeep(Some(slice))),
+            )
+        }
+    }
+}
+
+/// Returning a view exports it: the input stays alive inside the exported
+/// object until the last consumer lets go (case C14); a view of a read-only
+/// input is exported read-only.
+macro_rules! into_py_view {
+    ($([$($g:tt)*] $t:ty;)*) => {$(
+        impl<'py, $($g)*> pyo3::IntoPyObject<'py> for $t {
+            type Target = Array;
+            type Output = pyo3::Bound<'py, Array>;
+            type Error = pyo3::PyErr;
+            fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+                export_view(py, self.into_raw())?.into_pyobject(py)
+            }
+        }
+    )*};
+}
+into_py_view!(
+    [T: Element] TensorRef<'_, T>;
+    [T: Element] TensorMut<'_, T>;
+    [] TensorDyn<'_>;
+    [] TensorDynMut<'_>;
+);

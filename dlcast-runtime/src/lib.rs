@@ -19,10 +19,13 @@
 //! The attribute macro [`dlpack_fn`] reads `#[shape(..)]`, `#[device(..)]`
 //! and `#[order(..)]` on view parameters, plus the element type and
 //! mutability from the view type, and folds them into one static
-//! [`spec::FnSpec`]; each call imports every array argument
-//! (see [`import`](crate#import-paths)), checks it, checks named extents
-//! across parameters and refuses overlapping writable arguments, then runs
-//! the body. Constraint failures raise `TypeError` naming the function, the
+//! [`spec::FnSpec`]. Each call runs in two phases: first every step that
+//! may run Python code, for every array argument (see
+//! [`import`](crate#import-paths)); then, with no Python code up to the
+//! body, the raw reads, the checks (named extents across parameters
+//! included) and each view's entry in the process-wide [`borrow`]
+//! registry, which refuses views that would alias a writable one, in this
+//! call or any other. Constraint failures raise `TypeError` naming the function, the
 //! parameter, the constraint and what was seen.
 //!
 //! ## Import paths
@@ -36,20 +39,26 @@
 //! The producer's deleter runs exactly once, when the view drops (at the
 //! latest when the call returns), on error paths too.
 
-pub mod borrow;
-mod call;
-pub mod convert;
+// The modules in the order data flows; each uses only modules above it.
+// Facts: dtypes, devices, layouts, frameworks, function specs, streams.
 #[cfg(feature = "cudarc")]
 mod cuda;
 pub mod device;
 pub mod dtype;
-pub mod export;
-mod import;
+mod framework;
 pub mod layout;
 mod npapi;
 pub mod spec;
 pub mod stream;
+// The borrow registry, then import (one module per source of arrays) and
+// PyTorch's own rules.
+pub mod borrow;
+mod import;
 mod torch;
+// Conversions, the per-call driver, the views, export.
+mod call;
+pub mod convert;
+pub mod export;
 mod view;
 
 pub use device::{Device, DeviceSpec};

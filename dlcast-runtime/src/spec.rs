@@ -57,7 +57,7 @@ pub struct ParamSpec {
     pub order: Order,
     /// Whether a read-only argument whose dtype or memory order does not
     /// fit may be converted by its own framework (see
-    /// [`convert`](crate::convert)); `false` under `#[noconvert]`,
+    /// the `convert` module); `false` under `#[noconvert]`,
     /// `#[dlpack_fn(noconvert)]`, and for writable or dtype-generic
     /// parameters.
     pub convert: bool,

@@ -418,6 +418,11 @@ macro_rules! layout_methods {
 
 impl<T: Element> TensorRef<'_, T> {
     layout_methods!();
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw
+    }
     transform_methods!(raw);
 
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
@@ -623,6 +628,11 @@ impl<'a, T: Element> std::ops::Deref for TensorMut<'a, T> {
 impl<T: Element> TensorMut<'_, T> {
     transform_methods!(inner.raw);
 
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.inner.raw
+    }
+
     /// Address of element 0, writable.
     pub fn data_ptr_mut(&mut self) -> *mut T {
         self.inner.raw.data.cast()
@@ -703,6 +713,11 @@ impl<T: Element> TensorMut<'_, T> {
 
 impl<'a> TensorDyn<'a> {
     layout_methods!();
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw
+    }
     transform_methods!(raw);
 
     /// Address of element 0 (`data + byte_offset`), untyped.
@@ -728,6 +743,11 @@ impl<'a> TensorDyn<'a> {
 
 impl<'a> TensorDynMut<'a> {
     layout_methods!();
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw
+    }
     transform_methods!(raw);
 
     /// Address of element 0 (`data + byte_offset`), untyped and writable.
@@ -826,28 +846,6 @@ impl<'a> View<'a> for TensorDynMut<'a> {
         }
     }
 }
-
-/// Returning a view exports it: the input stays alive inside the exported
-/// object until the last consumer lets go (case C14); a view of a read-only
-/// input is exported read-only.
-macro_rules! into_py_view {
-    ($([$($g:tt)*] $t:ty => $($raw:ident).+;)*) => {$(
-        impl<'py, $($g)*> pyo3::IntoPyObject<'py> for $t {
-            type Target = crate::export::Array;
-            type Output = pyo3::Bound<'py, crate::export::Array>;
-            type Error = pyo3::PyErr;
-            fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
-                crate::export::export_view(py, self.$($raw).+)?.into_pyobject(py)
-            }
-        }
-    )*};
-}
-into_py_view!(
-    [T: Element] TensorRef<'_, T> => raw;
-    [T: Element] TensorMut<'_, T> => inner.raw;
-    [] TensorDyn<'_> => raw;
-    [] TensorDynMut<'_> => raw;
-);
 
 mod sealed {
     pub trait Sealed {}

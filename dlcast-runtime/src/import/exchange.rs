@@ -4,7 +4,7 @@
 //!
 //! Two uses:
 //! - PyTorch's own table (`torch.Tensor`'s) runs no Python code: phase 2
-//!   reads a (private, see [`crate::torch`]) tensor through it with
+//!   reads a (private, see the `torch` module) tensor through it with
 //!   [`read_with`], filling a `DLTensor` on the stack.
 //! - Any other type's table may be anything (a table written in Python
 //!   through ctypes, say): phase 1 asks it for an owning tensor
@@ -278,7 +278,7 @@ fn table_error(py: Python<'_>, what: &'static str) -> ImportError {
 
 /// Phase 2: reads `obj` through `api` (PyTorch's own table, which runs no
 /// Python code), without taking ownership: the caller keeps `obj` alive
-/// and unchanged (a private tensor, see [`crate::torch`]).
+/// and unchanged (a private tensor, see the `torch` module).
 pub(crate) fn read_with(
     obj: &Bound<'_, PyAny>,
     api: &'static DLPackExchangeAPI,

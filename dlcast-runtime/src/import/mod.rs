@@ -1,11 +1,11 @@
 //! Import: from a Python object to a validated [`RawTensor`], in the two
-//! phases of a call (see [`crate::call`]).
+//! phases of a call (see the `call` module).
 //!
 //! **Phase 1, [`prepare`]**: every step that may run Python code, for one
 //! argument: `__dlpack_device__()`, `__dlpack__()` (the capsule is taken),
 //! `PyObject_GetBuffer`, another producer's exchange-API export,
 //! TensorFlow's `to_dlpack`, type lookups. PyTorch tensors have their own
-//! phase 1 in [`crate::torch`]. The result is a [`Source`].
+//! phase 1 in the `torch` module. The result is a [`Source`].
 //!
 //! **Phase 2, [`read`]**: the raw read of a [`Source`] (NumPy's fields, a
 //! managed tensor's `DLTensor`, a held buffer, PyTorch's own exchange
@@ -91,7 +91,7 @@ pub(crate) enum Owner {
     Object(#[allow(dead_code)] Py<PyAny>),
     /// A tensor read through PyTorch's own DLPack C exchange API table
     /// without taking ownership: `obj` is dlcast's private alias of the
-    /// caller's tensor `original` (see [`crate::torch`]); upgraded to an
+    /// caller's tensor `original` (see the `torch` module); upgraded to an
     /// owning tensor when the view is exported, see
     /// [`RawTensor::prepare_export`].
     Exchange {
@@ -342,7 +342,7 @@ pub(crate) enum Source {
     /// An exact `numpy.ndarray`, read from its fields.
     Numpy(Py<PyAny>),
     /// A PyTorch tensor read through PyTorch's own exchange table: `tensor`
-    /// is dlcast's private alias of `original` (see [`crate::torch`]).
+    /// is dlcast's private alias of `original` (see the `torch` module).
     Torch {
         tensor: Py<PyAny>,
         api: &'static DLPackExchangeAPI,
@@ -370,7 +370,7 @@ pub(crate) enum Source {
 }
 
 /// Whether dlcast holds the only reference to `obj`, strong or weak (a
-/// private alias, see [`crate::torch`]): then no Python code can change it.
+/// private alias, see the `torch` module): then no Python code can change it.
 /// Runs no Python code.
 pub(crate) fn is_private(obj: &Bound<'_, PyAny>) -> bool {
     // SAFETY: `obj` is live; reading its reference count.
@@ -424,7 +424,7 @@ fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
         .is_ok_and(|n| n == 0)
 }
 
-/// Phase 1 for an argument that is not a PyTorch tensor ([`crate::torch`]
+/// Phase 1 for an argument that is not a PyTorch tensor (the `torch` module
 /// prepares those): see the module documentation. `numpy_fields`: whether
 /// an exact `numpy.ndarray` may be read from its fields (else it goes
 /// through `__dlpack__`).
