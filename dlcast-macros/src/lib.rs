@@ -872,7 +872,6 @@ fn expand_callable(
         .unwrap_or_else(|| sig.ident.unraw().to_string());
     let stream_setup =
         stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), a.stream_param.as_ref());
-    let has_writable = views.iter().any(|v| v.kind.writable());
 
     let peek_ident = |v: &ViewParam| {
         let i = views
@@ -1085,7 +1084,6 @@ fn expand_callable(
                 name: #fn_name,
                 dim_names: &[#(#dim_names),*],
                 params: &[#(#param_specs),*],
-                has_writable: #has_writable,
             };
             #like_prelude
             let mut __dlcast = #rt::CallCx::new(&#spec_ident);

@@ -88,9 +88,6 @@ pub struct FnSpec {
     pub dim_names: &'static [&'static str],
     /// The array parameters, in the order the macro passes them.
     pub params: &'static [ParamSpec],
-    /// Whether any parameter is writable; only then does the call compare
-    /// the memory of its parameters for overlap.
-    pub has_writable: bool,
 }
 
 /// Displays a `#[shape(..)]` as Python shows shapes: `(n, 3)`, `(n,)`, `()`.
