@@ -12,6 +12,7 @@ mod api;
 mod borrows;
 mod gpu;
 mod producer;
+mod review;
 mod soundness;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -448,6 +449,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::add(m)?;
     borrows::add(m)?;
     soundness::add(m)?;
+    review::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
     add_robustness_functions(m)
