@@ -973,6 +973,7 @@ fn expand_callable(
         #(#prepares)*
         __dlcast.finish()?;
         #(#takes)*
+        let __dlcast_guard = __dlcast.body();
         #result
     };
     // A dtype-generic function: peek at each deciding argument, then one

@@ -126,20 +126,23 @@ pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
         return false;
     }
     // Every element of `a` starts at `a.start + k * a.modulus` and covers
-    // `a.itemsize` bytes (likewise `b`). With `g` the gcd of both moduli,
-    // two elements' starts differ by `d` with `d ≡ a.start - b.start (mod
-    // g)`; they share a byte iff `-b.itemsize < d < a.itemsize`.
+    // `a.itemsize` bytes (likewise `b`). Two elements starting at `x` (of
+    // `a`) and `y` (of `b`) share a byte iff `x < y + b.itemsize` and
+    // `y < x + a.itemsize`, i.e. `-a.itemsize < d < b.itemsize` with
+    // `d = x - y`; and `d ≡ a.start - b.start (mod g)`, `g` the gcd of both
+    // moduli, so the candidates are `r` and `r - g` with `r` that residue.
     let g = gcd(a.modulus, b.modulus);
     let diff = a.start.wrapping_sub(b.start) as isize;
+    let (ia, ib) = (a.itemsize as isize, b.itemsize as isize);
     if g == 0 {
         // Both are single elements: compare them directly.
-        return -(b.itemsize as isize) < diff && diff < a.itemsize as isize;
+        return -ia < diff && diff < ib;
     }
     let Ok(gi) = isize::try_from(g) else {
         return true;
     };
     let r = diff.rem_euclid(gi); // 0 <= r < g
-    (r < a.itemsize as isize) || (gi - r < b.itemsize as isize)
+    r < ib || gi - r < ia
 }
 
 unsafe extern "C" fn acquire(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64 {
@@ -439,6 +442,26 @@ mod tests {
         assert!(may_overlap(
             &req(1000, 1, 1, 8, true),
             &req(1007, 1, 1, 8, true)
+        ));
+        // Different item sizes: an f64 and the 4th byte of another.
+        let f64_at_0 = req(1000, 1, 1, 8, true);
+        let byte_at_3 = req(1003, 1, 1, 1, false);
+        assert!(may_overlap(&f64_at_0, &byte_at_3));
+        assert!(may_overlap(&byte_at_3, &f64_at_0));
+        assert!(!may_overlap(&req(1008, 1, 1, 8, true), &byte_at_3));
+        // Strided: x[::2] of f64 and bytes 3, 19, 35, ... of the same buffer.
+        assert!(may_overlap(
+            &req(1000, 4, 2, 8, true),
+            &req(1003, 4, 16, 1, false)
+        ));
+        assert!(may_overlap(
+            &req(1003, 4, 16, 1, false),
+            &req(1000, 4, 2, 8, true)
+        ));
+        // ... and bytes 8+3, 24+3, ...: in the odd elements only.
+        assert!(!may_overlap(
+            &req(1000, 4, 2, 8, true),
+            &req(1011, 4, 16, 1, false)
         ));
         // Different spaces never meet.
         let mut cuda = req(1000, 6, 1, 8, true);

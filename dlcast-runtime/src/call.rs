@@ -507,6 +507,13 @@ impl CallCx {
         }
     }
 
+    /// Starts the body: until the guard drops, views that drop keep their
+    /// producer's memory (see `BodyGuard`).
+    #[inline(always)]
+    pub fn body(&self) -> import::BodyGuard {
+        import::BodyGuard::enter()
+    }
+
     /// As [`CallCx::take`] for an `Option<..>` parameter.
     pub fn take_opt<'a, V: View<'a>>(
         &mut self,

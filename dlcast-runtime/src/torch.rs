@@ -8,17 +8,20 @@
 //! made of even while a DLPack export of the tensor is alive (the export
 //! holds the tensor, not its storage). So dlcast never reads the caller's
 //! tensor object itself. Phase 1 takes **a private alias**, `x.data`: a new
-//! tensor object over the same storage, which holds that storage alive, and
-//! which no one else has a reference to. Phase 2 checks that it is still
-//! private (reference count 1, no weak references: Python code that kept
-//! it, say a `__torch_function__` mode that saw it, could change it) and
-//! reads it through PyTorch's own exchange table, which runs no Python code.
+//! plain `torch.Tensor` over the same storage, which holds that storage
+//! alive, and which no one else has a reference to. Every PyTorch call of
+//! phase 1 goes through `TensorBase`'s own C attributes with torch-function
+//! handling disabled, so no `__torch_function__` mode or subclass override
+//! sees the alias, runs, or answers for PyTorch. Phase 2 checks that the
+//! alias is still private all the same (reference count 1, no weak
+//! references) and reads it through PyTorch's own exchange table, which
+//! runs no Python code.
 //! A view of the alias then stays valid whatever Python code does to the
 //! caller's tensor during the call, on this thread or another, with one
-//! exception that no object reference can prevent: resizing the storage
-//! itself (`x.resize_()` to a larger size, `x.untyped_storage().resize_()`),
-//! which moves the memory of every tensor on it (the README's safety
-//! section).
+//! exception that no object reference can prevent: the storage's own
+//! memory moved (`x.resize_()` past its capacity,
+//! `x.untyped_storage().resize_()`, `x.share_memory_()`), which moves the
+//! memory of every tensor on it (the README's safety section).
 //!
 //! The values: a tensor with its negative or conjugate bit set holds the
 //! raw memory of a lazily negated / conjugated tensor, which reads wrong;
@@ -37,6 +40,73 @@ use crate::import::{
 use crate::stream::{self, StreamKind, StreamRequest};
 use pyo3::intern;
 use pyo3::prelude::*;
+
+/// PyTorch's own C-level attributes, looked up once: `TensorBase`'s `data`
+/// and `requires_grad` getters, `is_neg`, `is_conj`, `is_inference`
+/// (`TensorBase` is a C type, so these cannot be replaced from Python), and
+/// the `DisableTorchFunction` context: under it, neither a
+/// `__torch_function__` mode nor a subclass override sees dlcast's calls, so
+/// they run no Python code and cannot be lied to.
+struct Handles {
+    data: Py<PyAny>,
+    requires_grad: Py<PyAny>,
+    is_neg: Py<PyAny>,
+    is_conj: Py<PyAny>,
+    is_inference: Py<PyAny>,
+    is_inference_mode_enabled: Py<PyAny>,
+    increment_version: Py<PyAny>,
+    disable: Py<PyAny>,
+}
+
+fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
+    static HANDLES: pyo3::sync::PyOnceLock<Handles> = pyo3::sync::PyOnceLock::new();
+    HANDLES
+        .get_or_try_init(py, || -> PyResult<Handles> {
+            let c = py.import("torch")?.getattr("_C")?;
+            let base = c.getattr("TensorBase")?;
+            let dict = base.getattr("__dict__")?;
+            let get = |name: &str| -> PyResult<Py<PyAny>> { Ok(dict.get_item(name)?.unbind()) };
+            Ok(Handles {
+                data: get("data")?,
+                requires_grad: get("requires_grad")?,
+                is_neg: base.getattr("is_neg")?.unbind(),
+                is_conj: base.getattr("is_conj")?.unbind(),
+                is_inference: base.getattr("is_inference")?.unbind(),
+                is_inference_mode_enabled: py
+                    .import("torch")?
+                    .getattr("is_inference_mode_enabled")?
+                    .unbind(),
+                increment_version: c.getattr("_increment_version")?.unbind(),
+                disable: c.getattr("DisableTorchFunction")?.unbind(),
+            })
+        })
+        .map_err(|e| producer_error("PyTorch's C API (torch._C)", e, py))
+}
+
+/// `torch._C.DisableTorchFunction()` entered; exited on drop.
+struct NoTorchFunction<'py>(Bound<'py, PyAny>);
+
+impl<'py> NoTorchFunction<'py> {
+    fn enter(py: Python<'py>, h: &Handles) -> Result<Self, ImportError> {
+        let ctx = h
+            .disable
+            .bind(py)
+            .call0()
+            .and_then(|c| c.call_method0(intern!(py, "__enter__")).map(|_| c))
+            .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))?;
+        Ok(NoTorchFunction(ctx))
+    }
+}
+
+impl Drop for NoTorchFunction<'_> {
+    fn drop(&mut self) {
+        let py = self.0.py();
+        // Restores the state saved by `__enter__`; cannot fail in PyTorch.
+        let _ = self
+            .0
+            .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()));
+    }
+}
 
 /// What phase 1 made of a PyTorch tensor.
 pub(crate) struct Prepared {
@@ -58,10 +128,16 @@ pub(crate) fn prepare(
     let py = obj.py();
     refuse_py_dispatch(flags)?;
     let api = exchange::torch_table(py);
+    let h = handles(py)?;
+    let off = NoTorchFunction::enter(py, h)?;
     // Inference tensors track no version: they are not bumped.
-    let bump = writable && guard_write(obj)?;
-    let alias = obj
-        .getattr(intern!(py, "data"))
+    let bump = writable && guard_write(obj, h)?;
+    // `TensorBase.data`'s getter itself: a subclass's `data` property is
+    // not asked, and the alias is a plain `torch.Tensor`.
+    let alias = h
+        .data
+        .bind(py)
+        .call_method1(intern!(py, "__get__"), (obj,))
         .map_err(|e| producer_error("x.data", e, py))?;
     if api.is_some() && !exchange::is_torch_tensor(&alias) {
         return Err(ImportError::Unreadable(format!(
@@ -70,11 +146,12 @@ pub(crate) fn prepare(
         )));
     }
     refuse_py_dispatch(exchange::type_info(&alias).1)?;
-    torch_bit(&alias, TorchBit::Negative)?;
+    torch_bit(&alias, TorchBit::Negative, h)?;
     let bump = bump.then(|| obj.clone().unbind());
     let Some(api) = api else {
         // A PyTorch without the exchange API: the alias's own `__dlpack__`.
-        return via_dlpack(alias, None, sx, bump);
+        drop(off);
+        return via_dlpack(alias, None, sx, bump, h);
     };
     // A look at the alias (no Python code): its device, and whether it is
     // complex (only complex tensors can have the conjugate bit).
@@ -82,8 +159,9 @@ pub(crate) fn prepare(
     let (device, complex) = (probe.device, probe.dtype.code == code::COMPLEX);
     drop(probe);
     if complex {
-        torch_bit(&alias, TorchBit::Conjugate)?;
+        torch_bit(&alias, TorchBit::Conjugate, h)?;
     }
+    drop(off);
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
     // names a stream: then, and for other devices but the CPU, the alias's
@@ -109,7 +187,7 @@ pub(crate) fn prepare(
             },
             bump,
         }),
-        None => via_dlpack(alias, Some(device), sx, bump),
+        None => via_dlpack(alias, Some(device), sx, bump, h),
     }
 }
 
@@ -121,6 +199,7 @@ fn via_dlpack(
     device: Option<crate::device::Device>,
     sx: StreamCx,
     bump: Option<Py<PyAny>>,
+    h: &Handles,
 ) -> Result<Prepared, ImportError> {
     let device = match device {
         Some(d) => Some(d),
@@ -135,7 +214,8 @@ fn via_dlpack(
         .ok_or_else(|| ImportError::NotAnArray(type_name(&alias)))?;
     let owner = capsule::take(&cap)?;
     if capsule::read(&owner, ImportPath::Dlpack).is_ok_and(|r| r.dtype.code == code::COMPLEX) {
-        torch_bit(&alias, TorchBit::Conjugate)?;
+        let _off = NoTorchFunction::enter(alias.py(), h)?;
+        torch_bit(&alias, TorchBit::Conjugate, h)?;
     }
     Ok(Prepared {
         source: Source::Managed {
@@ -171,30 +251,28 @@ fn refuse_py_dispatch(flags: TypeFlags) -> Result<(), ImportError> {
 /// inference tensor outside `torch.inference_mode()` (PyTorch refuses
 /// in-place writes to it there). `Ok(false)` for an inference tensor, whose
 /// version PyTorch does not track.
-fn guard_write(obj: &Bound<'_, PyAny>) -> Result<bool, ImportError> {
+fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     let py = obj.py();
-    let asked = |name: &Bound<'_, pyo3::types::PyString>, call: bool| {
-        let v = if call {
-            obj.call_method0(name)
-        } else {
-            obj.getattr(name)
-        };
+    let truthy = |v: PyResult<Bound<'_, PyAny>>, what: &'static str| {
         v.and_then(|v| v.is_truthy())
-            .map_err(|e| producer_error("a tensor attribute", e, py))
+            .map_err(|e| producer_error(what, e, py))
     };
-    if asked(intern!(py, "requires_grad"), false)? {
+    let grad = h
+        .requires_grad
+        .bind(py)
+        .call_method1(intern!(py, "__get__"), (obj,));
+    if truthy(grad, "x.requires_grad")? {
         return Err(ImportError::Param(
             "the tensor requires grad, and autograd cannot see writes through a writable \
              parameter; pass x.detach() to write into its data"
                 .into(),
         ));
     }
-    if asked(intern!(py, "is_inference"), true)? {
-        let in_mode = py
-            .import("torch")
-            .and_then(|t| t.call_method0("is_inference_mode_enabled"))
-            .and_then(|v| v.is_truthy())
-            .map_err(|e| producer_error("torch.is_inference_mode_enabled", e, py))?;
+    if truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
+        let in_mode = truthy(
+            h.is_inference_mode_enabled.bind(py).call0(),
+            "torch.is_inference_mode_enabled",
+        )?;
         if !in_mode {
             return Err(ImportError::Param(
                 "the tensor is an inference tensor, which PyTorch lets no one write in place \
@@ -219,17 +297,18 @@ pub(crate) enum TorchBit {
     Conjugate,
 }
 
-/// Refuses `obj` if the tensor has `bit` set. A Python method call (about
-/// 100 ns of PyTorch's argument parsing), the price of reading PyTorch
-/// tensors correctly.
-pub(crate) fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit) -> Result<(), ImportError> {
+/// Refuses `obj` if the tensor has `bit` set: `TensorBase`'s own method
+/// (about 100 ns of PyTorch's argument parsing), the price of reading
+/// PyTorch tensors correctly.
+fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit, h: &Handles) -> Result<(), ImportError> {
     let py = obj.py();
     let (method, what) = match bit {
-        TorchBit::Negative => (intern!(py, "is_neg"), "negative"),
-        TorchBit::Conjugate => (intern!(py, "is_conj"), "conjugate"),
+        TorchBit::Negative => (&h.is_neg, "negative"),
+        TorchBit::Conjugate => (&h.is_conj, "conjugate"),
     };
-    let set = obj
-        .call_method0(method)
+    let set = method
+        .bind(py)
+        .call1((obj,))
         .and_then(|v| v.is_truthy())
         .map_err(|e| producer_error("is_conj/is_neg", e, py))?;
     if set {
@@ -242,18 +321,16 @@ pub(crate) fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit) -> Result<(), Imp
 }
 
 /// Bumps the version counter of each tensor a writable parameter took
-/// (`torch.autograd.graph.increment_version`), so that a graph that saved
-/// one for backward raises instead of using changed data. Python code:
+/// (`torch._C._increment_version`, what
+/// `torch.autograd.graph.increment_version` calls), so that a graph that
+/// saved one for backward raises instead of using changed data. It
+/// allocates a tuple (which can start the cyclic GC, and so finalizers):
 /// the call reads every argument again afterwards.
 pub(crate) fn bump_versions(py: Python<'_>, tensors: &[Py<PyAny>]) -> PyResult<()> {
-    static INCREMENT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let increment = INCREMENT.get_or_try_init(py, || {
-        py.import("torch.autograd.graph")?
-            .getattr("increment_version")
-            .map(Bound::unbind)
+    let h = handles(py).map_err(|_| {
+        pyo3::exceptions::PyRuntimeError::new_err("torch._C._increment_version is missing")
     })?;
-    for t in tensors {
-        increment.call1(py, (t,))?;
-    }
+    let tensors = pyo3::types::PyTuple::new(py, tensors)?;
+    h.increment_version.bind(py).call1((tensors,))?;
     Ok(())
 }

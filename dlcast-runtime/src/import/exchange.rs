@@ -93,55 +93,44 @@ fn version_tag(tp: *mut ffi::PyTypeObject) -> u32 {
 
 /// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
 /// looked up (Python attribute lookups: phase 1 only) and cached in a free
-/// slot. The per-type verdict on `__torch_dispatch__` is trusted from the
-/// cache only while the type's version tag is unchanged (a class can gain
-/// one after dlcast first saw it).
+/// slot. A cached entry is trusted only while the type's version tag is
+/// the one it was computed under: a class can gain or lose an exchange
+/// table or a `__torch_dispatch__` after dlcast first saw it. Where the tag
+/// cannot be read (abi3), the table and the `__torch_dispatch__` verdict
+/// are looked up on every call (whether the type comes from `torch`, JAX or
+/// TensorFlow cannot change).
 pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchangeAPI>, TypeFlags) {
     // SAFETY: `obj` is live.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
-    for (slot, t) in CACHE_TYPES.iter().enumerate() {
-        match t.load(Ordering::Relaxed) {
-            0 => break,
-            x if x == tp as usize => {
-                let api = CACHE_APIS[slot].load(Ordering::Relaxed);
-                let mut flags = TypeFlags(CACHE_FLAGS[slot].load(Ordering::Relaxed));
-                // SAFETY: a cached API pointer came from a live capsule of a
-                // type we keep alive; the header requires the table to live
-                // for the process.
-                let api = (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
-                let tag = version_tag(tp);
-                if flags.torch_type()
-                    && (tag == 0 || tag != CACHE_TAGS[slot].load(Ordering::Relaxed))
-                {
-                    // The type may have changed since: ask again.
-                    flags.0 &= !TypeFlags::PY_DISPATCH;
-                    if has_own_torch_dispatch(obj) {
-                        flags.0 |= TypeFlags::PY_DISPATCH;
-                    }
-                    CACHE_FLAGS[slot].store(flags.0, Ordering::Relaxed);
-                    CACHE_TAGS[slot].store(version_tag(tp), Ordering::Relaxed);
-                }
-                return (api, flags);
-            }
-            _ => {}
-        }
-    }
     let tag = version_tag(tp);
-    let api = exchange_api_of_type(obj.get_type().as_any());
-    let torch_type = torch_in_mro(obj);
-    let mut flags = 0;
-    if torch_type {
-        flags |= TypeFlags::TORCH_TYPE;
-        if api.is_some_and(|a| torch_table(obj.py()).is_some_and(|t| std::ptr::eq(t, a))) {
-            flags |= TypeFlags::TORCH_TABLE;
+    let slot = CACHE_TYPES
+        .iter()
+        .position(|t| t.load(Ordering::Relaxed) == tp as usize);
+    if let Some(slot) = slot {
+        if tag != 0 && tag == CACHE_TAGS[slot].load(Ordering::Relaxed) {
+            let api = CACHE_APIS[slot].load(Ordering::Relaxed);
+            let flags = TypeFlags(CACHE_FLAGS[slot].load(Ordering::Relaxed));
+            // SAFETY: a cached API pointer came from the capsule of a type
+            // we keep alive, looked up under the type's current version; the
+            // header requires the table to live for the process.
+            let api = (api != NO_API).then(|| unsafe { &*(api as *const DLPackExchangeAPI) });
+            return (api, flags);
         }
-        if has_own_torch_dispatch(obj) {
-            flags |= TypeFlags::PY_DISPATCH;
-        }
+        // The type may have changed: look up again what Python can change.
+        let kept = CACHE_FLAGS[slot].load(Ordering::Relaxed)
+            & (TypeFlags::TORCH_TYPE | TypeFlags::IMMUTABLE);
+        let (api, flags) = lookup(obj, kept);
+        store(slot, api, flags, tag, version_tag(tp));
+        return (api, flags);
+    }
+    let mut kept = 0;
+    if torch_in_mro(obj) {
+        kept |= TypeFlags::TORCH_TYPE;
     }
     if super::is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
-        flags |= TypeFlags::IMMUTABLE;
+        kept |= TypeFlags::IMMUTABLE;
     }
+    let (api, flags) = lookup(obj, kept);
     // Cache the answer in a free slot (under the GIL, so no race), keeping
     // the type alive; with no free slot, just answer.
     if let Some(slot) = CACHE_TYPES
@@ -149,15 +138,44 @@ pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchan
         .position(|t| t.load(Ordering::Relaxed) == 0)
     {
         std::mem::forget(obj.get_type().unbind());
-        CACHE_APIS[slot].store(
-            api.map_or(NO_API, |a| a as *const _ as usize),
-            Ordering::Relaxed,
-        );
-        CACHE_FLAGS[slot].store(flags, Ordering::Relaxed);
-        CACHE_TAGS[slot].store(tag, Ordering::Relaxed);
+        store(slot, api, flags, tag, version_tag(tp));
         CACHE_TYPES[slot].store(tp as usize, Ordering::Relaxed);
     }
+    (api, flags)
+}
+
+/// The exchange table of `obj`'s type and the flags that depend on it,
+/// given the flags that do not (`kept`).
+fn lookup(obj: &Bound<'_, PyAny>, kept: u8) -> (Option<&'static DLPackExchangeAPI>, TypeFlags) {
+    let api = exchange_api_of_type(obj.get_type().as_any());
+    let mut flags = kept;
+    if flags & TypeFlags::TORCH_TYPE != 0 {
+        if api.is_some_and(|a| torch_table(obj.py()).is_some_and(|t| std::ptr::eq(t, a))) {
+            flags |= TypeFlags::TORCH_TABLE;
+        }
+        if has_own_torch_dispatch(obj) {
+            flags |= TypeFlags::PY_DISPATCH;
+        }
+    }
     (api, TypeFlags(flags))
+}
+
+/// Writes a cache slot. `before` and `after` are the type's version tags
+/// around the lookups: if the lookups themselves changed the type (a
+/// descriptor's Python code), the entry is not trusted next time.
+fn store(
+    slot: usize,
+    api: Option<&'static DLPackExchangeAPI>,
+    flags: TypeFlags,
+    before: u32,
+    after: u32,
+) {
+    CACHE_APIS[slot].store(
+        api.map_or(NO_API, |a| a as *const _ as usize),
+        Ordering::Relaxed,
+    );
+    CACHE_FLAGS[slot].store(flags.0, Ordering::Relaxed);
+    CACHE_TAGS[slot].store(if before == after { after } else { 0 }, Ordering::Relaxed);
 }
 
 /// Whether `obj`'s type is, or derives from, a type of the `torch` package:

@@ -334,6 +334,83 @@ pub(crate) struct StreamCx {
     pub(crate) may_need: bool,
 }
 
+impl Drop for RawTensor {
+    /// Releases the memory (the producer's deleter, `PyBuffer_Release`, a
+    /// reference drop: Python code), unless a body is running: then the
+    /// owner waits for the body to return (see [`BodyGuard`]), so that
+    /// dropping one view inside a body runs no Python code while the body
+    /// holds slices of other views.
+    fn drop(&mut self) {
+        // Only a producer's deleter and a buffer's release run foreign code.
+        // A NumPy array or PyTorch alias reference is not the last one
+        // (the caller's arguments hold theirs; a converted temporary is
+        // held by the call), and dropping the alias runs no Python code.
+        if !matches!(
+            self.owner,
+            Owner::Legacy(_) | Owner::Versioned(_) | Owner::Buffer(_)
+        ) {
+            return;
+        }
+        let owner = std::mem::replace(&mut self.owner, Owner::None);
+        let owner = DEFERRED.with(|d| {
+            let Ok(mut frame) = d.try_borrow_mut() else {
+                return Some(owner);
+            };
+            match frame.as_mut() {
+                Some(v) => {
+                    if v.try_reserve(1).is_err() {
+                        return Some(owner);
+                    }
+                    v.push(owner);
+                    None
+                }
+                None => Some(owner),
+            }
+        });
+        // Dropped outside the borrow: its Python code may call dlcast again.
+        drop(owner);
+    }
+}
+
+thread_local! {
+    /// The owners released while the innermost running body of this thread
+    /// runs (`None` outside bodies).
+    static DEFERRED: std::cell::RefCell<Option<Vec<Owner>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While it lives (the body of a `#[dlpack_fn]` function), views that drop
+/// keep their owners here; dropping the guard releases them. Nested calls
+/// (a body's callback calling another dlcast function) stack.
+#[doc(hidden)]
+pub struct BodyGuard {
+    outer: Option<Vec<Owner>>,
+}
+
+impl BodyGuard {
+    /// Starts a body.
+    pub(crate) fn enter() -> BodyGuard {
+        let outer = DEFERRED.with(|d| {
+            d.try_borrow_mut()
+                .map(|mut f| f.replace(Vec::new()))
+                .unwrap_or(None)
+        });
+        BodyGuard { outer }
+    }
+}
+
+impl Drop for BodyGuard {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        let mine = DEFERRED.with(|d| {
+            d.try_borrow_mut()
+                .map(|mut f| std::mem::replace(&mut *f, outer))
+                .unwrap_or(None)
+        });
+        // The body has returned: its views' owners are released now.
+        drop(mine);
+    }
+}
+
 /// What phase 1 made of an argument: every step that may run Python code
 /// is done, and what is left is a raw read ([`read`]).
 pub(crate) enum Source {
