@@ -219,7 +219,10 @@ impl CallCx {
             return Ok(());
         }
         slot.obj = Some(obj.clone().unbind());
-        // An exact `numpy.ndarray` needs no Python code at all.
+        // The registry is found (or published: Python code, the first time
+        // in the process) before any read; after that, an atomic load.
+        crate::borrow::api(obj.py())?;
+        // An exact `numpy.ndarray` needs no other Python code.
         if numpy::is_ndarray(obj) {
             self.slots[index].source = Source::Numpy(obj.clone().unbind());
             return Ok(());
