@@ -26,12 +26,18 @@
 //!
 //! **Locking.** The entries sit behind a mutex, so the registry is sound
 //! with or without the GIL; it never calls into Python.
+//!
+//! **rust-numpy.** Borrows of NumPy arrays by rust-numpy extensions
+//! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: see
+//! [`rnp`].
 
 use crate::device::Device;
 use pyo3::prelude::*;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+pub(crate) mod rnp;
 
 /// The name under which the shared module sits in `sys.modules`.
 pub const MODULE: &str = "_dlcast_shared";
@@ -275,6 +281,9 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
 pub(crate) struct Borrow {
     id: u64,
     api: &'static BorrowApi,
+    /// The same view's borrow in rust-numpy's registry, where that is not
+    /// dlcast's (see [`rnp`]).
+    pub(crate) rust_numpy: Option<Box<rnp::Hold>>,
 }
 
 impl Drop for Borrow {
@@ -298,7 +307,11 @@ pub(crate) fn acquire_with(api: &'static BorrowApi, req: &BorrowReq) -> Result<B
     // SAFETY: the publisher's function, with a valid request and out slot.
     let id = unsafe { (api.acquire)(req, &mut conflict) };
     if id != 0 {
-        return Ok(Borrow { id, api });
+        return Ok(Borrow {
+            id,
+            api,
+            rust_numpy: None,
+        });
     }
     if conflict.function.is_null() {
         return Err(Refused::NoMemory);

@@ -436,7 +436,14 @@ impl CallCx {
                     return Err(Stop::Work(index, work));
                 }
             }
-            self.register(py, param, &mut raw, writable)?;
+            // An exact `numpy.ndarray` read from its fields (not a converted
+            // copy) is also acquired in rust-numpy's registry, if that is
+            // not dlcast's (see `borrow::rnp`).
+            let array = match (&self.slots[index].source, &self.slots[index].converted) {
+                (Source::Numpy(a), None) => Some(a.bind(py)),
+                _ => None,
+            };
+            self.register(py, param, &mut raw, writable, array)?;
             self.slots[index].raw = Some(raw);
         }
         Ok(())
@@ -559,13 +566,16 @@ impl CallCx {
     /// [`crate::borrow`]): refused if it meets a writable borrow, or is
     /// writable and meets any borrow, of this call's other arguments
     /// (`TypeError`) or of another call still running (`BufferError`).
-    /// Empty arrays touch no memory and are not entered.
+    /// Empty arrays touch no memory and are not entered. `array`, a NumPy
+    /// array the view reads, is also acquired in rust-numpy's registry
+    /// where that is another (`BufferError` if refused there).
     fn register(
         &self,
         py: Python<'_>,
         param: &ParamSpec,
         raw: &mut RawTensor,
         writable: bool,
+        array: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let Some(e) = raw.extent else {
             return Ok(());
@@ -593,7 +603,11 @@ impl CallCx {
         // Looked up before this call's first read; a cached load here.
         let api = crate::borrow::api(py)?;
         match crate::borrow::acquire_with(api, &req) {
-            Ok(b) => {
+            Ok(mut b) => {
+                if let (Some(a), Some(shared)) = (array, crate::borrow::rnp::foreign()) {
+                    let hold = crate::borrow::rnp::hold(shared, a, writable);
+                    b.rust_numpy = Some(hold.map_err(|_| self.rust_numpy_error(param, writable))?);
+                }
                 raw.borrow = Some(b);
                 Ok(())
             }
@@ -617,6 +631,14 @@ impl CallCx {
             }
             Refused::Conflict(other) => other,
         };
+        if name(other.function, other.function_len) == crate::borrow::rnp::RUST_NUMPY {
+            let theirs = if other.writable != 0 {
+                "a PyReadwriteArray"
+            } else {
+                "a PyReadonlyArray"
+            };
+            return self.rust_numpy_refusal(param, req.writable != 0, theirs);
+        }
         let other_param = name(other.param, other.param_len);
         if same_call(req, &other) {
             // The earlier argument first when it is writable, as it is read first.
@@ -642,6 +664,27 @@ impl CallCx {
             self.spec.name,
             param.name,
             name(other.function, other.function_len),
+        ))
+    }
+
+    /// A view refused by rust-numpy's own registry.
+    #[cold]
+    fn rust_numpy_error(&self, param: &ParamSpec, writable: bool) -> PyErr {
+        let theirs = if writable {
+            "a PyReadonlyArray or PyReadwriteArray"
+        } else {
+            "a PyReadwriteArray"
+        };
+        self.rust_numpy_refusal(param, writable, theirs)
+    }
+
+    #[cold]
+    fn rust_numpy_refusal(&self, param: &ParamSpec, writable: bool, theirs: &str) -> PyErr {
+        let mine = if writable { "writable" } else { "read-only" };
+        PyBufferError::new_err(format!(
+            "{}(): argument '{}': the array is borrowed by a rust-numpy extension still \
+             running ({theirs}), and this {mine} view may not share it",
+            self.spec.name, param.name,
         ))
     }
 
