@@ -281,15 +281,16 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
 pub(crate) struct Borrow {
     id: u64,
     api: &'static BorrowApi,
-    /// The same view's borrow in rust-numpy's registry, where that is not
-    /// dlcast's (see [`rnp`]).
-    pub(crate) rust_numpy: Option<Box<rnp::Hold>>,
 }
 
 impl Drop for Borrow {
     fn drop(&mut self) {
         // SAFETY: the publisher's function, with an id it handed out.
         unsafe { (self.api.release)(self.id) }
+        // The same view's borrow in rust-numpy's registry, if any.
+        if rnp::foreign().is_some() {
+            rnp::release(self.id);
+        }
     }
 }
 
@@ -307,11 +308,7 @@ pub(crate) fn acquire_with(api: &'static BorrowApi, req: &BorrowReq) -> Result<B
     // SAFETY: the publisher's function, with a valid request and out slot.
     let id = unsafe { (api.acquire)(req, &mut conflict) };
     if id != 0 {
-        return Ok(Borrow {
-            id,
-            api,
-            rust_numpy: None,
-        });
+        return Ok(Borrow { id, api });
     }
     if conflict.function.is_null() {
         return Err(Refused::NoMemory);

@@ -436,14 +436,10 @@ impl CallCx {
                     return Err(Stop::Work(index, work));
                 }
             }
-            // An exact `numpy.ndarray` read from its fields (not a converted
-            // copy) is also acquired in rust-numpy's registry, if that is
-            // not dlcast's (see `borrow::rnp`).
-            let array = match (&self.slots[index].source, &self.slots[index].converted) {
-                (Source::Numpy(a), None) => Some(a.bind(py)),
-                _ => None,
-            };
-            self.register(py, param, &mut raw, writable, array)?;
+            self.register(py, param, &mut raw, writable)?;
+            if let Some(shared) = crate::borrow::rnp::foreign() {
+                self.hold_rust_numpy(shared, index, &raw, writable)?;
+            }
             self.slots[index].raw = Some(raw);
         }
         Ok(())
@@ -566,16 +562,13 @@ impl CallCx {
     /// [`crate::borrow`]): refused if it meets a writable borrow, or is
     /// writable and meets any borrow, of this call's other arguments
     /// (`TypeError`) or of another call still running (`BufferError`).
-    /// Empty arrays touch no memory and are not entered. `array`, a NumPy
-    /// array the view reads, is also acquired in rust-numpy's registry
-    /// where that is another (`BufferError` if refused there).
+    /// Empty arrays touch no memory and are not entered.
     fn register(
         &self,
         py: Python<'_>,
         param: &ParamSpec,
         raw: &mut RawTensor,
         writable: bool,
-        array: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let Some(e) = raw.extent else {
             return Ok(());
@@ -603,11 +596,7 @@ impl CallCx {
         // Looked up before this call's first read; a cached load here.
         let api = crate::borrow::api(py)?;
         match crate::borrow::acquire_with(api, &req) {
-            Ok(mut b) => {
-                if let (Some(a), Some(shared)) = (array, crate::borrow::rnp::foreign()) {
-                    let hold = crate::borrow::rnp::hold(shared, a, writable);
-                    b.rust_numpy = Some(hold.map_err(|_| self.rust_numpy_error(param, writable))?);
-                }
+            Ok(b) => {
                 raw.borrow = Some(b);
                 Ok(())
             }
@@ -665,6 +654,30 @@ impl CallCx {
             param.name,
             name(other.function, other.function_len),
         ))
+    }
+
+    /// Where rust-numpy's registry is not dlcast's (see [`crate::borrow::rnp`]):
+    /// the view of slot `index`, entered in dlcast's registry as `raw`, is
+    /// also acquired there if it reads an exact `numpy.ndarray` from its
+    /// fields (not a converted copy; empty arrays are not entered), until
+    /// its borrow ends. `BufferError` if rust-numpy's registry refuses.
+    #[cold]
+    #[inline(never)]
+    fn hold_rust_numpy(
+        &self,
+        shared: &'static crate::borrow::rnp::Shared,
+        index: usize,
+        raw: &RawTensor,
+        writable: bool,
+    ) -> PyResult<()> {
+        let slot = &self.slots[index];
+        let (Source::Numpy(array), None, Some(borrow)) =
+            (&slot.source, &slot.converted, &raw.borrow)
+        else {
+            return Ok(());
+        };
+        crate::borrow::rnp::hold(shared, array.bind(self.py()), writable, borrow)
+            .map_err(|_| self.rust_numpy_error(&self.spec.params[index], writable))
     }
 
     /// A view refused by rust-numpy's own registry.

@@ -23,7 +23,10 @@
 //!   both, and a dlcast call pays nothing for it.
 //! - **A capsule of rust-numpy's**: every view dlcast makes of an exact
 //!   `numpy.ndarray` is also acquired there ([`hold`]), read or write as the
-//!   view, and released when the view's borrow ends.
+//!   view, and released when the view's borrow ends ([`release`]). The
+//!   holds sit in a table of this extension keyed by the dlcast borrow's id
+//!   (the view's own layout is unchanged: the NumPy path pays one atomic
+//!   load when it reads and one when it drops).
 //!
 //! Either way a rust-numpy borrow that exists during a dlcast call existed
 //! when that call started, so nothing is looked up again: no Python code
@@ -40,6 +43,8 @@ use std::sync::Mutex;
 /// The capsule's name, and the attribute of NumPy's `multiarray` module
 /// that holds it.
 const ATTR: &CStr = c"_RUST_NUMPY_BORROW_CHECKING_API";
+/// [`ATTR`] as text.
+const ATTR_NAME: &str = "_RUST_NUMPY_BORROW_CHECKING_API";
 
 /// The function name recorded for rust-numpy's borrows in dlcast's
 /// registry (no Rust function has this name).
@@ -118,8 +123,7 @@ fn look_up_or_publish(py: Python<'_>) -> PyResult<u8> {
         "numpy.core.multiarray"
     };
     let module = py.import(name)?;
-    let attr = ATTR.to_str().unwrap_or_default();
-    match module.getattr(attr) {
+    match module.getattr(ATTR_NAME) {
         Ok(cap) => {
             // SAFETY: GetPointer checks the object is a capsule of this
             // exact name (else NULL with an error set).
@@ -164,7 +168,7 @@ fn look_up_or_publish(py: Python<'_>) -> PyResult<u8> {
             };
             // No Python code ran since the look-up (the GIL is held), so no
             // rust-numpy extension published in between.
-            module.setattr(attr, cap)?;
+            module.setattr(ATTR_NAME, cap)?;
             Ok(SETTLED)
         }
         Err(e) => Err(e),
@@ -306,7 +310,6 @@ unsafe fn array_request(a: *mut ffi::PyObject, writable: bool) -> Option<BorrowR
         function_len: RUST_NUMPY.len(),
         param: "".as_ptr(),
         param_len: 0,
-        ..EMPTY
     })
 }
 
@@ -380,6 +383,29 @@ unsafe extern "C" fn np_release_mut(flags: *mut c_void, a: *mut ffi::PyObject) {
 
 // ---- dlcast's views in rust-numpy's registry -----------------------------
 
+/// dlcast borrows (by id) whose views also hold the array in rust-numpy's
+/// registry.
+static HOLDS: Mutex<Vec<(u64, Hold)>> = Mutex::new(Vec::new());
+
+fn holds() -> std::sync::MutexGuard<'static, Vec<(u64, Hold)>> {
+    HOLDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Ends the hold in rust-numpy's registry of the dlcast borrow `id`, if
+/// there is one.
+pub(crate) fn release(id: u64) {
+    let hold = {
+        let mut list = holds();
+        match list.iter().rposition(|(i, _)| *i == id) {
+            Some(i) => list.swap_remove(i).1,
+            None => return,
+        }
+    };
+    // Released (by `Hold::drop`) outside the lock: rust-numpy's function
+    // takes its own.
+    drop(hold);
+}
+
 /// A dlcast view's borrow in rust-numpy's registry, released on drop.
 ///
 /// rust-numpy computes its key from the array's fields when it acquires and
@@ -441,14 +467,22 @@ impl Drop for Hold {
     }
 }
 
+// SAFETY: the raw pointers are copies of an array's fields, only passed to
+// rust-numpy's functions, which run with the GIL held (views, whose borrows
+// these are, are `!Send`); the objects they point to are kept alive by the
+// `Py` fields.
+unsafe impl Send for Hold {}
+
 /// Acquires the exact `numpy.ndarray` `arr` in rust-numpy's registry
-/// `shared` (C calls only: phase 2); `Err` with rust-numpy's code (-1: in
-/// use, -2: not writeable) if refused.
+/// `shared` (C calls only: phase 2) for as long as the dlcast borrow
+/// `borrow` lives; `Err` with rust-numpy's code (-1: in use, -2: not
+/// writeable) if refused.
 pub(crate) fn hold(
     shared: &'static Shared,
     arr: &Bound<'_, PyAny>,
     writable: bool,
-) -> Result<Box<Hold>, c_int> {
+    borrow: &super::Borrow,
+) -> Result<(), c_int> {
     let p = arr.as_ptr();
     // SAFETY: `arr` is a live exact `numpy.ndarray` and the GIL is held; its
     // fields up to `flags` are those of `ArrayHead`.
@@ -494,5 +528,13 @@ pub(crate) fn hold(
         return Err(rc);
     }
     hold.acquired = true;
-    Ok(Box::new(hold))
+    let mut list = holds();
+    if list.try_reserve(1).is_err() {
+        drop(list);
+        // Released by its drop; the view is refused like a conflict.
+        drop(hold);
+        return Err(-1);
+    }
+    list.push((borrow.id, hold));
+    Ok(())
 }
