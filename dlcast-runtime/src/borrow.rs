@@ -28,8 +28,10 @@
 //! with or without the GIL; it never calls into Python.
 //!
 //! **rust-numpy.** Borrows of NumPy arrays by rust-numpy extensions
-//! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: see
-//! [`rnp`].
+//! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: dlcast
+//! publishes this registry as rust-numpy's shared table when there is none
+//! yet, else also acquires its views of NumPy arrays in rust-numpy's (the
+//! crate-private module `borrow::rnp`).
 
 use crate::device::Device;
 use pyo3::prelude::*;

@@ -28,9 +28,17 @@
 //!   (the view's own layout is unchanged: the NumPy path pays one atomic
 //!   load when it reads and one when it drops).
 //!
-//! Either way a rust-numpy borrow that exists during a dlcast call existed
-//! when that call started, so nothing is looked up again: no Python code
-//! runs for this in phase 2.
+//! Either way the answer holds for the process (a rust-numpy extension
+//! keeps the first table it found, and finds dlcast's if dlcast published
+//! first), so nothing is looked up again: no watching for extensions
+//! imported later, and no Python code for this in phase 2 (rust-numpy's
+//! functions are C calls; they rely on their extension's NumPy C API, which
+//! its own first borrow loaded).
+//!
+//! Not covered in the second case: subclasses of `numpy.ndarray`, arrays
+//! read through `__dlpack__`, and memory reached through other producers
+//! (rust-numpy does not see those either). In the first case rust-numpy's
+//! borrows are compared by memory with every view in the registry.
 
 use super::{BorrowApi, BorrowReq, EMPTY};
 use pyo3::ffi;
