@@ -17,10 +17,12 @@ venv:
 	bash scripts/setup-venv.sh
 
 # The PyO3 test extension, built once into the virtualenv, and a second
-# extension built separately (the cross-module borrow tests).
+# extension built separately (the cross-module borrow tests), and one built
+# with rust-numpy instead (tests/python/test_rust_numpy.py).
 ext: venv
 	maturin develop -q -m tests/Cargo.toml
 	maturin develop -q -m tests/second/Cargo.toml
+	maturin develop -q -m tests/rnp/Cargo.toml
 
 lint:
 	cargo fmt --all -- --check

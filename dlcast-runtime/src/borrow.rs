@@ -26,12 +26,20 @@
 //!
 //! **Locking.** The entries sit behind a mutex, so the registry is sound
 //! with or without the GIL; it never calls into Python.
+//!
+//! **rust-numpy.** Borrows of NumPy arrays by rust-numpy extensions
+//! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: dlcast
+//! publishes this registry as rust-numpy's shared table when there is none
+//! yet, else also acquires its views of NumPy arrays in rust-numpy's (the
+//! crate-private module `borrow::rnp`).
 
 use crate::device::Device;
 use pyo3::prelude::*;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+pub(crate) mod rnp;
 
 /// The name under which the shared module sits in `sys.modules`.
 pub const MODULE: &str = "_dlcast_shared";
@@ -284,6 +292,10 @@ impl Drop for Borrow {
     fn drop(&mut self) {
         // SAFETY: the publisher's function, with an id it handed out.
         unsafe { (self.api.release)(self.id) }
+        // The same view's borrow in rust-numpy's registry, if any.
+        if rnp::foreign().is_some() {
+            rnp::release(self.id);
+        }
     }
 }
 

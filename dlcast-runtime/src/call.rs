@@ -440,6 +440,9 @@ impl CallCx {
                 }
             }
             self.register(py, param, &mut raw, writable)?;
+            if let Some(shared) = crate::borrow::rnp::foreign() {
+                self.hold_rust_numpy(shared, index, &raw, writable)?;
+            }
             self.slots[index].raw = Some(raw);
         }
         Ok(())
@@ -627,6 +630,14 @@ impl CallCx {
             }
             Refused::Conflict(other) => other,
         };
+        if name(other.function, other.function_len) == crate::borrow::rnp::RUST_NUMPY {
+            let theirs = if other.writable != 0 {
+                "a PyReadwriteArray"
+            } else {
+                "a PyReadonlyArray"
+            };
+            return self.rust_numpy_refusal(param, req.writable != 0, theirs);
+        }
         let other_param = name(other.param, other.param_len);
         if same_call(req, &other) {
             // The earlier argument first when it is writable, as it is read first.
@@ -652,6 +663,51 @@ impl CallCx {
             self.spec.name,
             param.name,
             name(other.function, other.function_len),
+        ))
+    }
+
+    /// Where rust-numpy's registry is not dlcast's (see [`crate::borrow::rnp`]):
+    /// the view of slot `index`, entered in dlcast's registry as `raw`, is
+    /// also acquired there if it reads an exact `numpy.ndarray` from its
+    /// fields (not a converted copy; empty arrays are not entered), until
+    /// its borrow ends. `BufferError` if rust-numpy's registry refuses.
+    #[cold]
+    #[inline(never)]
+    fn hold_rust_numpy(
+        &self,
+        shared: &'static crate::borrow::rnp::Shared,
+        index: usize,
+        raw: &RawTensor,
+        writable: bool,
+    ) -> PyResult<()> {
+        let slot = &self.slots[index];
+        let (Source::Numpy(array), None, Some(borrow)) =
+            (&slot.source, &slot.converted, &raw.borrow)
+        else {
+            return Ok(());
+        };
+        crate::borrow::rnp::hold(shared, array.bind(self.py()), writable, borrow)
+            .map_err(|_| self.rust_numpy_error(&self.spec.params[index], writable))
+    }
+
+    /// A view refused by rust-numpy's own registry.
+    #[cold]
+    fn rust_numpy_error(&self, param: &ParamSpec, writable: bool) -> PyErr {
+        let theirs = if writable {
+            "a PyReadonlyArray or PyReadwriteArray"
+        } else {
+            "a PyReadwriteArray"
+        };
+        self.rust_numpy_refusal(param, writable, theirs)
+    }
+
+    #[cold]
+    fn rust_numpy_refusal(&self, param: &ParamSpec, writable: bool, theirs: &str) -> PyErr {
+        let mine = if writable { "writable" } else { "read-only" };
+        PyBufferError::new_err(format!(
+            "{}(): argument '{}': the array is borrowed by a rust-numpy extension still \
+             running ({theirs}), and this {mine} view may not share it",
+            self.spec.name, param.name,
         ))
     }
 

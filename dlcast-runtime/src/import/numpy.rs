@@ -79,6 +79,11 @@ pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     if ndarray.as_ptr().cast() != tp {
         return false;
     }
+    // rust-numpy's borrow registry is found (or dlcast's published in its
+    // place) before the first NumPy array is read (see `borrow::rnp`).
+    if !crate::borrow::rnp::learn(py) {
+        return false;
+    }
     // Keep the type alive for the process, then cache its address.
     std::mem::forget(ndarray.unbind());
     NDARRAY.store(tp, Ordering::Relaxed);

@@ -1,0 +1,150 @@
+"""dlcast's views and rust-numpy's borrows (`PyReadonlyArray`,
+`PyReadwriteArray`) of the same NumPy array see each other (README, Safety;
+`borrow::rnp` in the runtime).
+
+`dlcast_rnp` (tests/rnp) is built with rust-numpy alone. Which registry
+holds rust-numpy's borrows depends on who came first in the process:
+rust-numpy's own (a rust-numpy extension borrowed an array before dlcast met
+its first NumPy array: dlcast then also acquires its views there), or
+dlcast's (dlcast published it in rust-numpy's place). Each order runs in a
+fresh interpreter; the suite's own process gets whichever came first.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dlcast_rnp as rnp
+import dlcast_second as second
+import dlcast_testext as ext
+
+SCENARIO = textwrap.dedent(
+    """
+    import sys
+
+    import numpy as np
+
+    import dlcast_rnp as rnp
+    import dlcast_second as second
+    import dlcast_testext as ext
+
+    if sys.argv[1] == "rust-numpy first":
+        rnp.hold_ref_and_call(np.zeros(3), lambda: None)
+    elif sys.argv[1] == "dlcast first":
+        ext.hold_ref_and_call(np.zeros(3), lambda: None)
+    # Either way rust-numpy's table now exists.
+    core = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
+    multiarray = sys.modules[core + ".multiarray"]
+    assert hasattr(multiarray, "_RUST_NUMPY_BORROW_CHECKING_API")
+
+    from test_rust_numpy import check_all
+
+    check_all(rust_numpy_published=sys.argv[1] == "rust-numpy first")
+    print("ok")
+    """
+)
+
+
+def refused(exc, match, f, *args):
+    try:
+        f(*args)
+    except exc as e:
+        assert match in str(e), str(e)
+    else:
+        raise AssertionError(f"{f.__name__} was not refused")
+
+
+def check_all(rust_numpy_published):
+    """Every check, in the current process (run in both orders)."""
+    a = np.zeros(4)
+    noop = lambda: None  # noqa: E731
+
+    # dlcast refuses a writable view of an array rust-numpy holds, and any
+    # view of one it holds writable.
+    calls = []
+
+    def dl_mut():
+        refused(BufferError, "borrowed by a rust-numpy extension", ext.hold_mut_and_call, a, noop)
+        calls.append(1)
+
+    def dl_ref():
+        refused(BufferError, "this read-only view may not share it", ext.hold_ref_and_call, a, noop)
+        calls.append(1)
+
+    assert rnp.hold_ref_and_call(a, dl_mut) == (0.0, 0.0)
+    assert rnp.hold_mut_and_call(a, dl_ref) == 8.0
+    # Another dlcast extension, the same.
+    rnp.hold_ref_and_call(a, lambda: refused(BufferError, "rust-numpy", second.fill, a, 1.0))
+
+    # rust-numpy refuses the reverse.
+    def rn_ref():
+        refused(TypeError, "already borrowed", rnp.hold_ref_and_call, a, noop)
+        calls.append(1)
+
+    def rn_mut():
+        refused(TypeError, "already borrowed", rnp.hold_mut_and_call, a, noop)
+        calls.append(1)
+
+    ext.hold_mut_and_call(a, rn_ref)
+    ext.hold_ref_and_call(a, rn_mut)
+    second.hold_and_call(a, rn_mut)
+    assert len(calls) == 5
+
+    # Readers share, either way round.
+    assert ext.hold_ref_and_call(a, lambda: rnp.hold_ref_and_call(a, noop)) == (4.0, 4.0)
+    assert rnp.hold_ref_and_call(a, lambda: ext.hold_ref_and_call(a, noop)) == (4.0, 4.0)
+
+    # Disjoint parts of one array are independent.
+    b = np.zeros(8)
+    rnp.hold_mut_and_call(b[:4], lambda: ext.hold_mut_and_call(b[4:], noop))
+    rnp.hold_mut_and_call(b[1::2], lambda: second.hold_and_call(b[::2], noop))
+    assert b.tolist() == [2.0, 2.0, 2.0, 2.0, 1.0, 2.0, 1.0, 2.0]
+
+    # Both release: after the calls (and after a refused one), each side
+    # borrows writable again.
+    assert rnp.hold_mut_and_call(a, noop) == 8.0
+    assert ext.hold_mut_and_call(a, noop) == 4.0
+    assert ext.live_borrows() == 0
+
+    # An array whose fields change while a view holds it (its dtype, and so
+    # its strides): released all the same, on both sides. A dlcast view
+    # releases what it acquired (rust-numpy's own registry looks a borrow up
+    # by the array's fields when it releases it, and aborts the process on
+    # changed ones: the case below, with rust-numpy's registry, aborts).
+    c = np.zeros(4)
+    ext.hold_ref_and_call(c, lambda: setattr(c, "dtype", np.float32))
+    c.dtype = np.float64
+    assert rnp.hold_mut_and_call(c, noop) == 8.0
+    assert ext.hold_mut_and_call(c, noop) == 4.0
+    if not rust_numpy_published:
+        # A rust-numpy borrow in dlcast's registry is released by the array.
+        rnp.borrow_and_call(c, lambda: setattr(c, "dtype", np.float32))
+        c.dtype = np.float64
+        assert ext.hold_mut_and_call(c, noop) == 4.0
+        assert rnp.hold_mut_and_call(c, noop) == 8.0
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.parametrize("order", ["rust-numpy first", "dlcast first"])
+def test_each_order(order):
+    out = subprocess.run(
+        [sys.executable, "-c", SCENARIO, order],
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_in_this_process():
+    # No rust-numpy borrow happens in the suite's process before this
+    # file's tests, so dlcast, on meeting its first NumPy array (here at the
+    # latest), published the table.
+    ext.hold_ref_and_call(np.zeros(1), lambda: None)
+    check_all(rust_numpy_published=False)
