@@ -1,11 +1,14 @@
-"""`make sanitize`: the NumPy, capsule and buffer tests under valgrind's
-memcheck, with PYTHONMALLOC=malloc so that every Python allocation is seen.
+"""`make sanitize`: the NumPy, capsule and buffer tests, and the PyTorch
+soundness tests (test_soundness.py: the private alias, Python code run by
+later arguments, conversions, inference tensors) and the borrow registry's
+(test_borrows.py), under valgrind's memcheck, with PYTHONMALLOC=malloc so
+that every Python allocation is seen.
 Counts the errors (invalid reads and writes, uses of uninitialised values,
 bad frees, definitely lost memory) whose stacks include dlcast code: the
 test extension (which links dlcast_runtime) or a dlcast_runtime symbol.
 Errors elsewhere (CPython, NumPy) are counted separately, for information.
-Exits 1 if dlcast code has any. PyTorch and JAX are left out: too slow
-under valgrind."""
+Exits 1 if dlcast code has any. JAX is left out (too slow under valgrind);
+importing PyTorch there takes about 5 minutes."""
 
 import os
 import shutil
@@ -19,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "sanitize"
 FILES = os.environ.get(
     "DLCAST_SANITIZE_FILES",
-    "tests/python/test_capsules.py tests/python/test_hostile.py tests/python/test_aliasing.py",
+    "tests/python/test_capsules.py tests/python/test_hostile.py tests/python/test_aliasing.py "
+    "tests/python/test_soundness.py tests/python/test_borrows.py",
 ).split()
 EXAMPLES = os.environ.get("DLCAST_SANITIZE_EXAMPLES", "300")
 DLCAST_MARKERS = ("dlcast_testext", "dlcast_runtime")
