@@ -745,6 +745,14 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// The export is read-only when the input was, and for views of PyTorch
 /// tensors that require grad.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    // A view of a PyTorch tensor that requires grad exports read-only:
+    // writes through it would bypass autograd, which PyTorch's own
+    // `.numpy()` and `__dlpack__` refuse.
+    if let Some(original) = raw.torch_original() {
+        if crate::torch::requires_grad(original.bind(py))? {
+            raw.read_only = true;
+        }
+    }
     raw.prepare_export(py)?;
     let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
     let shape = raw.shape.clone();

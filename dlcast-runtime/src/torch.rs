@@ -56,6 +56,9 @@ struct Handles {
     is_inference_mode_enabled: Py<PyAny>,
     increment_version: Py<PyAny>,
     disable: Py<PyAny>,
+    disable_dispatch: Py<PyAny>,
+    dispatch_keys: Py<PyAny>,
+    python_key: Py<PyAny>,
 }
 
 fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
@@ -78,34 +81,58 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
                     .unbind(),
                 increment_version: c.getattr("_increment_version")?.unbind(),
                 disable: c.getattr("DisableTorchFunction")?.unbind(),
+                disable_dispatch: c.getattr("_DisableTorchDispatch")?.unbind(),
+                dispatch_keys: c.getattr("_dispatch_keys")?.unbind(),
+                python_key: c.getattr("DispatchKey")?.getattr("Python")?.unbind(),
             })
         })
         .map_err(|e| producer_error("PyTorch's C API (torch._C)", e, py))
 }
 
-/// `torch._C.DisableTorchFunction()` entered; exited on drop.
-struct NoTorchFunction<'py>(Bound<'py, PyAny>);
+/// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
+/// entered (no `__torch_function__` and no `__torch_dispatch__`, of modes or
+/// subclasses, runs inside); exited, in reverse order, on drop.
+struct NoTorchFunction<'py>(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
 impl<'py> NoTorchFunction<'py> {
     fn enter(py: Python<'py>, h: &Handles) -> Result<Self, ImportError> {
-        let ctx = h
-            .disable
-            .bind(py)
-            .call0()
-            .and_then(|c| c.call_method0(intern!(py, "__enter__")).map(|_| c))
-            .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))?;
-        Ok(NoTorchFunction(ctx))
+        let enter = |ctx: &Py<PyAny>| {
+            ctx.bind(py)
+                .call0()
+                .and_then(|c| c.call_method0(intern!(py, "__enter__")).map(|_| c))
+                .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))
+        };
+        let mut region = NoTorchFunction(enter(&h.disable)?, None);
+        region.1 = Some(enter(&h.disable_dispatch)?);
+        Ok(region)
     }
 }
 
 impl Drop for NoTorchFunction<'_> {
     fn drop(&mut self) {
         let py = self.0.py();
-        // Restores the state saved by `__enter__`; cannot fail in PyTorch.
-        let _ = self
-            .0
-            .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()));
+        let none = || (py.None(), py.None(), py.None());
+        // Restore the states saved by `__enter__`; cannot fail in PyTorch.
+        if let Some(d) = self.1.take() {
+            let _ = d.call_method1(intern!(py, "__exit__"), none());
+        }
+        let _ = self.0.call_method1(intern!(py, "__exit__"), none());
     }
+}
+
+/// Whether `requires_grad` is set on `obj` (`TensorBase`'s own getter: a
+/// subclass's property is not asked), for an export of a view of it.
+pub(crate) fn requires_grad(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = obj.py();
+    let h = handles(py).map_err(|_| {
+        pyo3::exceptions::PyRuntimeError::new_err("torch._C.TensorBase is missing")
+    })?;
+    let _off = NoTorchFunction::enter(py, h)
+        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing"))?;
+    h.requires_grad
+        .bind(py)
+        .call_method1(intern!(py, "__get__"), (obj,))?
+        .is_truthy()
 }
 
 /// What phase 1 made of a PyTorch tensor.
@@ -139,13 +166,24 @@ pub(crate) fn prepare(
         .bind(py)
         .call_method1(intern!(py, "__get__"), (obj,))
         .map_err(|e| producer_error("x.data", e, py))?;
-    if api.is_some() && !exchange::is_torch_tensor(&alias) {
+    if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
         return Err(ImportError::Unreadable(format!(
-            "x.data gave {}, not a tensor",
+            "x.data gave {}, not a plain tensor",
             type_name(&alias)
         )));
     }
-    refuse_py_dispatch(exchange::type_info(&alias).1)?;
+    // The tensor's own dispatch keys decide whether PyTorch runs Python
+    // code to read it (a class can hide its `__torch_dispatch__`).
+    let keys = h
+        .dispatch_keys
+        .bind(py)
+        .call1((&alias,))
+        .and_then(|k| k.call_method1(intern!(py, "has"), (&h.python_key,)))
+        .and_then(|v| v.is_truthy())
+        .map_err(|e| producer_error("torch._C._dispatch_keys", e, py))?;
+    if keys {
+        return Err(py_dispatch_refusal());
+    }
     torch_bit(&alias, TorchBit::Negative, h)?;
     let bump = bump.then(|| obj.clone().unbind());
     let Some(api) = api else {
@@ -236,14 +274,18 @@ fn via_dlpack(
 /// runs. The verdict is cached per type only while the type is unchanged.
 fn refuse_py_dispatch(flags: TypeFlags) -> Result<(), ImportError> {
     if flags.py_dispatch() {
-        return Err(ImportError::Unreadable(
-            "the tensor's type defines __torch_dispatch__, which PyTorch may run (Python code) \
-             whenever the tensor's layout is read, so dlcast cannot check that its memory \
-             stays put; pass a plain tensor"
-                .into(),
-        ));
+        return Err(py_dispatch_refusal());
     }
     Ok(())
+}
+
+fn py_dispatch_refusal() -> ImportError {
+    ImportError::Unreadable(
+        "the tensor's type defines __torch_dispatch__ (PyTorch's Python dispatch key is set), \
+         which PyTorch may run (Python code) whenever the tensor's layout is read, so dlcast \
+         cannot check that its memory stays put; pass a plain tensor"
+            .into(),
+    )
 }
 
 /// Before a writable view: refuse a tensor that requires grad (autograd

@@ -17,7 +17,7 @@ use dlpack_rs::ffi::{
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Types seen, with their exchange API (or `NO_API`), their [`TypeFlags`]
 /// and the type's version tag when they were computed. A strong reference
@@ -28,7 +28,7 @@ const NO_API: usize = 1;
 static CACHE_TYPES: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
 static CACHE_APIS: [AtomicUsize; CACHE_SLOTS] = [const { AtomicUsize::new(0) }; CACHE_SLOTS];
 static CACHE_FLAGS: [AtomicU8; CACHE_SLOTS] = [const { AtomicU8::new(0) }; CACHE_SLOTS];
-static CACHE_TAGS: [AtomicU32; CACHE_SLOTS] = [const { AtomicU32::new(0) }; CACHE_SLOTS];
+static CACHE_TAGS: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
 
 /// The longest `prev_api` chain walked: a producer's chain that cycles (or
 /// is absurdly long) is not followed further.
@@ -67,11 +67,32 @@ impl TypeFlags {
     }
 }
 
-/// The type's version tag, which CPython changes whenever the type or one
-/// of its bases is modified (an attribute set or deleted); `0` when it has
-/// none, or (abi3) when it cannot be read: then nothing that Python can
-/// change is trusted from the cache.
-fn version_tag(tp: *mut ffi::PyTypeObject) -> u32 {
+/// The version tags of the type and of its metatype, which CPython changes
+/// whenever the type (or metatype) or one of its bases is modified (an
+/// attribute set or deleted); `0` when either has none, or (abi3) when they
+/// cannot be read: then nothing that Python can change is trusted from the
+/// cache.
+fn version_tag(tp: *mut ffi::PyTypeObject) -> u64 {
+    // The type's own tag and its metatype's: an attribute looked up on the
+    // type may come from the metatype (a metaclass attribute or property),
+    // whose changes leave the type's own tag alone.
+    let (own, meta) = (tag_of(tp), tag_of(metatype(tp)));
+    if own == 0 || meta == 0 {
+        0
+    } else {
+        (u64::from(own) << 32) | u64::from(meta)
+    }
+}
+
+/// `type(tp)`.
+fn metatype(tp: *mut ffi::PyTypeObject) -> *mut ffi::PyTypeObject {
+    // SAFETY: a type object is an object; its type pointer is valid while
+    // `tp` is (the caller holds a reference to an instance of `tp`).
+    unsafe { ffi::Py_TYPE(tp.cast()) }
+}
+
+/// One type's version tag; `0` when it has none or (abi3) cannot be read.
+fn tag_of(tp: *mut ffi::PyTypeObject) -> u32 {
     #[cfg(not(Py_LIMITED_API))]
     {
         // SAFETY: `tp` is a live type object; the field is a plain integer.
@@ -167,8 +188,8 @@ fn store(
     slot: usize,
     api: Option<&'static DLPackExchangeAPI>,
     flags: TypeFlags,
-    before: u32,
-    after: u32,
+    before: u64,
+    after: u64,
 ) {
     CACHE_APIS[slot].store(
         api.map_or(NO_API, |a| a as *const _ as usize),
@@ -240,15 +261,13 @@ pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> 
     Some(table)
 }
 
-/// Whether `obj` is a `torch.Tensor` (or subclass) instance, by a C-level
-/// subtype check (no Python code); `false` before [`torch_table`] first
-/// found PyTorch.
-pub(crate) fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+
+/// Whether `obj`'s type is exactly `torch.Tensor` (a pointer comparison);
+/// `false` before [`torch_table`] first found PyTorch.
+pub(crate) fn is_exactly_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
     let tensor = TORCH_TENSOR.load(Ordering::Acquire);
-    // SAFETY: `obj` is live and `tensor` is the type object of
-    // `torch.Tensor`, kept alive for the process; the check walks the type's
-    // MRO tuple in C.
-    !tensor.is_null() && unsafe { ffi::PyType_IsSubtype(ffi::Py_TYPE(obj.as_ptr()), tensor) } != 0
+    // SAFETY: `obj` is live; reading its type pointer.
+    !tensor.is_null() && unsafe { ffi::Py_TYPE(obj.as_ptr()) } == tensor
 }
 
 /// The DLPack C exchange API a type publishes (`None` if it has none, or

@@ -197,32 +197,31 @@ impl RawTensor {
         }
     }
 
+    /// The caller's PyTorch tensor this was read from (through its private
+    /// alias), if any.
+    pub(crate) fn torch_original(&self) -> Option<&Py<PyAny>> {
+        match &self.owner {
+            Owner::Exchange { original, .. } => Some(original),
+            _ => None,
+        }
+    }
+
     /// Hands the view its owner (see [`into_owner`]).
     pub(crate) fn set_owner(&mut self, owner: Owner) {
         self.owner = owner;
     }
 
     /// Before a view is exported (returned to Python): its borrow ends; a
-    /// view of a PyTorch tensor that requires grad becomes read-only (writes
-    /// through it would bypass autograd, which PyTorch's own `.numpy()` and
-    /// `__dlpack__` refuse); a tensor read through PyTorch's exchange table
-    /// takes ownership (`managed_tensor_from_py_object_no_sync`, on the
+    /// tensor read through PyTorch's exchange table takes ownership (`managed_tensor_from_py_object_no_sync`, on the
     /// private alias), checked against the view's dtype and memory, so that
     /// it may outlive the call.
     pub(crate) fn prepare_export(&mut self, py: Python<'_>) -> PyResult<()> {
         // Exported, the memory is Python's again: no Rust reference to it
         // remains, so the view's borrow ends here.
         self.borrow = None;
-        let Owner::Exchange { obj, api, original } = &self.owner else {
+        let Owner::Exchange { obj, api, .. } = &self.owner else {
             return Ok(());
         };
-        if original
-            .bind(py)
-            .getattr(pyo3::intern!(py, "requires_grad"))?
-            .is_truthy()?
-        {
-            self.read_only = true;
-        }
         // SAFETY: `api` is the producer's process-lifetime table.
         let api = unsafe { api.as_ref() };
         let owned = match exchange::owning(obj.bind(py), api) {
