@@ -124,9 +124,8 @@ impl Drop for NoTorchFunction<'_> {
 /// subclass's property is not asked), for an export of a view of it.
 pub(crate) fn requires_grad(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = obj.py();
-    let h = handles(py).map_err(|_| {
-        pyo3::exceptions::PyRuntimeError::new_err("torch._C.TensorBase is missing")
-    })?;
+    let h = handles(py)
+        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C.TensorBase is missing"))?;
     let _off = NoTorchFunction::enter(py, h)
         .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing"))?;
     h.requires_grad
@@ -157,6 +156,19 @@ pub(crate) fn prepare(
     let api = exchange::torch_table(py);
     let h = handles(py)?;
     let off = NoTorchFunction::enter(py, h)?;
+    // The tensor's own dispatch keys decide whether PyTorch runs Python
+    // code for it (a class can hide its `__torch_dispatch__` from the type
+    // check above): such tensors are refused.
+    let python_key = h
+        .dispatch_keys
+        .bind(py)
+        .call1((obj,))
+        .and_then(|k| k.call_method1(intern!(py, "has"), (&h.python_key,)))
+        .and_then(|v| v.is_truthy())
+        .map_err(|e| producer_error("torch._C._dispatch_keys", e, py))?;
+    if python_key {
+        return Err(py_dispatch_refusal());
+    }
     // Inference tensors track no version: they are not bumped.
     let bump = writable && guard_write(obj, h)?;
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
@@ -171,18 +183,6 @@ pub(crate) fn prepare(
             "x.data gave {}, not a plain tensor",
             type_name(&alias)
         )));
-    }
-    // The tensor's own dispatch keys decide whether PyTorch runs Python
-    // code to read it (a class can hide its `__torch_dispatch__`).
-    let keys = h
-        .dispatch_keys
-        .bind(py)
-        .call1((&alias,))
-        .and_then(|k| k.call_method1(intern!(py, "has"), (&h.python_key,)))
-        .and_then(|v| v.is_truthy())
-        .map_err(|e| producer_error("torch._C._dispatch_keys", e, py))?;
-    if keys {
-        return Err(py_dispatch_refusal());
     }
     torch_bit(&alias, TorchBit::Negative, h)?;
     let bump = bump.then(|| obj.clone().unbind());

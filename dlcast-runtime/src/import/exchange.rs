@@ -261,7 +261,6 @@ pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> 
     Some(table)
 }
 
-
 /// Whether `obj`'s type is exactly `torch.Tensor` (a pointer comparison);
 /// `false` before [`torch_table`] first found PyTorch.
 pub(crate) fn is_exactly_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
