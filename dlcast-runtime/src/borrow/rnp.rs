@@ -81,6 +81,8 @@ const FOREIGN_REGISTRY: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// rust-numpy's table when [`STATE`] is [`FOREIGN_REGISTRY`], else NULL.
 static FOREIGN: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+/// The table this build published as rust-numpy's, if it did.
+static PUBLISHED: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
 /// Whether NumPy is 2.x (the layout of a dtype's `elsize`); set before this
 /// build publishes its table.
 static NUMPY2: AtomicBool = AtomicBool::new(true);
@@ -166,6 +168,9 @@ fn look_up_or_publish(py: Python<'_>) -> PyResult<u8> {
                 release: np_release,
                 release_mut: np_release_mut,
             }));
+            // Kept for the process (the capsule is freed with NumPy's module
+            // at exit; the table must outlive every rust-numpy extension).
+            PUBLISHED.store(table, Ordering::Release);
             // SAFETY: the table is leaked (valid for the process), the name
             // is a static C string, and there is no destructor.
             let cap = unsafe {
