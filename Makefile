@@ -74,7 +74,7 @@ fuzz: ext
 	DLCAST_HYPOTHESIS_EXAMPLES=$(DLCAST_FUZZ_EXAMPLES) $(PY) -m pytest tests/python/test_capsules.py \
 		-q -s -p no:cacheprovider -k generated_capsules
 
-## The NumPy, capsule and buffer tests under valgrind memcheck with
+## The NumPy, capsule, buffer, PyTorch-soundness and borrow tests under valgrind memcheck with
 ## PYTHONMALLOC=malloc (scripts/sanitize.py): prints the number of errors
 ## whose stacks include dlcast code, and fails if there is one. Needs
 ## valgrind. DLCAST_SANITIZE_FILES="tests/python/x.py ..." picks other
