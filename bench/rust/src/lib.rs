@@ -49,6 +49,14 @@ fn dlcast_sum_pts(
     }
 }
 
+/// `sum_len` with a writable view (`TensorMut`): not in the tables; for the
+/// per-argument cost of a writable argument (callgrind, BENCHMARKS.md).
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_sum_len_mut(x: TensorMut<'_, f64>) -> usize {
+    x.len()
+}
+
 #[dlpack_fn(returns = numpy)]
 #[pyfunction]
 fn dlcast_make_f32_numpy(n: usize) -> PyResult<Tensor<f32>> {
@@ -164,6 +172,7 @@ fn dlcast_bench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floor, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_len, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_pts, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_sum_len_mut, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_make_f32_numpy, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_make_f32_torch, m)?)?;
     m.add_function(wrap_pyfunction!(rnp_sum_len, m)?)?;
