@@ -1503,6 +1503,7 @@ fn torch_from_array<'py>(
             // flag unset the tensor is still ours, and freeing it here is
             // its one deleter call (without this, every refused call leaked
             // the export and the input it keeps alive).
+            // SAFETY: as above, `managed` is ours and freed once, here.
             unsafe { delete_versioned(managed) };
         }
         return Err(err);

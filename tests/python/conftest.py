@@ -49,6 +49,24 @@ def capsule(arr, **kw):
     return ext.make_capsule(arr.tobytes(), shape, strides, **fields)
 
 
+def run_py(code, timeout=120):
+    """Runs `code` (dedented) in a fresh interpreter from this folder: for
+    checks that may crash the process, or that need a process of their own."""
+    import subprocess
+    import sys
+    import textwrap
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": here},
+    )
+
+
 @pytest.fixture
 def balanced():
     with deleters_balanced():

@@ -9,10 +9,6 @@ Crashing reproducers run in a subprocess.
 """
 
 import gc
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -21,18 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 import dlcast_testext as ext
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_py(code, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": HERE},
-    )
+from conftest import run_py  # noqa: E402
 
 
 # ---------------------------------------------------------------------------

@@ -17,9 +17,6 @@ descriptor can hide while PyTorch (instance lookup) still sets the key.
 """
 
 import gc
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -30,18 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import dlcast_testext as ext
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_py(code, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": HERE},
-    )
+from conftest import run_py  # noqa: E402
 
 
 # ---------------------------------------------------------------------------

@@ -169,9 +169,9 @@ pub struct RawTensor {
 }
 
 impl RawTensor {
-    /// A host (CPU) tensor from values a fast path has validated: `extent`
-    /// is the span of `shape`/`strides` (elements) around `data`, checked to
-    /// be addressable, or `None` for an empty array.
+    /// A host (CPU) tensor from validated values (set `device` for others):
+    /// `extent` is the span of `shape`/`strides` (elements) around `data`,
+    /// checked to be addressable, or `None` for an empty array.
     #[inline(always)]
     pub(crate) fn new(
         data: *mut u8,
@@ -819,18 +819,16 @@ pub(crate) fn make_raw(
             _ => return Err(invalid("the array's memory wraps around the address space")),
         }
     }
-    Ok(RawTensor {
-        // Never dereferenced unless the checks above passed for it.
-        data: data.wrapping_add(offset),
+    // Never dereferenced unless the checks above passed for it.
+    let mut raw = RawTensor::new(
+        data.wrapping_add(offset),
         shape,
         strides,
         dtype,
-        device,
         read_only,
         extent,
         path,
-        stream: None,
-        borrow: None,
-        owner: Owner::None,
-    })
+    );
+    raw.device = device;
+    Ok(raw)
 }
