@@ -10,6 +10,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Error, Ident, LitInt, Token};
 
 /// One entry of `#[shape(..)]`.
+#[derive(Clone)]
 pub enum Dim {
     Fixed(usize),
     Any,
@@ -73,6 +74,14 @@ pub struct DeviceEntry {
     pub name: String,
     code: Option<i32>,
     pub id: Option<i32>,
+}
+
+impl DeviceEntry {
+    /// Whether the device's memory is host memory the CPU reads directly
+    /// (`cpu`, `cuda_host`, `rocm_host`).
+    pub fn is_host(&self) -> bool {
+        matches!(self.code, Some(1 | 3 | 11))
+    }
 }
 
 impl Parse for DeviceEntry {
@@ -163,6 +172,15 @@ pub struct Annotations {
     pub first: Option<Attribute>,
     /// The `#[dtype(..)]` attribute, for "not a generic parameter" errors.
     pub dtype_attr: Option<Attribute>,
+    /// Every annotation by name, for errors spanned on it.
+    pub attrs: Vec<(&'static str, Attribute)>,
+}
+
+impl Annotations {
+    /// The annotation `#[name..]`, if the parameter has it.
+    pub fn attr(&self, name: &str) -> Option<&Attribute> {
+        self.attrs.iter().find(|(n, _)| *n == name).map(|(_, a)| a)
+    }
 }
 
 const NAMES: [&str; 5] = ["shape", "device", "order", "dtype", "noconvert"];
@@ -182,6 +200,7 @@ pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
             continue;
         };
         out.first.get_or_insert_with(|| attr.clone());
+        out.attrs.push((name, attr.clone()));
         if let Err(e) = parse_one(name, &attr, &mut out) {
             push_err(e);
         }

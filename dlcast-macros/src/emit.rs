@@ -1,0 +1,420 @@
+//! Code generation: the exported function, its static `FnSpec`, and one
+//! runtime call per step (`prepare`, `finish`, `take`, the body).
+
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Attribute, Block, Error, FnArg, GenericParam, Ident, Signature, Type, Visibility};
+
+use crate::analyse::{analyze, Analysis, ViewParam};
+use crate::annot::{self, Dim};
+use crate::parse::{
+    body_value_type, element_type, has_attr, returns_result, returns_unit, FnOptions, Returns,
+    ViewKind,
+};
+use crate::{pysig, stream};
+
+/// Where the expanded function lives.
+pub(crate) enum Ctx {
+    /// A free `#[pyfunction]`: the body becomes a nested `fn`.
+    Free,
+    /// A method of a `#[pymethods]` block: the body becomes an associated
+    /// function of a second, plain `impl` block (PyO3 would export every
+    /// function of the `#[pymethods]` block). Holds the class's name.
+    Method(String),
+}
+
+/// The class name `Self` stands for, in a method.
+pub(crate) fn self_name(ctx: &Ctx) -> Option<&str> {
+    match ctx {
+        Ctx::Free => None,
+        Ctx::Method(name) => Some(name),
+    }
+}
+
+/// The Rust element type for a `#[dtype(..)]` name.
+pub(crate) fn dtype_type(name: &Ident) -> Type {
+    let path = annot::DTYPES
+        .iter()
+        .find(|(n, _, _)| name == n)
+        .map(|t| t.1)
+        .expect("checked by annot");
+    let mut ty: Type = syn::parse_str(path).expect("valid type path");
+    respan(&mut ty, name.span());
+    ty
+}
+
+/// Gives every token of `ty` the span `span` (for errors at the name).
+pub(crate) fn respan(ty: &mut Type, span: Span) {
+    let tokens: TokenStream2 = ty
+        .to_token_stream()
+        .into_iter()
+        .map(|mut t| {
+            t.set_span(span);
+            t
+        })
+        .collect();
+    *ty = syn::parse2(tokens).expect("same tokens");
+}
+
+/// The NumPy name shown for a `#[dtype(..)]` name.
+pub(crate) fn dtype_python_name(name: &Ident) -> &'static str {
+    annot::DTYPES
+        .iter()
+        .find(|(n, _, _)| name == n)
+        .map(|t| t.2)
+        .expect("checked by annot")
+}
+
+/// The code generated for one function or method.
+pub(crate) struct Generated {
+    /// The exported function (or method).
+    pub(crate) wrapper: TokenStream2,
+    /// For methods: the body, an associated function for the plain impl.
+    pub(crate) body: TokenStream2,
+}
+
+pub(crate) fn expand_callable(
+    opts: &FnOptions,
+    attrs: &[Attribute],
+    vis: &Visibility,
+    sig: &Signature,
+    block: &Block,
+    ctx: &Ctx,
+) -> syn::Result<Generated> {
+    let rt = quote!(::dlcast_runtime::__private);
+    let pyo3 = quote!(#rt::pyo3);
+    let a = analyze(attrs, sig)?;
+    let views = &a.views;
+
+    // Named extents, numbered in order of first use.
+    let mut dim_names: Vec<String> = Vec::new();
+    for v in views {
+        for d in v.shape.iter().flatten() {
+            if let Dim::Named(id) = d {
+                let s = id.to_string();
+                if !dim_names.contains(&s) {
+                    dim_names.push(s);
+                }
+            }
+        }
+    }
+    let param_specs = views.iter().enumerate().map(|(i, v)| {
+        let name = v.ident.unraw().to_string();
+        let shape = match &v.shape {
+            None => quote!(::core::option::Option::None),
+            Some(dims) => {
+                let dims = dims.iter().map(|d| match d {
+                    Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
+                    Dim::Any => quote!(#rt::Dim::Any),
+                    Dim::Rest => quote!(#rt::Dim::Rest),
+                    Dim::Named(id) => {
+                        let k = dim_names.iter().position(|n| id == n).expect("collected") as u8;
+                        quote!(#rt::Dim::Named(#k))
+                    }
+                });
+                quote!(::core::option::Option::Some(&[#(#dims),*]))
+            }
+        };
+        let devices = annot::devices_tokens(&rt, v.annots.devices.as_deref());
+        // A slice is C-contiguous (for one dimension: contiguous).
+        let order = match v.kind {
+            ViewKind::Slice | ViewKind::SliceMut => Some(annot::Order::C),
+            _ => v.annots.order,
+        };
+        // Types that hand out Rust references (slices, ndarray views, and the
+        // slice accessors under `#[order]`) get aligned host memory.
+        let aligned =
+            v.kind.native() || matches!(v.kind, ViewKind::Ref | ViewKind::Mut) && order.is_some();
+        let order = annot::order_tokens(&rt, order);
+        let convert = !(opts.noconvert || v.annots.noconvert || v.kind.writable());
+        let tp = v.tparam.map(|k| &a.tparams[k]);
+        let dtypes = match tp {
+            Some(tp) if tp.decided_by == Some(i) => {
+                let tys = tp.dtypes.iter().map(dtype_type);
+                quote!(&[#(<#tys as #rt::Element>::DTYPE),*])
+            }
+            _ => quote!(&[]),
+        };
+        let shares = match tp {
+            Some(tp) if tp.decided_by != Some(i) => {
+                let (t, by) = (tp.ident.to_string(), tp.decided_by.expect("checked") as u8);
+                quote!(::core::option::Option::Some(#rt::SharedDType { type_param: #t, decided_by: #by }))
+            }
+            _ => quote!(::core::option::Option::None),
+        };
+        quote!(#rt::ParamSpec {
+            name: #name, shape: #shape, devices: #devices, order: #order,
+            convert: #convert, aligned: #aligned, dtypes: #dtypes, shares_dtype: #shares,
+        })
+    });
+    // The Python name: errors and the signature line use it.
+    let fn_name = pysig::scan_pyo3_attrs(attrs)
+        .name
+        .unwrap_or_else(|| sig.ident.unraw().to_string());
+    let stream_setup =
+        stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), a.stream_param.as_ref());
+
+    let peek_ident = |v: &ViewParam| {
+        let i = views
+            .iter()
+            .position(|w| std::ptr::eq(w, v))
+            .expect("a view of this function");
+        format_ident!("__dlcast_peek{i}")
+    };
+    // The statement is located at the view type, so that an unsupported
+    // element type is reported on the parameter, but resolves names at the
+    // call site (a type from a `macro_rules` fragment has another hygiene
+    // context, in which `__dlcast` would not be found).
+    let prepares = views.iter().enumerate().map(|(i, v)| {
+        let (ident, ty) = (&v.ident, &v.ty);
+        let span = ty.span().resolved_at(Span::call_site());
+        if v.optional {
+            quote_spanned!(span=> __dlcast.prepare_opt::<#ty>(#i, #ident)?;)
+        } else {
+            quote_spanned!(span=> __dlcast.prepare::<#ty>(#i, #ident)?;)
+        }
+    });
+    let takes = views.iter().enumerate().map(|(i, v)| {
+        let (ident, ty) = (&v.ident, &v.ty);
+        let span = ty.span().resolved_at(Span::call_site());
+        if v.optional {
+            quote_spanned!(span=> let #ident = __dlcast.take_opt::<#ty>(#i)?;)
+        } else {
+            quote_spanned!(span=> let #ident = __dlcast.take::<#ty>(#i)?;)
+        }
+    });
+
+    // The user's function, unchanged but for the annotations, becomes the
+    // body; the exported function takes Python objects.
+    let body_ident = format_ident!("{}_rs", sig.ident.unraw());
+    let body_path = match ctx {
+        Ctx::Free => quote!(#body_ident),
+        Ctx::Method(_) => quote!(Self::#body_ident),
+    };
+    let mut body_sig = sig.clone();
+    body_sig.ident = body_ident;
+    for arg in body_sig.inputs.iter_mut() {
+        if let FnArg::Typed(pt) = arg {
+            pt.attrs.clear();
+        }
+    }
+    // The body keeps the function's documentation and `cfg`/lint attributes,
+    // not PyO3's.
+    let body_attrs = attrs.iter().filter(|a| {
+        [
+            "doc", "cfg", "cfg_attr", "allow", "expect", "warn", "deny", "inline",
+        ]
+        .iter()
+        .any(|n| a.path().is_ident(n))
+    });
+    let body_doc = format!(
+        " The Rust function behind the Python function `{fn_name}` (see `#[dlpack_fn]`), \
+         callable from Rust with views over Rust data."
+    );
+    let body_fn = quote! {
+        #[doc = #body_doc]
+        #[doc = ""]
+        #(#body_attrs)*
+        #[allow(clippy::too_many_arguments)]
+        #vis #body_sig #block
+    };
+    let call_args = &a.call_args;
+    let body_call = if returns_result(&sig.output) {
+        quote!(#body_path(#(#call_args),*)?)
+    } else {
+        quote!(#body_path(#(#call_args),*))
+    };
+    // `like(param)` reads the argument's framework before it is imported.
+    let mut like_prelude = quote!();
+    let framework = match &opts.returns {
+        Some(Returns::Framework(v)) => quote!(::core::option::Option::Some(#rt::Framework::#v)),
+        Some(Returns::Like(p)) => {
+            let Some(v) = views.iter().find(|v| v.ident == *p) else {
+                return Err(Error::new_spanned(
+                    p,
+                    format!("`like({p})` must name an array parameter of this function"),
+                ));
+            };
+            like_prelude = if v.optional {
+                quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
+            } else {
+                quote!(let __dlcast_like = #rt::Framework::of(#p);)
+            };
+            quote!(__dlcast_like)
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    // Special methods (`__iadd__`, `__contains__`, ...) and setters need the
+    // body's own return type (PyO3 checks it) and no extra argument: they
+    // return it as is, without `returns = ...`.
+    let plain_return = matches!(ctx, Ctx::Method(_))
+        && (has_attr(attrs, "setter")
+            || (sig.ident.to_string().starts_with("__") && sig.ident.to_string().ends_with("__")));
+    let result = if plain_return {
+        quote!(::core::result::Result::Ok(#body_call))
+    } else if returns_unit(&sig.output) {
+        quote! {
+            #body_call;
+            ::core::result::Result::Ok(__dlcast_py.None())
+        }
+    } else {
+        quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework))
+    };
+    let run = quote! {
+        #(#prepares)*
+        __dlcast.finish()?;
+        #(#takes)*
+        let __dlcast_guard = __dlcast.body();
+        #result
+    };
+    // A dtype-generic function: peek at each deciding argument, then one
+    // match per type parameter; each arm names the type with a local alias
+    // and runs the same imports, monomorphised.
+    let peeks = a.tparams.iter().map(|tp| {
+        let i = tp.decided_by.expect("checked");
+        let (peek, ident) = (peek_ident(&views[i]), &views[i].ident);
+        let writable = views[i].kind.writable();
+        quote!(let #peek = __dlcast.peek(#i, #ident, #writable)?;)
+    });
+    let dispatch = dispatch_tokens(&a, 0, &mut Vec::new(), &run, &peek_ident);
+
+    // Python-facing signature and docstring.
+    let array_type = match &opts.returns {
+        None => "dlcast.Array",
+        Some(Returns::Like(_)) => "...",
+        Some(Returns::Framework(v)) => match v.to_string().as_str() {
+            "Numpy" => "numpy.ndarray",
+            "Torch" => "torch.Tensor",
+            "Jax" => "jax.Array",
+            "Cupy" => "cupy.ndarray",
+            "Tensorflow" => "tensorflow.Tensor",
+            _ => "array_api_strict.Array",
+        },
+    };
+    let mut py_params = a.py_params.clone();
+    for v in views {
+        let dtype = match v.tparam {
+            Some(k) => Some(
+                a.tparams[k]
+                    .dtypes
+                    .iter()
+                    .map(dtype_python_name)
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            ),
+            // An element type dlcast cannot name (an alias) shows as written.
+            None => element_type(&v.ty).map(|t| {
+                pysig::element_name(t)
+                    .map(String::from)
+                    .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
+            }),
+        };
+        let ann =
+            pysig::array_annotation(&v.annots, dtype, &dim_names, v.kind.writable(), v.optional);
+        if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
+            p.1 = Some(ann);
+        }
+    }
+    let pyo3_attrs = pysig::scan_pyo3_attrs(attrs);
+    let params_text = pysig::parameter_list(&py_params, pyo3_attrs.signature.as_ref());
+    let receiver = if a.has_receiver {
+        "self"
+    } else if has_attr(attrs, "classmethod") {
+        "cls"
+    } else {
+        ""
+    };
+    let params_text = match (receiver.is_empty(), params_text.is_empty()) {
+        (true, _) => params_text,
+        (false, true) => receiver.to_string(),
+        (false, false) => format!("{receiver}, {params_text}"),
+    };
+    let ret = pysig::return_annotation(&sig.output, array_type, self_name(ctx))
+        .unwrap_or_else(|| "...".into());
+    // The first docstring line, as pybind11 and nanobind write it: help()
+    // shows it, and the stub generator parses it. (`__text_signature__`
+    // stays PyO3's, without annotations, which `inspect.signature` refuses.)
+    let doc_line = format!(" {fn_name}({params_text}) -> {ret}");
+    let has_doc = attrs.iter().any(|a| a.path().is_ident("doc"));
+    let doc_sep = has_doc.then(|| quote!(#[doc = ""]));
+
+    let mut outer_generics = sig.generics.clone();
+    outer_generics.params = outer_generics
+        .params
+        .into_iter()
+        .filter(|g| matches!(g, GenericParam::Lifetime(_)))
+        .collect();
+    if !a.tparams.is_empty() {
+        outer_generics.where_clause = None;
+    }
+    let outer_params = &a.outer_params;
+    let (fn_token, ident) = (&sig.fn_token, &sig.ident);
+    let spec_ident = format_ident!("__DLCAST_SPEC");
+    let (py_param, ret_ty) = if plain_return {
+        (quote!(), body_value_type(&sig.output))
+    } else {
+        (
+            quote!(__dlcast_py: #pyo3::Python<'_>,),
+            quote!(#pyo3::Py<#pyo3::PyAny>),
+        )
+    };
+    let wrapper = quote! {
+        #[doc = #doc_line]
+        #doc_sep
+        #(#attrs)*
+        #[allow(clippy::too_many_arguments, clippy::needless_question_mark)]
+        #vis #fn_token #ident #outer_generics(
+            #(#outer_params,)*
+            #py_param
+        ) -> #pyo3::PyResult<#ret_ty> {
+            static #spec_ident: #rt::FnSpec = #rt::FnSpec {
+                name: #fn_name,
+                dim_names: &[#(#dim_names),*],
+                params: &[#(#param_specs),*],
+            };
+            #like_prelude
+            let mut __dlcast = #rt::CallCx::new(&#spec_ident);
+            #stream_setup
+            #(#peeks)*
+            #dispatch
+        }
+    };
+    Ok(Generated {
+        wrapper,
+        body: body_fn,
+    })
+}
+
+/// The dispatch of a dtype-generic function: one `match` per type
+/// parameter (from `k` on) over its listed dtypes; the innermost arms alias
+/// each type parameter to the matched element type and run `run`.
+pub(crate) fn dispatch_tokens(
+    a: &Analysis,
+    k: usize,
+    aliases: &mut Vec<(Ident, Type)>,
+    run: &TokenStream2,
+    peek_ident: &dyn Fn(&ViewParam) -> Ident,
+) -> TokenStream2 {
+    let rt = quote!(::dlcast_runtime::__private);
+    let Some(tp) = a.tparams.get(k) else {
+        let aliases = aliases.iter().map(|(t, ty)| quote!(type #t = #ty;));
+        return quote!({ #(#aliases)* #run });
+    };
+    let i = tp.decided_by.expect("checked");
+    let peek = peek_ident(&a.views[i]);
+    let arms = tp.dtypes.iter().map(|name| {
+        let ty = dtype_type(name);
+        aliases.push((tp.ident.clone(), ty.clone()));
+        let inner = dispatch_tokens(a, k + 1, aliases, run, peek_ident);
+        aliases.pop();
+        quote!(__dlcast_d if __dlcast_d == <#ty as #rt::Element>::DTYPE => #inner)
+    });
+    quote! {
+        match #peek.dtype() {
+            #(#arms,)*
+            _ => ::core::result::Result::Err(__dlcast.unlisted_dtype(#i, &#peek)),
+        }
+    }
+}
