@@ -168,7 +168,7 @@ pub(crate) fn expand_callable(
     // call site (a type from a `macro_rules` fragment has another hygiene
     // context, in which `__dlcast` would not be found).
     let prepares = views.iter().enumerate().map(|(i, v)| {
-        let (ident, ty) = (&v.ident, &v.ty);
+        let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
         let span = ty.span().resolved_at(Span::call_site());
         if v.optional {
             quote_spanned!(span=> __dlcast.prepare_opt::<#ty>(#i, #ident)?;)
@@ -177,7 +177,7 @@ pub(crate) fn expand_callable(
         }
     });
     let takes = views.iter().enumerate().map(|(i, v)| {
-        let (ident, ty) = (&v.ident, &v.ty);
+        let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
         let span = ty.span().resolved_at(Span::call_site());
         if v.optional {
             quote_spanned!(span=> let #ident = __dlcast.take_opt::<#ty>(#i)?;)
@@ -217,7 +217,7 @@ pub(crate) fn expand_callable(
         #[doc = #body_doc]
         #[doc = ""]
         #(#body_attrs)*
-        #[allow(clippy::too_many_arguments)]
+        #[allow(clippy::too_many_arguments, non_snake_case)]
         #vis #body_sig #block
     };
     let call_args = &a.call_args;
@@ -417,4 +417,31 @@ pub(crate) fn dispatch_tokens(
             _ => ::core::result::Result::Err(__dlcast.unlisted_dtype(#i, &#peek)),
         }
     }
+}
+
+/// `ty` with every lifetime written `'_`: the view borrows the call
+/// context, whatever lifetime the body names it with (a lifetime parameter
+/// of the function would outlive the context).
+fn elide_lifetimes(ty: &Type) -> Type {
+    fn walk(tokens: TokenStream2) -> TokenStream2 {
+        let mut out = Vec::new();
+        let mut after_quote = false;
+        for t in tokens {
+            let t = match t {
+                proc_macro2::TokenTree::Group(g) => {
+                    let mut n = proc_macro2::Group::new(g.delimiter(), walk(g.stream()));
+                    n.set_span(g.span());
+                    proc_macro2::TokenTree::Group(n)
+                }
+                proc_macro2::TokenTree::Ident(i) if after_quote => {
+                    proc_macro2::TokenTree::Ident(Ident::new("_", i.span()))
+                }
+                other => other,
+            };
+            after_quote = matches!(&t, proc_macro2::TokenTree::Punct(p) if p.as_char() == '\'');
+            out.push(t);
+        }
+        out.into_iter().collect()
+    }
+    syn::parse2(walk(ty.to_token_stream())).unwrap_or_else(|_| ty.clone())
 }

@@ -39,9 +39,40 @@ pub trait View<'a>: Sized {
     const DTYPE: Option<DType>;
     /// Whether the view writes.
     const WRITABLE: bool;
-    /// Wraps a raw tensor that passed every check.
+    /// Makes the view of `raw`, a read that passed every check of the
+    /// parameter's [`ParamSpec`]. A view that owns its read keeps `raw`; one
+    /// that borrows it (a slice, an `ndarray` view) hands it to `keep`,
+    /// which holds it in the call context for `'a`.
+    ///
+    /// # Errors
+    /// What the type needs that the read does not give (a rank, values a
+    /// `bool` may hold), named by `keep`.
     #[doc(hidden)]
-    fn from_raw(raw: RawTensor) -> Self;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self>;
+}
+
+/// Where a view that borrows its read (a slice, an `ndarray` view) leaves
+/// it: the call context's slot, which the view's lifetime `'a` borrows, so
+/// the read (its owner, its borrow-registry entry) outlives the view.
+#[doc(hidden)]
+pub struct Keep<'a> {
+    slot: &'a std::cell::Cell<Option<RawTensor>>,
+    /// The function and the parameter, for errors.
+    pub(crate) func: &'static str,
+    pub(crate) param: &'static str,
+}
+
+impl Keep<'_> {
+    /// Holds `raw` until the call context drops.
+    pub(crate) fn hold(self, raw: RawTensor) {
+        self.slot.set(Some(raw));
+    }
+
+    /// A `TypeError` naming the function and the parameter.
+    #[cold]
+    pub(crate) fn error(&self, msg: std::fmt::Arguments<'_>) -> PyErr {
+        PyTypeError::new_err(format!("{}(): argument '{}': {msg}", self.func, self.param))
+    }
 }
 
 /// The dtype of an argument that decides a dtype-generic function's type
@@ -88,8 +119,11 @@ struct Slot {
     /// The view type's element type and writability.
     dtype: Option<DType>,
     writable: bool,
-    /// The read of the current phase-2 pass.
-    raw: Option<RawTensor>,
+    /// The read of the current phase-2 pass; after [`CallCx::take`], what a
+    /// borrowing view keeps (see [`Keep`]).
+    raw: std::cell::Cell<Option<RawTensor>>,
+    /// Whether [`CallCx::take`] ran for this slot.
+    taken: std::cell::Cell<bool>,
     /// The converted temporary the source reads, and the shape the
     /// argument had before (a conversion must keep it).
     converted: Option<(Py<PyAny>, SmallVec<[usize; 4]>)>,
@@ -103,7 +137,8 @@ impl Slot {
         source: Source::Empty,
         dtype: None,
         writable: false,
-        raw: None,
+        raw: std::cell::Cell::new(None),
+        taken: std::cell::Cell::new(false),
         converted: None,
         via_dlpack: false,
     };
@@ -340,7 +375,15 @@ impl CallCx {
         let bound = 2 * self.slots.len() + 2;
         for _ in 0..bound {
             match self.read_pass() {
-                Ok(()) if self.bump.is_empty() || self.bumped => return Ok(()),
+                Ok(()) if self.bump.is_empty() || self.bumped => {
+                    // Each read owns what keeps its memory alive from here.
+                    for slot in &mut self.slots {
+                        if let Some(raw) = slot.raw.get_mut() {
+                            raw.set_owner(import::into_owner(&mut slot.source));
+                        }
+                    }
+                    return Ok(());
+                }
                 Ok(()) => {
                     self.clear_reads();
                     self.bumped = true;
@@ -374,7 +417,7 @@ impl CallCx {
 
     fn clear_reads(&mut self) {
         for s in &mut self.slots {
-            s.raw = None;
+            *s.raw.get_mut() = None;
         }
     }
 
@@ -443,7 +486,7 @@ impl CallCx {
             if let Some(shared) = crate::borrow::rnp::foreign() {
                 self.hold_rust_numpy(shared, index, &raw, writable)?;
             }
-            self.slots[index].raw = Some(raw);
+            *self.slots[index].raw.get_mut() = Some(raw);
         }
         Ok(())
     }
@@ -460,7 +503,10 @@ impl CallCx {
         match work {
             Work::Dlpack => {
                 self.slots[index].via_dlpack = true;
-                self.prepare_slot(index, obj, false)
+                match self.prepare_slot(index, obj, false) {
+                    Err(e) => self.convert_unexportable(index, obj, e),
+                    ok => ok,
+                }
             }
             Work::Convert {
                 target,
@@ -495,20 +541,88 @@ impl CallCx {
         }
     }
 
-    /// Hands the view of parameter `index` its read and its owner. Call
-    /// after [`CallCx::finish`] succeeded, once per parameter.
-    #[inline(always)]
-    pub fn take<'a, V: View<'a>>(
+    /// A NumPy array that DLPack cannot describe (byte-swapped, strides that
+    /// are not whole elements: NumPy's `__dlpack__` raised `refused`), for a
+    /// typed read-only parameter that converts: a native, aligned copy in the
+    /// parameter's order. Otherwise the refusal stands.
+    #[cold]
+    fn convert_unexportable(
         &mut self,
         index: usize,
-        _obj: &'a Bound<'a, PyAny>,
-    ) -> PyResult<V> {
-        let slot = &mut self.slots[index];
+        obj: &Bound<'_, PyAny>,
+        refused: PyErr,
+    ) -> PyResult<()> {
+        let py = obj.py();
+        let (slot, param) = (&self.slots[index], &self.spec.params[index]);
+        let Some(dtype) = slot.dtype else {
+            return Err(refused);
+        };
+        if slot.writable || !param.convert || slot.converted.is_some() || !numpy::is_ndarray(obj) {
+            return Err(refused);
+        }
+        let shape: SmallVec<[usize; 4]> = match obj.getattr(pyo3::intern!(py, "shape")) {
+            Ok(s) => s.extract::<Vec<usize>>()?.into_iter().collect(),
+            Err(_) => return Err(refused),
+        };
+        // The same-kind rule of every conversion, in NumPy's words.
+        let (np, name) = (
+            py.import(pyo3::intern!(py, "numpy"))?,
+            dtype.name().unwrap_or("?"),
+        );
+        let from = obj.getattr(pyo3::intern!(py, "dtype"))?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("casting", "same_kind")?;
+        let castable = np
+            .call_method("can_cast", (&from, name), Some(&kwargs))
+            .and_then(|v| v.is_truthy())
+            .unwrap_or(false);
+        if !castable {
+            return Err(self.fail(
+                param,
+                format_args!(
+                    "expected dtype {dtype}, got {from} (which DLPack cannot describe), and it \
+                     does not convert to {dtype} implicitly (only same-kind casts do)"
+                ),
+            ));
+        }
+        let text = refused.to_string();
+        let what = format!(
+            "NumPy cannot export the array through DLPack ({})",
+            text.lines().next().unwrap_or_default()
+        );
+        let ndim = shape.len();
+        self.slots[index].converted = Some((py.None(), shape));
+        let target = Target {
+            dtype,
+            order: param.order,
+            copy: true,
+        };
+        let tmp = self.convert(index, obj, true, ndim, target, &what)?;
+        self.prepare_slot(index, &tmp, true)?;
+        if let Some((keep, _)) = &mut self.slots[index].converted {
+            *keep = tmp.unbind();
+        }
+        Ok(())
+    }
+
+    /// Hands the view of parameter `index` its read (which owns what keeps
+    /// the memory alive). Call after [`CallCx::finish`] succeeded, once per
+    /// parameter; the view borrows the context, so it cannot outlive it.
+    #[inline(always)]
+    pub fn take<'a, V: View<'a>>(&'a self, index: usize) -> PyResult<V> {
+        let slot = &self.slots[index];
+        if slot.taken.replace(true) {
+            return Err(not_read());
+        }
         match slot.raw.take() {
-            Some(mut raw) => {
-                raw.set_owner(import::into_owner(&mut slot.source));
-                Ok(V::from_raw(raw))
-            }
+            Some(raw) => V::from_raw(
+                raw,
+                Keep {
+                    slot: &slot.raw,
+                    func: self.spec.name,
+                    param: self.spec.params[index].name,
+                },
+            ),
             None => Err(not_read()),
         }
     }
@@ -521,14 +635,11 @@ impl CallCx {
     }
 
     /// As [`CallCx::take`] for an `Option<..>` parameter.
-    pub fn take_opt<'a, V: View<'a>>(
-        &mut self,
-        index: usize,
-        obj: Option<&'a Bound<'a, PyAny>>,
-    ) -> PyResult<Option<V>> {
-        match obj {
-            Some(o) if self.slots[index].obj.is_some() => self.take(index, o).map(Some),
-            _ => Ok(None),
+    pub fn take_opt<'a, V: View<'a>>(&'a self, index: usize) -> PyResult<Option<V>> {
+        if self.slots[index].obj.is_some() {
+            self.take(index).map(Some)
+        } else {
+            Ok(None)
         }
     }
 
@@ -810,6 +921,12 @@ impl CallCx {
         if !(dtype_ok && order_ok) {
             return Err(self.mismatch(param, raw, dtype.unwrap_or(raw.dtype), writable, dtype_ok));
         }
+        if param.aligned && raw.extent.is_some() {
+            let align = raw.dtype.align().unwrap_or(1);
+            if raw.data as usize % align != 0 {
+                return Err(self.misaligned(param, raw, align, writable));
+            }
+        }
         if writable {
             if raw.read_only {
                 return Err(self
@@ -886,11 +1003,47 @@ impl CallCx {
                 Target {
                     dtype: want,
                     order: param.order,
+                    copy: false,
                 },
                 what,
             );
         };
         self.fail(param, format_args!("{what}{why_not}")).into()
+    }
+
+    /// Data not aligned for a parameter whose type hands out references: a
+    /// fresh copy where the parameter converts, else the error.
+    #[cold]
+    fn misaligned(
+        &self,
+        param: &ParamSpec,
+        raw: &RawTensor,
+        align: usize,
+        writable: bool,
+    ) -> Refusal {
+        let what = format!(
+            "the data (at address {:#x}) is not aligned to {align} bytes for {}, which this \
+             parameter's type needs",
+            raw.data as usize, raw.dtype
+        );
+        if writable {
+            let e = format!(
+                "{what}; a writable parameter never converts (writes into an aligned copy \
+                 would be lost): pass an aligned array, e.g. numpy.require(x, requirements=\"A\")"
+            );
+            return self.fail(param, format_args!("{e}")).into();
+        }
+        if !param.convert {
+            return self.fail(param, format_args!("{what}")).into();
+        }
+        Refusal::Convert(
+            Target {
+                dtype: raw.dtype,
+                order: param.order,
+                copy: true,
+            },
+            what,
+        )
     }
 
     fn device_error(&self, param: &ParamSpec, got: Device) -> PyErr {

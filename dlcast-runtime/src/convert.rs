@@ -50,6 +50,9 @@ pub(crate) struct Target {
     pub dtype: DType,
     /// `Order::Any` keeps the layout as far as the framework allows.
     pub order: Order,
+    /// Whether the result must be a fresh copy even where dtype and order
+    /// already fit (misaligned data: a fresh allocation is aligned).
+    pub copy: bool,
 }
 
 /// Why a conversion could not be attempted or failed.
@@ -100,7 +103,7 @@ pub(crate) fn convert<'py>(
             numpy_like_astype(obj, name, target.order).map_err(raised("x.astype"))
         }
         Some(Framework::Torch) => {
-            torch_convert(obj, name, target.order, ndim).map_err(raised("x.to"))
+            torch_convert(obj, name, target.order, ndim, target.copy).map_err(raised("x.to"))
         }
         // These frameworks' arrays are always C-contiguous (row-major): a
         // dtype change keeps that; F order needs NumPy.
@@ -153,7 +156,7 @@ fn numpy_like_astype<'py>(
     obj.call_method(intern!(py, "astype"), (name,), Some(&kwargs))
 }
 
-/// `x.detach().to(torch.<name>)`, then `.contiguous()` for C order, or the
+/// `x.detach().to(torch.<name>)` (with `copy=True` where asked), then `.contiguous()` for C order, or the
 /// same under a reversed permutation for F order (which really yields
 /// column-major strides).
 fn torch_convert<'py>(
@@ -161,13 +164,20 @@ fn torch_convert<'py>(
     name: &str,
     order: Order,
     ndim: usize,
+    copy: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     let torch = py.import(intern!(py, "torch"))?;
     let dtype = torch.getattr(name)?;
-    let t = obj
-        .call_method0(intern!(py, "detach"))?
-        .call_method1(intern!(py, "to"), (dtype,))?;
+    let kwargs = PyDict::new(py);
+    if copy {
+        kwargs.set_item(intern!(py, "copy"), true)?;
+    }
+    let t = obj.call_method0(intern!(py, "detach"))?.call_method(
+        intern!(py, "to"),
+        (dtype,),
+        Some(&kwargs),
+    )?;
     match order {
         Order::Any => Ok(t),
         Order::C | Order::Contiguous => t.call_method0(intern!(py, "contiguous")),

@@ -103,6 +103,22 @@ impl DType {
     pub fn itemsize(&self) -> Option<usize> {
         self.name().map(|_| usize::from(self.bits) / 8)
     }
+
+    /// The alignment in bytes of the Rust element type of this dtype (a
+    /// complex number is aligned as its parts); `None` where
+    /// [`DType::itemsize`] is.
+    #[inline]
+    pub fn align(&self) -> Option<usize> {
+        let size = self.itemsize()?;
+        Some(
+            if self.code == code::COMPLEX {
+                size / 2
+            } else {
+                size
+            }
+            .max(1),
+        )
+    }
 }
 
 impl fmt::Display for DType {

@@ -55,10 +55,12 @@ pub mod stream;
 pub mod borrow;
 mod import;
 mod torch;
-// Conversions, the per-call driver, the views, export.
+// Conversions, the per-call driver, the views (dlcast's, then Rust's own:
+// slices and ndarray views), export.
 mod call;
 pub mod convert;
 pub mod export;
+mod native;
 mod view;
 
 pub use device::{Device, DeviceSpec};
@@ -66,6 +68,10 @@ pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
 pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
+/// The `ndarray` crate dlcast's `ArrayView` / `ArrayViewMut` parameters
+/// are of (feature `ndarray`): depend on the same version, or use this.
+#[cfg(feature = "ndarray")]
+pub use ndarray;
 pub use stream::StreamRequest;
 pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 

@@ -61,6 +61,12 @@ pub struct ParamSpec {
     /// `#[dlpack_fn(noconvert)]`, and for writable or dtype-generic
     /// parameters.
     pub convert: bool,
+    /// Whether the parameter's type hands out Rust references to the
+    /// elements (`&[T]`, an `ndarray` view, `TensorRef`/`TensorMut` under
+    /// `#[order(..)]`): the data must then be aligned for the element type
+    /// (host memory is checked through `devices`). A misaligned read-only
+    /// argument converts (a fresh copy is aligned); a writable one is refused.
+    pub aligned: bool,
     /// For the parameter that carries `#[dtype(..)]` in a dtype-generic
     /// function: the accepted dtypes, in the order listed. Empty otherwise.
     pub dtypes: &'static [crate::dtype::DType],

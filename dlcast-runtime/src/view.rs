@@ -5,7 +5,7 @@
 //! call. Views are neither `Send` nor `Sync`: they stay on the thread that
 //! holds the GIL.
 
-use crate::call::View;
+use crate::call::{Keep, View};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::import::RawTensor;
@@ -567,7 +567,7 @@ impl<T: Element> TensorRef<'_, T> {
 /// view over an empty slice), else a base pointer, shape, non-negative
 /// strides and the axes to invert afterwards to restore negative strides.
 #[cfg(feature = "ndarray")]
-enum NdParts {
+pub(crate) enum NdParts {
     Empty(ndarray::IxDyn),
     Strided((*mut u8, ndarray::IxDyn, ndarray::IxDyn, Vec<usize>)),
 }
@@ -577,7 +577,7 @@ enum NdParts {
 /// count within `isize::MAX`, non-negative strides (as `isize`), every
 /// offset in bytes within `isize`.
 #[cfg(feature = "ndarray")]
-fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewError> {
+pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewError> {
     if raw.shape.contains(&0) {
         return Ok(NdParts::Empty(ndarray::IxDyn(&raw.shape)));
     }
@@ -807,43 +807,46 @@ impl<T: Element> fmt::Debug for TensorMut<'_, T> {
 impl<'a, T: Element> View<'a> for TensorRef<'a, T> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
-    fn from_raw(raw: RawTensor) -> Self {
-        TensorRef {
+    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorRef {
             raw,
             _marker: PhantomData,
-        }
+        })
     }
 }
 
 impl<'a, T: Element> View<'a> for TensorMut<'a, T> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
-    fn from_raw(raw: RawTensor) -> Self {
-        TensorMut {
-            inner: TensorRef::from_raw(raw),
-        }
+    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorMut {
+            inner: TensorRef {
+                raw,
+                _marker: PhantomData,
+            },
+        })
     }
 }
 
 impl<'a> View<'a> for TensorDyn<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = false;
-    fn from_raw(raw: RawTensor) -> Self {
-        TensorDyn {
+    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDyn {
             raw,
             _marker: PhantomData,
-        }
+        })
     }
 }
 
 impl<'a> View<'a> for TensorDynMut<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = true;
-    fn from_raw(raw: RawTensor) -> Self {
-        TensorDynMut {
+    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDynMut {
             raw,
             _marker: PhantomData,
-        }
+        })
     }
 }
 

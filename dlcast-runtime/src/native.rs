@@ -1,0 +1,210 @@
+//! Parameters typed as Rust's own views: `&[T]`, `&mut [T]`,
+//! `ndarray::ArrayView<'_, T, D>` and `ArrayViewMut<'_, T, D>` (with the
+//! aliases `ArrayView1` .. `ArrayViewD`).
+//!
+//! What these types need is guaranteed at the boundary, by the checks of the
+//! parameter's [`crate::spec::ParamSpec`] (`aligned`, the rank the type
+//! fixes, C order for slices, host devices): memory the CPU reads, aligned
+//! for `T`, native byte order, and for `&mut` no element reached twice. Each
+//! view is made here once more against the read (so that no spec can make one
+//! unsound), borrows the call context for its lifetime, and leaves the read —
+//! its owner and its borrow-registry entry — in the context
+//! ([`Keep`]), which outlives it.
+
+use crate::call::{Keep, View};
+use crate::dtype::{DType, Element};
+use crate::import::RawTensor;
+use crate::layout;
+use pyo3::PyResult;
+
+/// The checks every Rust view repeats over a read: host memory, aligned for
+/// `T` where not empty, the element type's dtype, and (for `bool`) valid
+/// values.
+fn check_native<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<()> {
+    if !raw.device.is_host_accessible() {
+        return Err(keep.error(format_args!(
+            "the array is on {}, not in memory the CPU can read",
+            raw.device
+        )));
+    }
+    if raw.dtype != T::DTYPE {
+        return Err(keep.error(format_args!(
+            "expected dtype {}, got {}",
+            T::DTYPE,
+            raw.dtype
+        )));
+    }
+    if raw.extent.is_none() {
+        return Ok(());
+    }
+    if raw.data as usize % std::mem::align_of::<T>() != 0 {
+        return Err(keep.error(format_args!(
+            "the data is not aligned to {} bytes",
+            std::mem::align_of::<T>()
+        )));
+    }
+    if !T::ALL_BIT_PATTERNS_VALID {
+        let mut ok = true;
+        let walked = layout::for_each_offset(&raw.shape, &raw.strides, |off| {
+            // SAFETY: the import checked that every element offset lies in
+            // the producer's memory, which is host-accessible (checked above).
+            ok &= unsafe { T::is_valid_at(raw.data.cast::<T>().offset(off)) };
+        });
+        if walked.is_none() || !ok {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{}(): argument '{}': the array holds bytes that are not valid {} values \
+                 (a bool must be 0 or 1)",
+                keep.func,
+                keep.param,
+                DType::BOOL
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The elements of a C-contiguous read as `(pointer, length)`: a dangling,
+/// aligned pointer for an empty array.
+fn slice_parts<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<(*mut T, usize)> {
+    check_native::<T>(raw, keep)?;
+    if !layout::is_c_contiguous(&raw.shape, &raw.strides) {
+        return Err(keep.error(format_args!("a slice needs a C-contiguous array")));
+    }
+    let len = layout::element_count(&raw.shape)
+        .ok_or_else(|| keep.error(format_args!("the element count overflows")))?;
+    if len == 0 || raw.extent.is_none() {
+        return Ok((std::ptr::NonNull::dangling().as_ptr(), 0));
+    }
+    Ok((raw.data.cast::<T>(), len))
+}
+
+impl<'a, T: Element> View<'a> for &'a [T] {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = false;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+        let (ptr, len) = slice_parts::<T>(&raw, &keep)?;
+        keep.hold(raw);
+        // SAFETY: `ptr` addresses `len` contiguous, aligned, valid elements
+        // of host memory the import validated (or is dangling for `len` 0);
+        // the read that keeps that memory alive and registered read-only is
+        // held by the call context for `'a`; no writable view shares it (the
+        // borrow registry refused any).
+        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+}
+
+impl<'a, T: Element> View<'a> for &'a mut [T] {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = true;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+        if raw.read_only {
+            return Err(keep.error(format_args!("the array is read-only")));
+        }
+        let (ptr, len) = slice_parts::<T>(&raw, &keep)?;
+        keep.hold(raw);
+        // SAFETY: as for `&[T]`; in addition the memory is writable (not
+        // read-only), C-contiguous so no two elements alias, and registered
+        // writable: no other view, in this call or another, reaches it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+}
+
+/// The shape of an `ndarray` view of dimension `D` from `dims` (elements),
+/// or an error when the read's rank is not `D`'s.
+#[cfg(feature = "ndarray")]
+fn nd_dim<D: ndarray::Dimension>(dims: &[usize], keep: &Keep<'_>) -> PyResult<D> {
+    if D::NDIM.is_some_and(|n| n != dims.len()) {
+        return Err(keep.error(format_args!(
+            "expected {} dimensions, got {}",
+            D::NDIM.unwrap_or_default(),
+            dims.len()
+        )));
+    }
+    let mut d = D::zeros(dims.len());
+    d.slice_mut().copy_from_slice(dims);
+    Ok(d)
+}
+
+/// Makes an `ndarray` view (read-only or mutable, through `make`) of a read
+/// that passed [`check_native`], with its shape and strides, negative ones
+/// included.
+#[cfg(feature = "ndarray")]
+fn nd_view<T: Element, D: ndarray::Dimension, V>(
+    raw: &RawTensor,
+    keep: &Keep<'_>,
+    empty: impl FnOnce(D) -> Option<V>,
+    make: impl FnOnce(ndarray::StrideShape<D>, *mut T) -> V,
+    invert: impl Fn(&mut V, usize),
+) -> PyResult<V> {
+    use crate::view::{ndarray_parts, NdParts};
+    use ndarray::ShapeBuilder;
+    let overflow = |_| keep.error(format_args!("the layout is too large for an ndarray view"));
+    match ndarray_parts(raw, std::mem::size_of::<T>()).map_err(overflow)? {
+        NdParts::Empty(shape) => {
+            let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;
+            empty(shape).ok_or_else(|| keep.error(format_args!("ndarray refuses the shape")))
+        }
+        NdParts::Strided((ptr, shape, strides, flips)) => {
+            let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;
+            let strides = nd_dim::<D>(ndarray::Dimension::slice(&strides), keep)?;
+            let mut view = make(shape.strides(strides), ptr.cast::<T>());
+            for axis in flips {
+                invert(&mut view, axis);
+            }
+            Ok(view)
+        }
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, T, D> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = false;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+        check_native::<T>(&raw, &keep)?;
+        let view = nd_view::<T, D, _>(
+            &raw,
+            &keep,
+            |shape| ndarray::ArrayView::from_shape(shape, &[]).ok(),
+            // SAFETY: `ndarray_parts` gives the lowest-addressed element of
+            // memory the import validated (host-accessible, checked above;
+            // in bounds for every index), non-negative strides, an element
+            // count within `isize::MAX`; the elements are aligned and valid
+            // (`check_native`). The read that keeps the memory alive is held
+            // by the call context for `'a`, registered read-only.
+            |shape, ptr| unsafe { ndarray::ArrayView::from_shape_ptr(shape, ptr) },
+            |v, axis| v.invert_axis(ndarray::Axis(axis)),
+        )?;
+        keep.hold(raw);
+        Ok(view)
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'a, T, D> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = true;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+        check_native::<T>(&raw, &keep)?;
+        if raw.read_only {
+            return Err(keep.error(format_args!("the array is read-only")));
+        }
+        if layout::may_self_overlap(&raw.shape, &raw.strides) {
+            return Err(keep.error(format_args!(
+                "a writable array must not reach one element from two indices"
+            )));
+        }
+        let view = nd_view::<T, D, _>(
+            &raw,
+            &keep,
+            |shape| ndarray::ArrayViewMut::from_shape(shape, &mut []).ok(),
+            // SAFETY: as for `ArrayView`; in addition the memory is writable,
+            // no element is reached twice (checked above), and it is
+            // registered writable: no other view reaches it.
+            |shape, ptr| unsafe { ndarray::ArrayViewMut::from_shape_ptr(shape, ptr) },
+            |v, axis| v.invert_axis(ndarray::Axis(axis)),
+        )?;
+        keep.hold(raw);
+        Ok(view)
+    }
+}
