@@ -12,6 +12,7 @@ mod api;
 mod borrows;
 mod gpu;
 mod producer;
+mod native;
 mod review;
 mod soundness;
 
@@ -449,6 +450,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::add(m)?;
     borrows::add(m)?;
     soundness::add(m)?;
+    native::add(m)?;
     review::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
