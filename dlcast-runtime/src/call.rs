@@ -132,16 +132,19 @@ struct Slot {
 }
 
 impl Slot {
-    const ABSENT: Slot = Slot {
-        obj: None,
-        source: Source::Empty,
-        dtype: None,
-        writable: false,
-        raw: std::cell::Cell::new(None),
-        taken: std::cell::Cell::new(false),
-        converted: None,
-        via_dlpack: false,
-    };
+    #[inline(always)]
+    fn absent() -> Slot {
+        Slot {
+            obj: None,
+            source: Source::Empty,
+            dtype: None,
+            writable: false,
+            raw: std::cell::Cell::new(None),
+            taken: std::cell::Cell::new(false),
+            converted: None,
+            via_dlpack: false,
+        }
+    }
 }
 
 /// Python code a phase-2 pass asked for (see the module documentation).
@@ -193,7 +196,7 @@ impl CallCx {
     #[inline]
     pub fn new(spec: &'static FnSpec) -> Self {
         let mut slots = SmallVec::with_capacity(spec.params.len());
-        slots.extend((0..spec.params.len()).map(|_| Slot::ABSENT));
+        slots.extend((0..spec.params.len()).map(|_| Slot::absent()));
         CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],

@@ -11,8 +11,8 @@ mod accessors;
 mod api;
 mod borrows;
 mod gpu;
-mod producer;
 mod native;
+mod producer;
 mod review;
 mod soundness;
 

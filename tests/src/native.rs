@@ -107,7 +107,10 @@ fn nd2_scale(mut x: ArrayViewMut2<'_, f64>, k: f64) {
 /// The README's centroid with Rust's types: weighted mean of `n` points.
 #[dlpack_fn]
 #[pyfunction]
-fn native_centroid(#[shape(n, 3)] points: ArrayView2<'_, f32>, #[shape(n)] weights: &[f32]) -> [f32; 3] {
+fn native_centroid(
+    #[shape(n, 3)] points: ArrayView2<'_, f32>,
+    #[shape(n)] weights: &[f32],
+) -> [f32; 3] {
     let total: f32 = weights.iter().sum();
     let mut c = [0.0f32; 3];
     for (row, &w) in points.rows().into_iter().zip(weights) {

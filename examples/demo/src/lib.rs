@@ -1,68 +1,29 @@
 //! dlcast demo: small image filters that take their input and output arrays
 //! from any DLPack producer (NumPy, PyTorch, JAX, ...).
 //!
-//! Every filter reads a `TensorRef` and writes into a caller-allocated
-//! `TensorMut`. `#[dlpack_fn]` checks dtypes, shapes (the named extents `h`
-//! and `w` must agree between input and output), device and memory order
-//! before the body runs, so the bodies only deal with pixels.
-//!
-//! The bodies take the fast path (plain slices) when the memory is
-//! C-contiguous and fall back to strided element access otherwise, so
-//! flipped or transposed views work too, just more slowly. Where a filter
-//! asks for `#[order(c)]`, dlcast hands it a C-order copy made by the input's
+//! Every filter reads an `ndarray` view and writes into a caller-allocated
+//! mutable one. `#[dlpack_fn]` checks dtypes, ranks (from the view types),
+//! shapes (the named extents `h` and `w` must agree between input and
+//! output), device and memory order before the body runs, and guarantees
+//! what the views need (memory the CPU reads, aligned, native byte order),
+//! so the bodies only deal with pixels, through any strides: flipped or
+//! transposed views work as they are. Where a filter asks for
+//! `#[order(c)]`, dlcast hands it a C-order copy made by the input's
 //! framework, or, under `#[noconvert]`, refuses the view.
 //!
 //! All arithmetic is exact integer arithmetic (plus one `f32` square root),
 //! so results are bit-identical whichever framework supplied the arrays.
 
+use dlcast_runtime::ndarray::{
+    Array3, ArrayView2, ArrayView3, ArrayViewMut2, ArrayViewMut3, Axis, Zip,
+};
 use dlcast_runtime::prelude::*;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::borrow::Cow;
 
 /// Largest `box_blur` radius accepted: enough for any visible effect, and
 /// the window sums stay below `255 * 2049² < 2³²`, so they fit in a `u32`.
 const MAX_RADIUS: usize = 1024;
-
-/// The elements of `t` in C order: borrowed when the memory is C-contiguous,
-/// otherwise copied out element by element through the strides.
-fn pixels<'t, T: Element>(t: &'t TensorRef<'_, T>) -> PyResult<Cow<'t, [T]>> {
-    Ok(match t.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(t.to_vec()?),
-    })
-}
-
-/// Runs `fill` on a C-order buffer of `out`'s elements and makes sure they
-/// end up in `out`: in place when `out` is C-contiguous, otherwise through a
-/// scratch buffer written back element by element with `set`.
-fn write_with<T: Element + Default>(
-    out: &mut TensorMut<'_, T>,
-    fill: impl FnOnce(&mut [T]),
-) -> PyResult<()> {
-    if let Some(s) = out.as_slice_mut() {
-        fill(s);
-        return Ok(());
-    }
-    let shape = out.shape().to_vec();
-    let mut buf = vec![T::default(); out.len()];
-    fill(&mut buf);
-    let mut index = vec![0usize; shape.len()];
-    for &v in &buf {
-        if !out.set(&index, v) {
-            return Err(ViewError::NotHostAccessible(out.device()).into());
-        }
-        // Advance `index` in C order (last axis fastest).
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(())
-}
 
 /// Luma of an RGB pixel with the ITU-R BT.601 weights
 /// (0.299, 0.587, 0.114), in 8-bit fixed point with rounding.
@@ -77,15 +38,12 @@ fn luma(r: u8, g: u8, b: u8) -> u8 {
 #[dlpack_fn]
 #[pyfunction]
 fn grayscale(
-    #[shape(h, w, 3)] img: TensorRef<'_, u8>,
-    #[shape(h, w)] mut out: TensorMut<'_, u8>,
-) -> PyResult<()> {
-    let src = pixels(&img)?;
-    write_with(&mut out, |dst| {
-        for (y, rgb) in dst.iter_mut().zip(src.chunks_exact(3)) {
-            *y = luma(rgb[0], rgb[1], rgb[2]);
-        }
-    })
+    #[shape(h, w, 3)] img: ArrayView3<'_, u8>,
+    #[shape(h, w)] mut out: ArrayViewMut2<'_, u8>,
+) {
+    Zip::from(&mut out)
+        .and(img.lanes(Axis(2)))
+        .for_each(|y, rgb| *y = luma(rgb[0], rgb[1], rgb[2]));
 }
 
 /// Index `i` clamped into `0..n` (`n > 0`): samples beyond the ends of a
@@ -109,8 +67,8 @@ fn box_blur(
     #[shape(h, w, 3)]
     #[order(c)]
     #[noconvert]
-    img: TensorRef<'_, u8>,
-    #[shape(h, w, 3)] mut out: TensorMut<'_, u8>,
+    img: ArrayView3<'_, u8>,
+    #[shape(h, w, 3)] out: ArrayViewMut3<'_, u8>,
     radius: usize,
 ) -> PyResult<()> {
     if radius > MAX_RADIUS {
@@ -118,14 +76,8 @@ fn box_blur(
             "box_blur(): radius {radius} is larger than {MAX_RADIUS}"
         )));
     }
-    let (h, w) = (img.shape()[0], img.shape()[1]);
-    if h == 0 || w == 0 {
-        return Ok(());
-    }
-    // `order(c)` guarantees a slice for host memory; `pixels` still covers
-    // every case.
-    let src = pixels(&img)?;
-    write_with(&mut out, |dst| blur(&src, h, w, radius, dst))
+    blur(img, radius, out);
+    Ok(())
 }
 
 /// The same blur, returning a new image in the caller's framework: a NumPy
@@ -135,47 +87,36 @@ fn box_blur(
 #[dlpack_fn(returns = like(img))]
 #[pyfunction]
 #[pyo3(signature = (img, radius = 4))]
-fn blurred(
-    #[shape(h, w, 3)]
-    #[order(c)]
-    img: TensorRef<'_, u8>,
-    radius: usize,
-) -> PyResult<Tensor<u8>> {
+fn blurred(#[shape(h, w, 3)] img: ArrayView3<'_, u8>, radius: usize) -> PyResult<Tensor<u8>> {
     if radius > MAX_RADIUS {
         return Err(PyValueError::new_err(format!(
             "blurred(): radius {radius} is larger than {MAX_RADIUS}"
         )));
     }
-    let (h, w) = (img.shape()[0], img.shape()[1]);
-    let mut out = Tensor::<u8>::zeros(&[h, w, 3])?;
-    if h > 0 && w > 0 {
-        let src = pixels(&img)?;
-        let dst = out
-            .as_slice_mut()
-            .expect("zeros() is C-contiguous and aligned");
-        blur(&src, h, w, radius, dst);
-    }
-    Ok(out)
+    let mut out = Array3::<u8>::zeros(img.raw_dim());
+    blur(img, radius, out.view_mut());
+    Ok(Tensor::from(out))
 }
 
-/// Box blur of the C-order `(h, w, 3)` pixels `src` into `dst` (same size):
-/// two passes of running sums, so the cost does not depend on `radius`.
-fn blur(src: &[u8], h: usize, w: usize, radius: usize, dst: &mut [u8]) {
+/// Box blur of the `(h, w, 3)` pixels `src` into `dst` (same shape, any
+/// strides): two passes of running sums, so the cost does not depend on
+/// `radius`.
+fn blur(src: ArrayView3<'_, u8>, radius: usize, mut dst: ArrayViewMut3<'_, u8>) {
+    let (h, w, _) = src.dim();
+    if h == 0 || w == 0 {
+        return;
+    }
     let r = radius as isize;
-    let row_len = w * 3;
 
-    // Horizontal pass: `rows[y][x][c]` is the sum of the `2r + 1` samples of
-    // channel `c` around `x` in row `y`, one running sum per channel.
-    let mut rows = vec![0u32; src.len()];
-    for (line, sums) in src
-        .chunks_exact(row_len)
-        .zip(rows.chunks_exact_mut(row_len))
-    {
-        let at = |x: isize, c: usize| u32::from(line[clamp_index(x, w) * 3 + c]);
+    // Horizontal pass: `rows[[y, x, c]]` is the sum of the `2r + 1` samples
+    // of channel `c` around `x` in row `y`, one running sum per channel.
+    let mut rows = Array3::<u32>::zeros((h, w, 3));
+    for (line, mut sums) in src.outer_iter().zip(rows.outer_iter_mut()) {
+        let at = |x: isize, c: usize| u32::from(line[[clamp_index(x, w), c]]);
         for c in 0..3 {
             let mut sum: u32 = (-r..=r).map(|x| at(x, c)).sum();
             for x in 0..w as isize {
-                sums[x as usize * 3 + c] = sum;
+                sums[[x as usize, c]] = sum;
                 // Slide the window from [x - r, x + r] to [x + 1 - r, x + 1 + r].
                 sum = sum + at(x + r + 1, c) - at(x - r, c);
             }
@@ -184,24 +125,28 @@ fn blur(src: &[u8], h: usize, w: usize, radius: usize, dst: &mut [u8]) {
 
     // Vertical pass: `acc` holds, for every column and channel, the sum of
     // the `2r + 1` row sums around row `y`, i.e. the full window sum.
-    let row = |y: isize| &rows[clamp_index(y, h) * row_len..][..row_len];
+    let row = |y: isize| rows.index_axis(Axis(0), clamp_index(y, h));
     let area = ((2 * radius + 1) * (2 * radius + 1)) as u32;
-    {
-        let mut acc = vec![0u32; row_len];
-        for y in -r..=r {
-            acc.iter_mut().zip(row(y)).for_each(|(a, s)| *a += s);
-        }
-        for (y, dst_row) in (0..h as isize).zip(dst.chunks_exact_mut(row_len)) {
-            for (d, &a) in dst_row.iter_mut().zip(&acc) {
-                // Rounded mean, at most 255 since `a <= 255 * area`.
-                *d = ((a + area / 2) / area) as u8;
-            }
-            let (enter, leave) = (row(y + r + 1), row(y - r));
-            for ((a, e), l) in acc.iter_mut().zip(enter).zip(leave) {
-                *a = *a + e - l;
-            }
-        }
+    let mut acc = ndarray_zeros_like(&rows);
+    for y in -r..=r {
+        acc += &row(y);
     }
+    for (y, mut dst_row) in (0..h as isize).zip(dst.outer_iter_mut()) {
+        // Rounded mean, at most 255 since `a <= 255 * area`.
+        Zip::from(&mut dst_row)
+            .and(&acc)
+            .for_each(|d, &a| *d = ((a + area / 2) / area) as u8);
+        Zip::from(&mut acc)
+            .and(&row(y + r + 1))
+            .and(&row(y - r))
+            .for_each(|a, &e, &l| *a = *a + e - l);
+    }
+}
+
+/// A zero `(w, 3)` accumulator for one row of `rows`.
+fn ndarray_zeros_like(rows: &Array3<u32>) -> dlcast_runtime::ndarray::Array2<u32> {
+    let (_, w, c) = rows.dim();
+    dlcast_runtime::ndarray::Array2::zeros((w, c))
 }
 
 /// Gradient magnitude `sqrt(gx² + gy²)` of a grayscale image `(h, w)` with
@@ -210,29 +155,21 @@ fn blur(src: &[u8], h: usize, w: usize, radius: usize, dst: &mut [u8]) {
 #[dlpack_fn]
 #[pyfunction]
 fn edge_magnitude(
-    #[shape(h, w)] gray: TensorRef<'_, u8>,
-    #[shape(h, w)] mut out: TensorMut<'_, f32>,
-) -> PyResult<()> {
-    let (h, w) = (gray.shape()[0], gray.shape()[1]);
-    let src = pixels(&gray)?;
-    write_with(&mut out, |dst| {
-        if h == 0 || w == 0 {
-            return;
-        }
-        let px = |y: usize, x: usize| i32::from(src[y * w + x]);
-        for y in 0..h {
-            let (up, down) = (y.saturating_sub(1), (y + 1).min(h - 1));
-            for x in 0..w {
-                let (left, right) = (x.saturating_sub(1), (x + 1).min(w - 1));
-                let gx = (px(up, right) + 2 * px(y, right) + px(down, right))
-                    - (px(up, left) + 2 * px(y, left) + px(down, left));
-                let gy = (px(down, left) + 2 * px(down, x) + px(down, right))
-                    - (px(up, left) + 2 * px(up, x) + px(up, right));
-                // |gx|, |gy| <= 1020, so the sum of squares is exact in f32.
-                dst[y * w + x] = ((gx * gx + gy * gy) as f32).sqrt();
-            }
-        }
-    })
+    #[shape(h, w)] gray: ArrayView2<'_, u8>,
+    #[shape(h, w)] mut out: ArrayViewMut2<'_, f32>,
+) {
+    let (h, w) = gray.dim();
+    let px = |y: usize, x: usize| i32::from(gray[[y, x]]);
+    for ((y, x), d) in out.indexed_iter_mut() {
+        let (up, down) = (y.saturating_sub(1), (y + 1).min(h - 1));
+        let (left, right) = (x.saturating_sub(1), (x + 1).min(w - 1));
+        let gx = (px(up, right) + 2 * px(y, right) + px(down, right))
+            - (px(up, left) + 2 * px(y, left) + px(down, left));
+        let gy = (px(down, left) + 2 * px(down, x) + px(down, right))
+            - (px(up, left) + 2 * px(up, x) + px(up, right));
+        // |gx|, |gy| <= 1020, so the sum of squares is exact in f32.
+        *d = ((gx * gx + gy * gy) as f32).sqrt();
+    }
 }
 
 #[pymodule]
