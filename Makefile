@@ -17,12 +17,14 @@ venv:
 	bash scripts/setup-venv.sh
 
 # The PyO3 test extension, built once into the virtualenv, and a second
-# extension built separately (the cross-module borrow tests), and one built
-# with rust-numpy instead (tests/python/test_rust_numpy.py).
+# extension built separately (the cross-module borrow tests), one built
+# with rust-numpy instead (tests/python/test_rust_numpy.py), and the
+# README's quick start (tests/python/test_quickstart.py).
 ext: venv
 	maturin develop -q -m tests/Cargo.toml
 	maturin develop -q -m tests/second/Cargo.toml
 	maturin develop -q -m tests/rnp/Cargo.toml
+	maturin develop -q -m examples/quickstart/Cargo.toml
 
 lint:
 	cargo fmt --all -- --check

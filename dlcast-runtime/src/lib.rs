@@ -1,20 +1,6 @@
-//! # dlcast
+#![doc = include_str!("../README.md")]
 //!
-//! Take arrays from any DLPack producer (NumPy, PyTorch, JAX, CuPy,
-//! TensorFlow, array-api-strict, buffer objects, raw capsules) into checked,
-//! zero-copy Rust views in functions exported with PyO3:
-//!
-//! ```ignore
-//! use dlcast_runtime::prelude::*;
-//! use pyo3::prelude::*;
-//!
-//! #[dlpack_fn]
-//! #[pyfunction]
-//! fn centroid(#[shape(n, 3)] points: TensorRef<'_, f32>,
-//!             #[shape(n)] weights: TensorRef<'_, f32>) -> [f32; 3] {
-//!     # unimplemented!()
-//! }
-//! ```
+//! ## The crate
 //!
 //! The attribute macro [`dlpack_fn`] reads `#[shape(..)]`, `#[device(..)]`
 //! and `#[order(..)]` on view parameters, plus the element type and
@@ -38,6 +24,7 @@
 //!
 //! The producer's deleter runs exactly once, when the view drops (at the
 //! latest when the call returns), on error paths too.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order data flows; each uses only modules above it.
 // Facts: dtypes, devices, layouts, frameworks, function specs, streams.
