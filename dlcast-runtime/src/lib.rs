@@ -49,12 +49,129 @@ pub mod export;
 mod view;
 
 pub use device::{Device, DeviceSpec};
+#[doc = include_str!("dlpack_fn.md")]
+#[doc(inline)]
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
-pub use export::{Array, Framework, ShapeError, Tensor};
+pub use export::{Array, Framework, ShapeError};
 pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
 pub use stream::StreamRequest;
-pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
+pub use view::{TensorDynMut, ViewError};
+
+// Examples for the types a `#[dlpack_fn]` author meets, on the re-exports
+// (rustdoc shows them before each type's own documentation).
+
+/// An array argument, read-only: `x: TensorRef<'_, T>` in a `#[dlpack_fn]`
+/// function.
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// /// The largest element, `None` for an empty array.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn max(x: TensorRef<'_, f32>) -> PyResult<Option<f32>> {
+///     // Any strides, negative ones included, through `ndarray`.
+///     Ok(x.as_ndarray()?.iter().copied().reduce(f32::max))
+/// }
+///
+/// /// The transpose: a view of the input, returned without a copy.
+/// #[dlpack_fn(returns = like(x))]
+/// #[pyfunction]
+/// fn transposed(#[shape(_, _)] x: TensorRef<'_, f32>) -> TensorRef<'_, f32> {
+///     x.t()
+/// }
+/// ```
+pub use view::TensorRef;
+
+/// An array argument, writable: `x: TensorMut<'_, T>` in a `#[dlpack_fn]`
+/// function; it also reads like a [`TensorRef`].
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// /// Sets the diagonal of a square matrix, in place.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn fill_diagonal(#[shape(n, n)] mut a: TensorMut<'_, f64>, value: f64) {
+///     for i in 0..a.shape()[0] {
+///         a.set(&[i, i], value);
+///     }
+/// }
+///
+/// /// Clamps every element to `[lo, hi]`, in place, whatever the strides.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn clamp(mut x: TensorMut<'_, f32>, lo: f32, hi: f32) -> PyResult<()> {
+///     x.as_ndarray_mut()?.mapv_inplace(|v| v.clamp(lo, hi));
+///     Ok(())
+/// }
+/// ```
+pub use view::TensorMut;
+
+/// An array argument of any dtype, read-only: `x: TensorDyn<'_>` in a
+/// `#[dlpack_fn]` function; [`TensorDyn::into_typed`] gives the typed view.
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::exceptions::PyTypeError;
+/// # use pyo3::prelude::*;
+/// /// The bytes the elements take, whatever the dtype.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn nbytes(x: TensorDyn<'_>) -> Option<usize> {
+///     x.dtype().itemsize()?.checked_mul(x.len())
+/// }
+///
+/// /// The elements of a float32 or float64 array, as float64.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn as_f64(x: TensorDyn<'_>) -> PyResult<Vec<f64>> {
+///     let x = match x.into_typed::<f32>() {
+///         Ok(x) => return Ok(x.to_vec()?.into_iter().map(f64::from).collect()),
+///         Err(x) => x,
+///     };
+///     match x.into_typed::<f64>() {
+///         Ok(x) => Ok(x.to_vec()?),
+///         Err(x) => Err(PyTypeError::new_err(format!("expected a float array, got {}", x.dtype()))),
+///     }
+/// }
+/// ```
+pub use view::TensorDyn;
+
+/// An array made in Rust and returned to Python without a copy.
+///
+/// ```
+/// use dlcast_runtime::Tensor;
+///
+/// // C order over a `Vec` (no copy):
+/// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!((t.shape(), t.strides()), (vec![2, 3], vec![3, 1])); // strides in elements
+/// // The same values in F order:
+/// let f = Tensor::from_vec_f(vec![1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0], &[2, 3])?;
+/// assert_eq!(f.strides(), [1, 2]);
+/// // Zeros in a 64-byte aligned buffer, then filled:
+/// let mut z = Tensor::<u8>::zeros(&[2, 2])?;
+/// assert_eq!(z.data_ptr() as usize % Tensor::<u8>::ALIGN, 0);
+/// z.as_slice_mut().unwrap().copy_from_slice(&[1, 0, 0, 1]);
+/// // A shape that does not hold the data:
+/// assert!(Tensor::from_vec(vec![0i32; 5], &[2, 3]).is_err());
+/// # Ok::<(), dlcast_runtime::ShapeError>(())
+/// ```
+///
+/// Returned from a `#[dlpack_fn]` function, Python gets a `dlcast.Array`
+/// over the same buffer (or the framework `returns = ..` names):
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// #[dlpack_fn(returns = numpy)]
+/// #[pyfunction]
+/// fn identity(n: usize) -> PyResult<Tensor<f64>> {
+///     Ok(Tensor::from_fn(&[n, n], |i| if i % (n + 1) == 0 { 1.0 } else { 0.0 })?)
+/// }
+/// ```
+pub use export::Tensor;
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
