@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 //!
-//! ## The crate
+//! ## How the crate works
 //!
 //! The attribute macro [`dlpack_fn`] reads `#[shape(..)]`, `#[device(..)]`
 //! and `#[order(..)]` on view parameters, plus the element type and
