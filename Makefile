@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint rust-test free-threaded py-test typecheck demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint doc rust-test free-threaded py-test typecheck demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -17,16 +17,25 @@ venv:
 	bash scripts/setup-venv.sh
 
 # The PyO3 test extension, built once into the virtualenv, and a second
-# extension built separately (the cross-module borrow tests), and one built
-# with rust-numpy instead (tests/python/test_rust_numpy.py).
+# extension built separately (the cross-module borrow tests), one built
+# with rust-numpy instead (tests/python/test_rust_numpy.py), and the
+# README's quick start (tests/python/test_quickstart.py).
 ext: venv
 	maturin develop -q -m tests/Cargo.toml
 	maturin develop -q -m tests/second/Cargo.toml
 	maturin develop -q -m tests/rnp/Cargo.toml
+	maturin develop -q -m examples/quickstart/Cargo.toml
 
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## The API documentation of the two published crates as docs.rs builds it
+## (every feature), warnings (broken or private intra-doc links) as
+## errors. Their doc examples and every Rust block of the README (the
+## runtime's crate documentation) run in rust-test.
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p dlcast-macros -p dlcast-runtime --all-features
 
 rust-test:
 	cargo test --workspace
@@ -47,10 +56,11 @@ py-test: ext
 typecheck: ext
 	$(PY) tests/typing/check.py
 
-## Run every test: formatting, clippy, Rust unit/property tests, ui-tests,
+## Run every test: formatting, clippy, the API documentation, Rust
+## unit/property tests and doc examples (the README's included), ui-tests,
 ## the pytest suite against NumPy, PyTorch, JAX and array-api-strict, and
 ## the generated stubs under mypy --strict.
-test: venv lint rust-test free-threaded py-test typecheck
+test: venv lint doc rust-test free-threaded py-test typecheck
 
 demo-ext: venv
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q --no-cache-dir "matplotlib>=3.8"

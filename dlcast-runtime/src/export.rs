@@ -385,6 +385,39 @@ impl Exported {
 /// function (also inside `Option`, `PyResult` or a tuple); Python receives a
 /// `dlcast.Array`, or the framework named in `returns = ...`. The data is
 /// freed when the last Python object or DLPack consumer lets go.
+///
+/// # Examples
+///
+/// ```
+/// use dlcast_runtime::Tensor;
+///
+/// // C order over a `Vec` (no copy):
+/// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!((t.shape(), t.strides()), (vec![2, 3], vec![3, 1])); // strides in elements
+/// // The same values in F order:
+/// let f = Tensor::from_vec_f(vec![1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0], &[2, 3])?;
+/// assert_eq!(f.strides(), [1, 2]);
+/// // Zeros in a 64-byte aligned buffer, then filled:
+/// let mut z = Tensor::<u8>::zeros(&[2, 2])?;
+/// assert_eq!(z.data_ptr() as usize % Tensor::<u8>::ALIGN, 0);
+/// z.as_slice_mut().unwrap().copy_from_slice(&[1, 0, 0, 1]);
+/// // A shape that does not hold the data:
+/// assert!(Tensor::from_vec(vec![0i32; 5], &[2, 3]).is_err());
+/// # Ok::<(), dlcast_runtime::ShapeError>(())
+/// ```
+///
+/// Returned from a `#[dlpack_fn]` function, Python gets a `dlcast.Array`
+/// over the same buffer (or the framework `returns = ..` names):
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// #[dlpack_fn(returns = numpy)]
+/// #[pyfunction]
+/// fn identity(n: usize) -> PyResult<Tensor<f64>> {
+///     Ok(Tensor::from_fn(&[n, n], |i| if i % (n + 1) == 0 { 1.0 } else { 0.0 })?)
+/// }
+/// ```
 pub struct Tensor<T: Element> {
     inner: Exported,
     _marker: PhantomData<T>,

@@ -1,20 +1,6 @@
-//! # dlcast
+#![doc = include_str!("../README.md")]
 //!
-//! Take arrays from any DLPack producer (NumPy, PyTorch, JAX, CuPy,
-//! TensorFlow, array-api-strict, buffer objects, raw capsules) into checked,
-//! zero-copy Rust views in functions exported with PyO3:
-//!
-//! ```ignore
-//! use dlcast_runtime::prelude::*;
-//! use pyo3::prelude::*;
-//!
-//! #[dlpack_fn]
-//! #[pyfunction]
-//! fn centroid(#[shape(n, 3)] points: TensorRef<'_, f32>,
-//!             #[shape(n)] weights: TensorRef<'_, f32>) -> [f32; 3] {
-//!     # unimplemented!()
-//! }
-//! ```
+//! ## How the crate works
 //!
 //! The attribute macro [`dlpack_fn`] reads `#[shape(..)]`, `#[device(..)]`
 //! and `#[order(..)]` on view parameters, plus the element type and
@@ -38,6 +24,7 @@
 //!
 //! The producer's deleter runs exactly once, when the view drops (at the
 //! latest when the call returns), on error paths too.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order data flows; each uses only modules above it.
 // Facts: dtypes, devices, layouts, frameworks, function specs, streams.
@@ -64,6 +51,8 @@ mod native;
 mod view;
 
 pub use device::{Device, DeviceSpec};
+#[doc = include_str!("dlpack_fn.md")]
+#[doc(inline)]
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
@@ -73,7 +62,88 @@ pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
 #[cfg(feature = "ndarray")]
 pub use ndarray;
 pub use stream::StreamRequest;
-pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
+pub use view::{TensorDynMut, ViewError};
+
+// Examples for the view types, on their re-exports (rustdoc shows them
+// before each type's own documentation; `Tensor`'s are in `export`).
+
+/// An array argument, read-only: `x: TensorRef<'_, T>` in a `#[dlpack_fn]`
+/// function.
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// /// The largest element, `None` for an empty array.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn max(x: TensorRef<'_, f32>) -> PyResult<Option<f32>> {
+///     // Any strides, negative ones included, through `ndarray`.
+///     Ok(x.as_ndarray()?.iter().copied().reduce(f32::max))
+/// }
+///
+/// /// The transpose: a view of the input, returned without a copy.
+/// #[dlpack_fn(returns = like(x))]
+/// #[pyfunction]
+/// fn transposed(#[shape(_, _)] x: TensorRef<'_, f32>) -> TensorRef<'_, f32> {
+///     x.t()
+/// }
+/// ```
+pub use view::TensorRef;
+
+/// An array argument, writable: `x: TensorMut<'_, T>` in a `#[dlpack_fn]`
+/// function; it also reads like a [`TensorRef`].
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::prelude::*;
+/// /// Sets the diagonal of a square matrix, in place.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn fill_diagonal(#[shape(n, n)] mut a: TensorMut<'_, f64>, value: f64) {
+///     for i in 0..a.shape()[0] {
+///         a.set(&[i, i], value);
+///     }
+/// }
+///
+/// /// Clamps every element to `[lo, hi]`, in place, whatever the strides.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn clamp(mut x: TensorMut<'_, f32>, lo: f32, hi: f32) -> PyResult<()> {
+///     x.as_ndarray_mut()?.mapv_inplace(|v| v.clamp(lo, hi));
+///     Ok(())
+/// }
+/// ```
+pub use view::TensorMut;
+
+/// An array argument of any dtype, read-only: `x: TensorDyn<'_>` in a
+/// `#[dlpack_fn]` function; [`TensorDyn::into_typed`] gives the typed view.
+///
+/// ```
+/// # use dlcast_runtime::prelude::*;
+/// # use pyo3::exceptions::PyTypeError;
+/// # use pyo3::prelude::*;
+/// /// The bytes the elements take, whatever the dtype.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn nbytes(x: TensorDyn<'_>) -> Option<usize> {
+///     x.dtype().itemsize()?.checked_mul(x.len())
+/// }
+///
+/// /// The elements of a float32 or float64 array, as float64.
+/// #[dlpack_fn]
+/// #[pyfunction]
+/// fn as_f64(x: TensorDyn<'_>) -> PyResult<Vec<f64>> {
+///     let x = match x.into_typed::<f32>() {
+///         Ok(x) => return Ok(x.to_vec()?.into_iter().map(f64::from).collect()),
+///         Err(x) => x,
+///     };
+///     match x.into_typed::<f64>() {
+///         Ok(x) => Ok(x.to_vec()?),
+///         Err(x) => Err(PyTypeError::new_err(format!("expected a float array, got {}", x.dtype()))),
+///     }
+/// }
+/// ```
+pub use view::TensorDyn;
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
