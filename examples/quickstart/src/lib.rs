@@ -1,3 +1,4 @@
+use dlcast_runtime::ndarray::{ArrayView2, Axis};
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
 
@@ -5,22 +6,15 @@ use pyo3::prelude::*;
 /// framework.
 #[dlpack_fn(returns = like(x))]
 #[pyfunction]
-fn row_sums(#[shape(rows, _)] x: TensorRef<'_, f32>) -> PyResult<Tensor<f32>> {
-    let (rows, cols) = (x.shape()[0], x.shape()[1]);
-    let sums = (0..rows)
-        .map(|i| (0..cols).filter_map(|j| x.get(&[i, j])).sum())
-        .collect();
-    Ok(Tensor::from_vec(sums, &[rows])?)
+fn row_sums(#[shape(rows, _)] x: ArrayView2<'_, f32>) -> Tensor<f32> {
+    Tensor::from(x.sum_axis(Axis(1)))
 }
 
-/// Multiplies a float32 array of any shape in place.
+/// Multiplies a 1-d float32 array in place.
 #[dlpack_fn]
 #[pyfunction]
-fn scale(mut x: TensorMut<'_, f32>, factor: f32) -> PyResult<()> {
-    for v in x.as_ndarray_mut()?.iter_mut() {
-        *v *= factor;
-    }
-    Ok(())
+fn scale(x: &mut [f32], factor: f32) {
+    x.iter_mut().for_each(|v| *v *= factor);
 }
 
 #[pymodule]
