@@ -56,11 +56,13 @@ pub mod borrow;
 mod import;
 mod torch;
 // Conversions, the per-call driver, the views, export.
+mod buffer;
 mod call;
 pub mod convert;
 pub mod export;
 mod view;
 
+pub use buffer::{ArrayBuffer, BufferRef};
 pub use device::{Device, DeviceSpec};
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
@@ -72,8 +74,8 @@ pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        dlpack_fn, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut, TensorRef,
-        ViewError,
+        dlpack_fn, ArrayBuffer, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut,
+        TensorRef, ViewError,
     };
 }
 

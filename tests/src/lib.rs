@@ -11,6 +11,7 @@ mod accessors;
 mod api;
 mod borrows;
 mod gpu;
+mod ownership;
 mod producer;
 mod review;
 mod soundness;
@@ -450,6 +451,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     borrows::add(m)?;
     soundness::add(m)?;
     review::add(m)?;
+    ownership::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
     add_robustness_functions(m)
