@@ -118,8 +118,10 @@ impl<T: Element> Storage<T> {
 ///         Ok(Matrix { data: ArrayBuffer::zeros(&[4, 4])? })
 ///     }
 ///     /// A writable (4, 4) view: writes through it change the matrix.
+/// (`try_borrow`: a Python error, not a panic, if a `&mut self` method
+/// of the object is running.)
 ///     fn data(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-///         slf.borrow().data.view(slf)
+///         slf.try_borrow()?.data.view(slf)
 ///     }
 ///     /// Rust's own access: refused while a view from `data()` lives.
 ///     fn identity(&mut self) -> PyResult<()> {

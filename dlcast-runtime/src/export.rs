@@ -991,7 +991,18 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// itself): the input stays alive inside the exported object.
 /// The export is read-only when the input was, and for views of PyTorch
 /// tensors that require grad.
+///
+/// A view of a converted temporary (an argument whose dtype or order did
+/// not fit) exports writable: the temporary belongs to the call alone, so
+/// returned it is a new array of the caller's, which no one else sees.
+/// Where its producer marked it read-only (JAX and TensorFlow arrays are
+/// immutable), an aligned copy is exported instead, once.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    let mut copy_converted = false;
+    if let Some(producer_read_only) = raw.converted {
+        raw.read_only = false;
+        copy_converted = producer_read_only;
+    }
     // A view of a PyTorch tensor that requires grad exports read-only:
     // writes through it would bypass autograd, which PyTorch's own
     // `.numpy()` and `__dlpack__` refuse.
@@ -1025,6 +1036,17 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // The data is ready on the stream the input was made ready on (and the
     // body's work on it, if it followed `view.stream()`).
     e.stream = stream;
+    if copy_converted {
+        if e.device.is_host_accessible() {
+            // The temporary is dropped with `e` (its producer's deleter
+            // runs once, here); the copy is the caller's alone.
+            let mut copy = e.aligned_copy()?;
+            copy.read_only = false;
+            return Ok(ExportedArray(copy));
+        }
+        // Device memory: no copy here, so it stays read-only.
+        e.read_only = true;
+    }
     Ok(ExportedArray(e))
 }
 

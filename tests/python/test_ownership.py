@@ -170,6 +170,18 @@ def test_dlcast_writer_excludes_rust_reader():
 
 def test_pyclass_mutably_borrowed_blocks_views():
     m = ext.Matrix4f()
+    refused = []
+
+    def body():
+        # Inside a `&mut self` method: no view may be made (PyO3's borrow flag).
+        try:
+            m.data()
+        except RuntimeError as e:
+            refused.append(str(e))
+
+    m.with_mut(body)
+    assert refused and "borrowed" in refused[0]
+    assert m.exports() == 0
     # PyO3's own borrow flag: data() needs a shared borrow of the object.
     a = m.data()
     ext.Matrix4f.add_into(a, 2.0)  # a dlcast TensorMut of the view
@@ -351,3 +363,78 @@ def test_foreign_owner_dropped_when_unexported():
     n0, _ = ext.foreign_drops()
     ext.shared_tensors_give_no_slice()  # builds and drops one unexported
     assert ext.foreign_drops()[0] == n0 + 1
+
+
+# --- (4) converted inputs returned -------------------------------------------
+
+
+def test_converted_numpy_input_returned_writable():
+    x = np.arange(4, dtype=np.int32)
+    y = ext.passthrough_f64(x)  # converted to float64 by NumPy, returned
+    assert isinstance(y, np.ndarray) and y.dtype == np.float64
+    assert y.flags.writeable
+    y[0] = 5.0
+    assert x[0] == 0  # a new array: the caller's input is unchanged
+    # Order conversions too.
+    f = np.asfortranarray(np.ones((3, 2)))
+    z = ext.passthrough_f64_c(f)
+    assert not z.read_only
+    np.asarray(z)[0, 0] = 2.0
+    assert f[0, 0] == 1.0
+
+
+def test_unconverted_input_keeps_its_own_mark():
+    x = np.arange(3, dtype=np.float64)
+    x.flags.writeable = False
+    assert not ext.passthrough_f64(x).flags.writeable
+    y = np.arange(3, dtype=np.float64)
+    assert np.shares_memory(ext.passthrough_f64(y), y)
+
+
+def test_converted_torch_input_returned_to_torch():
+    x = torch.arange(4, dtype=torch.int32)
+    y = ext.passthrough_f64(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    y += 1  # writable, and not the caller's tensor
+    assert y.tolist() == [1, 2, 3, 4] and x.tolist() == [0, 1, 2, 3]
+    # From NumPy to PyTorch: no longer refused as read-only.
+    z = ext.passthrough_f64_torch(np.arange(3, dtype=np.int16))
+    assert z.dtype == torch.float64 and z.tolist() == [0, 1, 2]
+    z[0] = 7
+
+
+def test_converted_jax_input_returned():
+    x = jnp.arange(4, dtype=jnp.int32)
+    y = ext.passthrough_f64(x)
+    assert isinstance(y, jax.Array) and y.dtype == jnp.float64
+    assert y.tolist() == [0, 1, 2, 3]
+    # JAX's temporary is immutable: NumPy and PyTorch get a writable copy.
+    n = ext.passthrough_f64_numpy(jnp.arange(3, dtype=jnp.float32))
+    assert n.flags.writeable
+    n[0] = 1.0
+    t = ext.passthrough_f64_torch(jnp.arange(3, dtype=jnp.int32))
+    t[0] = 1.0
+    assert t.tolist() == [1, 1, 2]
+
+
+def test_converted_array_api_input_returned():
+    import array_api_strict as xp
+
+    x = xp.asarray([1, 2, 3], dtype=xp.int32)
+    y = ext.passthrough_f64(x)
+    assert y.dtype == xp.float64
+    t = ext.passthrough_f64_torch(x)
+    t += 1
+    assert t.tolist() == [2, 3, 4]
+
+
+def test_converted_temporaries_are_freed():
+    import sys
+
+    x = np.arange(5, dtype=np.int32)
+    y = ext.passthrough_f64_numpy(x)
+    w = weakref.ref(y)
+    del y
+    collect()
+    assert w() is None
+    assert sys.getrefcount(x) == 2  # only `x` and the call's argument

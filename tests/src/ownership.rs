@@ -33,19 +33,19 @@ impl Matrix4f {
 
     /// A writable view (`dlcast.Array`): writes change the matrix.
     fn data(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view(slf)
+        slf.try_borrow()?.data.view(slf)
     }
 
     /// The same view as a NumPy array.
     #[dlpack_fn(returns = numpy)]
     fn data_ref(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view(slf)
+        slf.try_borrow()?.data.view(slf)
     }
 
     /// A read-only view as a NumPy array.
     #[dlpack_fn(returns = numpy)]
     fn data_const(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view_read_only(slf)
+        slf.try_borrow()?.data.view_read_only(slf)
     }
 
     /// A copy: writes to it do not reach the matrix.
@@ -57,19 +57,19 @@ impl Matrix4f {
     /// The view handed to PyTorch.
     #[dlpack_fn(returns = torch)]
     fn data_torch(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view(slf)
+        slf.try_borrow()?.data.view(slf)
     }
 
     /// The read-only view handed to PyTorch (refused).
     #[dlpack_fn(returns = torch)]
     fn data_const_torch(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view_read_only(slf)
+        slf.try_borrow()?.data.view_read_only(slf)
     }
 
     /// The view handed to JAX.
     #[dlpack_fn(returns = jax)]
     fn data_jax(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
-        slf.borrow().data.view_read_only(slf)
+        slf.try_borrow()?.data.view_read_only(slf)
     }
 
     /// Element `(i, j)`, read by Rust.
@@ -99,6 +99,12 @@ impl Matrix4f {
     /// Replaces the buffer outright (allowed: old views keep the old memory).
     fn replace(&mut self) -> PyResult<()> {
         self.data = ArrayBuffer::from_slice(&[7.0; 16], &[4, 4])?;
+        Ok(())
+    }
+
+    /// Calls `f()` while the object is mutably borrowed (`&mut self`).
+    fn with_mut(&mut self, f: Bound<'_, PyAny>) -> PyResult<()> {
+        f.call0()?;
         Ok(())
     }
 
@@ -159,7 +165,7 @@ impl Mutable {
     }
 
     fn array(slf: &Bound<'_, Self>) -> PyResult<Tensor<i32>> {
-        slf.borrow().data.view(slf)
+        slf.try_borrow()?.data.view(slf)
     }
 
     /// Doubles every element in place from Rust (`&self`, element by
