@@ -242,6 +242,9 @@ const FRAMEWORKS: &[(&str, &str)] = &[
     ("cupy", "Cupy"),
     ("tensorflow", "Tensorflow"),
     ("array_api", "ArrayApi"),
+    ("memoryview", "Memoryview"),
+    ("mlx", "Mlx"),
+    ("paddle", "Paddle"),
 ];
 
 /// `returns = ...` of `#[dlpack_fn(...)]`.
@@ -997,6 +1000,9 @@ fn expand_callable(
             "Jax" => "jax.Array",
             "Cupy" => "cupy.ndarray",
             "Tensorflow" => "tensorflow.Tensor",
+            "Memoryview" => "memoryview",
+            "Mlx" => "mlx.core.array",
+            "Paddle" => "paddle.Tensor",
             _ => "array_api_strict.Array",
         },
     };

@@ -1659,7 +1659,10 @@ impl ImmutableConsumer {
 
 impl Framework {
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        static CACHE: [PyOnceLock<Py<PyAny>>; 6] = [
+        static CACHE: [PyOnceLock<Py<PyAny>>; 9] = [
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
             PyOnceLock::new(),
             PyOnceLock::new(),
             PyOnceLock::new(),
@@ -1674,6 +1677,9 @@ impl Framework {
             Framework::Cupy => (3, "cupy", "from_dlpack"),
             Framework::Tensorflow => (4, "tensorflow.experimental.dlpack", "from_dlpack"),
             Framework::ArrayApi => (5, "array_api_strict", "from_dlpack"),
+            Framework::Memoryview => (6, "builtins", "memoryview"),
+            Framework::Mlx => (7, "mlx.core", "from_dlpack"),
+            Framework::Paddle => (8, "paddle", "from_dlpack"),
         };
         CACHE[slot]
             .get_or_try_init(py, || Ok(py.import(module)?.getattr(attr)?.unbind()))
@@ -1693,6 +1699,20 @@ impl Framework {
                 from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
             }
             Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            // MLX arrays are immutable: read-only data goes to it like to JAX.
+            Framework::Mlx => {
+                let array = arr.cast::<Array>()?;
+                if array.get().inner.read_only {
+                    let consumer = ImmutableConsumer(array.clone().unbind());
+                    from_dlpack.call1((Bound::new(py, consumer)?,))
+                } else {
+                    from_dlpack.call1((arr,))
+                }
+            }
+            Framework::Paddle => {
+                refuse_for_mutable_only(arr.cast::<Array>()?, "paddle", "PaddlePaddle")?;
+                from_dlpack.call1((arr,))
+            }
             Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
                 Some(out) => Ok(out),
                 None => from_dlpack.call1((arr,)),
@@ -1721,6 +1741,39 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
     )
 }
 
+/// For consumers without read-only tensors or negative strides (PyTorch,
+/// PaddlePaddle): they ignore DLPack's `READ_ONLY` flag, so handing them
+/// read-only memory would let Python write into it; say so, with what to do
+/// instead, before anything is handed over (the export is then freed by the
+/// caller, as for any error).
+fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -> PyResult<()> {
+    let e = &array.get().inner;
+    if e.read_only {
+        return Err(PyBufferError::new_err(format!(
+            "returns = {option}: the array is read-only (a view of a read-only input, a \
+             Tensor made read-only, static data or a read-only ArrayBuffer view), and \
+             {name} has no read-only tensors: it ignores DLPack's READ_ONLY flag, so Python \
+             code could write into memory that must not change. Return a writable copy \
+             instead (e.g. Tensor::from_vec(view.to_vec()?, view.shape()), or \
+             ArrayBuffer::to_tensor), or use returns = numpy, whose arrays carry \
+             writeable=False"
+        )));
+    }
+    let shape = e.shape_usize();
+    if let Some(axis) =
+        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
+    {
+        return Err(PyBufferError::new_err(format!(
+            "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
+             (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
+             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
+            e.strides[axis],
+            e.strides.as_slice(),
+        )));
+    }
+    Ok(())
+}
+
 /// Hands an array to PyTorch through `torch.Tensor`'s DLPack C exchange API
 /// (`managed_tensor_to_py_object_no_sync`: no capsule, no Python-level
 /// `from_dlpack`), or `torch.from_dlpack` where the API is missing. Host
@@ -1738,34 +1791,8 @@ fn torch_from_array<'py>(
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
             .map_or(0, |f| f as usize))
     })?;
-    if array.get().inner.read_only {
-        // PyTorch has no read-only tensors and ignores DLPack's READ_ONLY:
-        // handing it read-only memory would let Python write into it.
-        return Err(PyBufferError::new_err(
-            "returns = torch: the array is read-only (a view of a read-only input, a \
-             Tensor made read-only, static data or a read-only ArrayBuffer view), and \
-             PyTorch has no read-only tensors: it ignores DLPack's READ_ONLY flag, so Python \
-             code could write into memory that must not change. Return a writable copy \
-             instead (e.g. Tensor::from_vec(view.to_vec()?, view.shape()), or \
-             ArrayBuffer::to_tensor), or use returns = numpy, whose arrays carry \
-             writeable=False",
-        ));
-    }
+    refuse_for_mutable_only(array, "torch", "PyTorch")?;
     let e = &array.get().inner;
-    let shape = e.shape_usize();
-    if let Some(axis) =
-        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
-    {
-        // PyTorch refuses negative strides; say so before handing anything
-        // over (the export is then freed by the caller, as for any error).
-        return Err(PyBufferError::new_err(format!(
-            "returns = torch: the array has a negative stride ({}) in dimension {axis} \
-             (strides {:?}), and PyTorch tensors cannot have negative strides; return a copy \
-             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
-            e.strides[axis],
-            e.strides.as_slice(),
-        )));
-    }
     if to_torch == 0 || !e.device.is_host_accessible() {
         return from_dlpack.call1((array,));
     }

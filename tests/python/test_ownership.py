@@ -438,3 +438,107 @@ def test_converted_temporaries_are_freed():
     collect()
     assert w() is None
     assert sys.getrefcount(x) == 2  # only `x` and the call's argument
+
+
+# --- (5) returns = memoryview ------------------------------------------------
+
+
+def test_returns_memoryview():
+    m = ext.range_memoryview(4)
+    assert isinstance(m, memoryview)
+    assert m.format == "f" and m.shape == (4,) and not m.readonly
+    assert m.tolist() == [0.0, 1.0, 2.0, 3.0]
+    m[0] = 5.0
+    assert m.tolist()[0] == 5.0
+    assert ext.range_memoryview(2, read_only=True).readonly
+    f = ext.flipped_memoryview()
+    assert f.strides == (24, -8)
+    assert f.tolist() == [[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]
+
+
+def test_memoryview_of_a_buffer_view_keeps_the_object():
+    m = ext.Matrix4f()
+    w = weakref.ref(m)
+    mv = memoryview(m.data())
+    del m
+    collect()
+    assert w() is not None
+    mv[0, 0] = 2.0
+    assert w().get(0, 0) == 2.0
+    mv.release()
+    del mv
+    collect()
+    assert w() is None
+
+
+# --- (6) MLX -----------------------------------------------------------------
+
+import mlx.core as mx  # noqa: E402
+
+
+def test_returns_mlx():
+    a = ext.range_mlx(3)
+    assert isinstance(a, mx.array) and a.dtype == mx.float32
+    assert a.tolist() == [0.0, 1.0, 2.0]
+    # MLX arrays are immutable: read-only data goes to MLX too.
+    assert ext.range_mlx(2, read_only=True).tolist() == [0.0, 1.0]
+
+
+def test_mlx_inputs():
+    x = mx.arange(6, dtype=mx.float32).reshape(2, 3)
+    assert ext.describe(x)[:3] == ([2, 3], [3, 1], "float32")
+    assert ext.sum_f32(x) == 15.0
+    y = ext.doubled_like(x)  # returns = like(x): MLX in, MLX out
+    assert isinstance(y, mx.array) and y.tolist() == [[0, 2, 4], [6, 8, 10]]
+    # Immutable, like JAX arrays: imported read-only.
+    assert ext.describe(x)[4] is True
+    with pytest.raises(TypeError, match="read-only"):
+        ext.increment_f32(x)
+    # Converted (int32 -> float32) and returned.
+    z = ext.doubled_like(mx.arange(3, dtype=mx.int32))
+    assert isinstance(z, mx.array) and z.tolist() == [0.0, 2.0, 4.0]
+
+
+# --- (8) PaddlePaddle ----------------------------------------------------------
+
+import paddle  # noqa: E402
+
+
+def test_paddle_inputs_through_its_exchange_api():
+    x = paddle.arange(6, dtype="float32").reshape([2, 3])
+    assert ext.import_path(x) == "exchange_api"
+    assert ext.describe(x)[:5] == ([2, 3], [3, 1], "float32", (1, 0), False)
+    assert ext.sum_f32(x) == 15.0
+    ext.increment_f32(x)  # writable: Paddle tensors are mutable
+    assert x.numpy().tolist() == [[1, 2, 3], [4, 5, 6]]
+    col = paddle.ones([4, 4], dtype="float32")[:, 1]
+    assert ext.describe(col)[:2] == ([4], [4])
+    y = ext.doubled_like(x)
+    assert isinstance(y, paddle.Tensor) and y.numpy().tolist() == [[2, 4, 6], [8, 10, 12]]
+
+
+def test_returns_paddle():
+    t = ext.range_paddle(3)
+    assert isinstance(t, paddle.Tensor) and t.numpy().tolist() == [0.0, 1.0, 2.0]
+    t[0] = 4.0
+    # Paddle, like PyTorch, ignores READ_ONLY and has no negative strides.
+    with pytest.raises(BufferError, match="PaddlePaddle has no read-only tensors"):
+        ext.range_paddle(3, read_only=True)
+    with pytest.raises(BufferError, match="negative stride"):
+        ext.flipped_paddle()
+    # A buffer view goes to Paddle zero-copy and keeps the object alive.
+    m = ext.Matrix4f()
+    p = paddle.from_dlpack(m.data())
+    np.asarray(m.data())[1, 1] = 3.0
+    assert float(p[1, 1]) == 3.0
+    w = weakref.ref(m)
+    del m
+    collect()
+    assert w() is not None
+    del p
+    collect()
+    assert w() is None
+    # Converted inputs returned to Paddle are writable.
+    q = ext.passthrough_f64(paddle.arange(3, dtype="int32"))
+    assert isinstance(q, paddle.Tensor) and str(q.dtype) in ("paddle.float64", "float64")
+    q[0] = 2.0

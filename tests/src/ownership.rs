@@ -395,6 +395,66 @@ fn passthrough_f64_c(#[order(c)] x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
     x
 }
 
+/// `0..n` as float32 (`read_only`: exported read-only) to each target.
+macro_rules! range_to {
+    ($($name:ident => $fw:ident;)*) => {$(
+        #[dlpack_fn(returns = $fw)]
+        #[pyfunction]
+        #[pyo3(signature = (n, read_only = false))]
+        fn $name(n: usize, read_only: bool) -> PyResult<Tensor<f32>> {
+            let t = Tensor::from_fn(&[n], |i| i as f32)?;
+            Ok(if read_only { t.into_read_only() } else { t })
+        }
+    )*};
+}
+range_to!(
+    range_memoryview => memoryview;
+    range_mlx => mlx;
+    range_paddle => paddle;
+);
+
+/// A 2x3 float64 array with a negative stride on axis 1, to memoryview.
+#[dlpack_fn(returns = memoryview)]
+#[pyfunction]
+fn flipped_memoryview() -> PyResult<Tensor<f64>> {
+    Ok(Tensor::from_vec_strides(
+        (0..6).map(f64::from).collect(),
+        &[2, 3],
+        &[3, -1],
+    )?)
+}
+
+/// A negative-stride array to PaddlePaddle (refused).
+#[dlpack_fn(returns = paddle)]
+#[pyfunction]
+fn flipped_paddle() -> PyResult<Tensor<f64>> {
+    Ok(Tensor::from_vec_strides(
+        (0..6).map(f64::from).collect(),
+        &[2, 3],
+        &[3, -1],
+    )?)
+}
+
+/// `x * 2` (float32), returned in the framework of `x`.
+#[dlpack_fn(returns = like(x))]
+#[pyfunction]
+fn doubled_like(x: TensorRef<'_, f32>) -> PyResult<Tensor<f32>> {
+    let v = x.to_vec()?;
+    Ok(Tensor::from_vec(
+        v.iter().map(|a| a * 2.0).collect(),
+        x.shape(),
+    )?)
+}
+
+/// `x += 1` in place (float32, any strides).
+#[dlpack_fn]
+#[pyfunction]
+fn increment_f32(mut x: TensorMut<'_, f32>) -> PyResult<()> {
+    let mut a = x.as_ndarray_mut()?;
+    a += 1.0;
+    Ok(())
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matrix4f>()?;
     m.add_class::<Mutable>()?;
@@ -418,6 +478,13 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         passthrough_f64_torch,
         passthrough_f64_numpy,
         passthrough_f64_c,
+        range_memoryview,
+        range_mlx,
+        range_paddle,
+        flipped_memoryview,
+        flipped_paddle,
+        doubled_like,
+        increment_f32,
     );
     Ok(())
 }
