@@ -398,6 +398,7 @@ fn passthrough_f64_c(#[order(c)] x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
 /// `0..n` as float32 (`read_only`: exported read-only) to each target.
 macro_rules! range_to {
     ($($name:ident => $fw:ident;)*) => {$(
+        #[doc = concat!("`0..n` as float32, to ", stringify!($fw), ".")]
         #[dlpack_fn(returns = $fw)]
         #[pyfunction]
         #[pyo3(signature = (n, read_only = false))]
