@@ -348,8 +348,12 @@ impl<T: Element> ArrayBuffer<T> {
             item,
             writable,
             borrow::new_call_id(),
-            "ArrayBuffer",
-            if writable { "view" } else { "read" },
+            if writable {
+                "ArrayBuffer.set"
+            } else {
+                "ArrayBuffer.read"
+            },
+            "self",
         );
         let api = borrow::api(py)?;
         match borrow::acquire_with(api, &req) {
@@ -358,8 +362,8 @@ impl<T: Element> ArrayBuffer<T> {
                 "dlcast's borrow registry could not grow",
             )),
             Err(Refused::Conflict(other)) => Err(PyBufferError::new_err(format!(
-                "cannot {what}: the buffer's memory is in use by a {} borrow \
-                 (argument '{}' of {}(), or an ArrayBuffer guard) that is still live",
+                "cannot {what}: the buffer's memory is in use by a {} borrow that is \
+                 still live (argument '{}' of {}())",
                 if other.writable != 0 {
                     "writable"
                 } else {

@@ -206,8 +206,10 @@ struct Exported {
 // SAFETY: `data` points into memory that `keep` owns or keeps alive; no
 // thread-bound state is involved except an imported `RawTensor`, which is
 // dropped only in `Array`'s deallocation, with the GIL held (deleters and
-// `PyBuffer_Release` then run with the GIL, as they require). Rust never
-// forms references into the exported memory from an `Array`.
+// `PyBuffer_Release` then run with the GIL, as they require), and
+// `py_owner`, a `Py` (which is `Send`: dropped without the GIL, PyO3 defers
+// its decref). Rust never forms references into the exported memory from
+// an `Array`.
 unsafe impl Send for Exported {}
 // SAFETY: all fields are read-only after construction.
 unsafe impl Sync for Exported {}
@@ -769,7 +771,7 @@ impl<T: Element> Tensor<T> {
     /// - `read_only`: export read-only, as memory that must never be
     ///   written: NumPy arrays over it have `writeable == False`,
     ///   `returns = torch` refuses it, and `__dlpack__` hands consumers a
-    ///   copy (PyTorch ignores DLPack's `READ_ONLY`), as for
+    ///   copy of host memory (PyTorch ignores DLPack's `READ_ONLY`), as for
     ///   [`Tensor::from_static`];
     /// - `owner`: any `Send + 'static` value, kept until the memory is no
     ///   longer used.
@@ -788,8 +790,10 @@ impl<T: Element> Tensor<T> {
     /// 3. if `read_only` is false, the memory may be written by consumers
     ///    (Python code, other frameworks) at any time, and no Rust
     ///    reference (`&[T]`, `&mut [T]`) to it exists or is made while the
-    ///    export lives; if `read_only` is true, nothing writes it while
-    ///    it is read unless the caller accepts that readers see the writes;
+    ///    export lives; if `read_only` is true, host memory is never written
+    ///    by consumers (they get copies, see above), but device memory is
+    ///    handed out with DLPack's `READ_ONLY` flag only, which a consumer
+    ///    such as PyTorch ignores: it must tolerate such writes;
     /// 4. dropping `owner` is sound on any thread, with or without the GIL
     ///    (it must not call Python without taking the GIL itself), and frees
     ///    nothing that other live tensors still use.
@@ -1315,7 +1319,10 @@ impl Array {
             None => false,
             Some(v) => parse_version(v)?.0 >= 1,
         };
-        if this.never_written && copy == Some(false) {
+        // Device memory cannot be copied here: it goes with READ_ONLY only
+        // (see `Tensor::from_raw_parts`).
+        let never_written = this.never_written && this.device.is_host_accessible();
+        if never_written && copy == Some(false) {
             return Err(PyBufferError::new_err(
                 "copy=False: the array is read-only memory that must never be written \
                  (static or foreign data), and DLPack consumers may ignore READ_ONLY; \
@@ -1323,7 +1330,7 @@ impl Array {
                  numpy.asarray / memoryview, which share it read-only",
             ));
         }
-        let copied = copy == Some(true) || this.never_written;
+        let copied = copy == Some(true) || never_written;
         if copied && !this.device.is_host_accessible() {
             return Err(PyBufferError::new_err(format!(
                 "copy=True is not supported for an array on {}",

@@ -152,6 +152,20 @@ def test_read_guard_refuses_writable_views_reentrantly():
     assert seen == [0.0]
 
 
+def test_writable_dlcast_view_refused_under_a_rust_read_guard():
+    m = ext.Matrix4f()
+    a = m.data()  # exported before the guard
+
+    def body():
+        with pytest.raises(BufferError, match=r"ArrayBuffer\.read\(\)"):
+            ext.Matrix4f.add_into(a, 1.0)  # a TensorMut of the same memory
+        assert ext.Matrix4f.total(a) == 0.0  # readers share
+
+    assert m.sum_around(body) == 0.0
+    ext.Matrix4f.add_into(a, 1.0)  # the guard is gone
+    assert m.get(0, 0) == 1.0
+
+
 def test_dlcast_writer_excludes_rust_reader():
     o = ext.Mutable()
     arr = o.array()
@@ -423,6 +437,18 @@ def test_converted_array_api_input_returned():
     x = xp.asarray([1, 2, 3], dtype=xp.int32)
     y = ext.passthrough_f64(x)
     assert y.dtype == xp.float64
+    t = ext.passthrough_f64_torch(x)
+    t += 1
+    assert t.tolist() == [2, 3, 4]
+
+
+def test_converted_tensorflow_input_returned():
+    import tensorflow as tf
+
+    x = tf.constant([1, 2, 3], dtype=tf.int32)
+    y = ext.passthrough_f64(x)  # returns = like(x): TensorFlow
+    assert isinstance(y, tf.Tensor) and y.dtype == tf.float64
+    # TensorFlow's temporary is immutable: PyTorch gets a writable copy.
     t = ext.passthrough_f64_torch(x)
     t += 1
     assert t.tolist() == [2, 3, 4]
