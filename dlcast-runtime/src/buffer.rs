@@ -118,8 +118,8 @@ impl<T: Element> Storage<T> {
 ///         Ok(Matrix { data: ArrayBuffer::zeros(&[4, 4])? })
 ///     }
 ///     /// A writable (4, 4) view: writes through it change the matrix.
-/// (`try_borrow`: a Python error, not a panic, if a `&mut self` method
-/// of the object is running.)
+///     /// (`try_borrow`: a Python error, not a panic, if a `&mut self`
+///     /// method of the object is running.)
 ///     fn data(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
 ///         slf.try_borrow()?.data.view(slf)
 ///     }
