@@ -8,6 +8,7 @@ class with `data()` / `data_ref()` / `data_copy()`, a class whose
 """
 
 import gc
+import textwrap
 import threading
 import weakref
 
@@ -526,45 +527,71 @@ def test_mlx_inputs():
 
 
 # --- (8) PaddlePaddle ----------------------------------------------------------
+# PaddlePaddle (3.x) crashes the process when it is imported after
+# TensorFlow, which other test files import: its checks run in a fresh
+# interpreter that imports it first (conftest.run_py).
 
-import paddle  # noqa: E402
+
+def run_paddle(body):
+    from conftest import run_py
+
+    code = (
+        "import paddle\n"
+        "import gc, weakref\n"
+        "import numpy as np\n"
+        "import pytest\n"
+        "import dlcast_testext as ext\n"
+        + textwrap.dedent(body)
+        + "\nprint('paddle-ok')\n"
+    )
+    r = run_py(code, timeout=300)
+    assert r.returncode == 0 and "paddle-ok" in r.stdout, r.stdout + r.stderr
 
 
 def test_paddle_inputs_through_its_exchange_api():
-    x = paddle.arange(6, dtype="float32").reshape([2, 3])
-    assert ext.import_path(x) == "exchange_api"
-    assert ext.describe(x)[:5] == ([2, 3], [3, 1], "float32", (1, 0), False)
-    assert ext.sum_f32(x) == 15.0
-    ext.increment_f32(x)  # writable: Paddle tensors are mutable
-    assert x.numpy().tolist() == [[1, 2, 3], [4, 5, 6]]
-    col = paddle.ones([4, 4], dtype="float32")[:, 1]
-    assert ext.describe(col)[:2] == ([4], [4])
-    y = ext.doubled_like(x)
-    assert isinstance(y, paddle.Tensor) and y.numpy().tolist() == [[2, 4, 6], [8, 10, 12]]
+    run_paddle("""
+        x = paddle.arange(6, dtype="float32").reshape([2, 3])
+        assert ext.import_path(x) == "exchange_api"
+        assert ext.describe(x)[:5] == ([2, 3], [3, 1], "float32", (1, 0), False)
+        assert ext.sum_f32(x) == 15.0
+        ext.increment_f32(x)  # writable: Paddle tensors are mutable
+        assert x.numpy().tolist() == [[1, 2, 3], [4, 5, 6]]
+        col = paddle.ones([4, 4], dtype="float32")[:, 1]
+        assert ext.describe(col)[:2] == ([4], [4])
+        y = ext.doubled_like(x)  # returns = like(x): Paddle in, Paddle out
+        assert isinstance(y, paddle.Tensor)
+        assert y.numpy().tolist() == [[2, 4, 6], [8, 10, 12]]
+    """)
 
 
 def test_returns_paddle():
-    t = ext.range_paddle(3)
-    assert isinstance(t, paddle.Tensor) and t.numpy().tolist() == [0.0, 1.0, 2.0]
-    t[0] = 4.0
-    # Paddle, like PyTorch, ignores READ_ONLY and has no negative strides.
-    with pytest.raises(BufferError, match="PaddlePaddle has no read-only tensors"):
-        ext.range_paddle(3, read_only=True)
-    with pytest.raises(BufferError, match="negative stride"):
-        ext.flipped_paddle()
-    # A buffer view goes to Paddle zero-copy and keeps the object alive.
-    m = ext.Matrix4f()
-    p = paddle.from_dlpack(m.data())
-    np.asarray(m.data())[1, 1] = 3.0
-    assert float(p[1, 1]) == 3.0
-    w = weakref.ref(m)
-    del m
-    collect()
-    assert w() is not None
-    del p
-    collect()
-    assert w() is None
-    # Converted inputs returned to Paddle are writable.
-    q = ext.passthrough_f64(paddle.arange(3, dtype="int32"))
-    assert isinstance(q, paddle.Tensor) and str(q.dtype) in ("paddle.float64", "float64")
-    q[0] = 2.0
+    run_paddle("""
+        t = ext.range_paddle(3)
+        assert isinstance(t, paddle.Tensor) and t.numpy().tolist() == [0.0, 1.0, 2.0]
+        t[0] = 4.0
+        # Paddle, like PyTorch, ignores READ_ONLY and has no negative strides.
+        with pytest.raises(BufferError, match="PaddlePaddle has no read-only tensors"):
+            ext.range_paddle(3, read_only=True)
+        with pytest.raises(BufferError, match="negative stride"):
+            ext.flipped_paddle()
+        # Static data reaches Paddle only as a copy.
+        s = paddle.from_dlpack(ext.static_table())
+        assert s.data_ptr() != np.asarray(ext.static_table()).ctypes.data
+        assert s.numpy().tolist() == [[10, 20, 30], [40, 50, 60]]
+        # A buffer view goes to Paddle zero-copy and keeps the object alive.
+        m = ext.Matrix4f()
+        p = paddle.from_dlpack(m.data())
+        np.asarray(m.data())[1, 1] = 3.0
+        assert float(p[1, 1]) == 3.0
+        w = weakref.ref(m)
+        del m
+        gc.collect()
+        assert w() is not None
+        del p
+        gc.collect()
+        assert w() is None
+        # Converted inputs returned to Paddle are writable.
+        q = ext.passthrough_f64(paddle.arange(3, dtype="int32"))
+        assert isinstance(q, paddle.Tensor) and "float64" in str(q.dtype)
+        q[0] = 2.0
+    """)
