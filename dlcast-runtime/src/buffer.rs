@@ -99,7 +99,7 @@ impl<T: Element> Storage<T> {
 /// a method returns it like any tensor (to `dlcast.Array`, or the framework
 /// of `#[dlpack_fn(returns = ..)]`). While exported arrays live, Rust code
 /// cannot take `&mut` to the data or reallocate it (`BufferError`); it
-/// reads through a registered guard. See the [module docs](self) for the
+/// reads through a registered guard. See the [module docs](crate::buffer) for the
 /// rules and why they are sound.
 ///
 /// ```

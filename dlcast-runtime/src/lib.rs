@@ -56,7 +56,7 @@ pub mod borrow;
 mod import;
 mod torch;
 // Conversions, the per-call driver, the views, export.
-mod buffer;
+pub mod buffer;
 mod call;
 pub mod convert;
 pub mod export;
