@@ -63,6 +63,14 @@ KNOWN_TYPES = {
     "jax.Array": ("jax.Array", "import jax"),
 }
 
+# `numpy.ndarray[float32]` (a dtype the Rust element type fixes) becomes
+# `numpy.typing.NDArray[numpy.float32]`; other frameworks' array types are
+# not generic, so the dtype is dropped for them.
+NUMPY_DTYPES = {
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+}
+
 
 class _Rewrite(ast.NodeTransformer):
     """Rewrites the annotations of a signature line into stub types."""
@@ -74,6 +82,15 @@ class _Rewrite(ast.NodeTransformer):
         if isinstance(node.value, ast.Name) and node.value.id == "ndarray":
             text = ast.unparse(node)
             return ast.parse(f"Annotated[ArrayLike, {text!r}]", mode="eval").body
+        if isinstance(node.value, ast.Attribute) and isinstance(node.slice, ast.Name):
+            # A returned array with its dtype: `numpy.ndarray[float32]`.
+            framework, dtype = ast.unparse(node.value), node.slice.id
+            if framework == "numpy.ndarray" and dtype in NUMPY_DTYPES:
+                self.imports.update(["import numpy", "import numpy.typing"])
+                return ast.parse(f"numpy.typing.NDArray[numpy.{dtype}]", mode="eval").body
+            return self.visit_Attribute(node.value)
+        if isinstance(node.value, ast.Name) and node.value.id == "memoryview":
+            return node.value  # `memoryview[float32]`: the builtin
         return self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:

@@ -290,6 +290,9 @@ pub(crate) fn expand_callable(
             "Jax" => "jax.Array",
             "Cupy" => "cupy.ndarray",
             "Tensorflow" => "tensorflow.Tensor",
+            "Memoryview" => "memoryview",
+            "Mlx" => "mlx.core.array",
+            "Paddle" => "paddle.Tensor",
             _ => "array_api_strict.Array",
         },
     };

@@ -299,6 +299,9 @@ pub(crate) const FRAMEWORKS: &[(&str, &str)] = &[
     ("cupy", "Cupy"),
     ("tensorflow", "Tensorflow"),
     ("array_api", "ArrayApi"),
+    ("memoryview", "Memoryview"),
+    ("mlx", "Mlx"),
+    ("paddle", "Paddle"),
 ];
 
 /// `returns = ...` of `#[dlpack_fn(...)]`.

@@ -157,6 +157,13 @@ pub fn python_type(ty: &Type, array: &str, self_name: Option<&str>) -> Option<St
         "Option" => format!("{} | None", rec(first_type_arg(args)?)?),
         "Vec" => format!("list[{}]", rec(first_type_arg(args)?)?),
         "PyResult" | "Result" => rec(first_type_arg(args)?)?,
+        // The dtype, where the element type fixes it: `numpy.ndarray[float32]`.
+        "Tensor" | "TensorRef" | "TensorMut" if array != "..." => {
+            match first_type_arg(args).and_then(element_name) {
+                Some(dtype) => format!("{array}[{dtype}]"),
+                None => array.into(),
+            }
+        }
         "Tensor" | "TensorRef" | "TensorMut" | "TensorDyn" | "TensorDynMut" => array.into(),
         "Bound" | "Py" | "Borrowed" | "PyRef" | "PyRefMut" => rec(first_type_arg(args)?)?,
         "PyAny" | "PyObject" => "object".into(),

@@ -444,7 +444,9 @@ impl CallCx {
             };
             if let Some((_, shape)) = &slot.converted {
                 // Writes into the temporary would never reach the caller's
-                // array: a view of it (returned to Python, say) is read-only.
+                // array: the view of it is read-only in the body. Returned,
+                // it is the caller's new array (see `export_view`).
+                raw.converted = Some(raw.read_only);
                 raw.read_only = true;
                 if raw.shape.as_slice() != shape.as_slice() {
                     return Err(Stop::Error(self.fail(

@@ -191,13 +191,25 @@ struct Exported {
     buf_shape: Dims<isize>,
     buf_strides: Dims<isize>,
     _keep: Keep,
+    /// The Python object the memory belongs to (an [`ArrayBuffer`]'s
+    /// object), kept alive with the export and reported to the garbage
+    /// collector by `Array.__traverse__`.
+    ///
+    /// [`ArrayBuffer`]: crate::ArrayBuffer
+    py_owner: Option<Py<PyAny>>,
+    /// Read-only memory that must never be written (static data, foreign
+    /// read-only memory): `__dlpack__` hands consumers a copy, since some
+    /// (PyTorch) ignore `READ_ONLY` and would write it.
+    never_written: bool,
 }
 
 // SAFETY: `data` points into memory that `keep` owns or keeps alive; no
 // thread-bound state is involved except an imported `RawTensor`, which is
 // dropped only in `Array`'s deallocation, with the GIL held (deleters and
-// `PyBuffer_Release` then run with the GIL, as they require). Rust never
-// forms references into the exported memory from an `Array`.
+// `PyBuffer_Release` then run with the GIL, as they require), and
+// `py_owner`, a `Py` (which is `Send`: dropped without the GIL, PyO3 defers
+// its decref). Rust never forms references into the exported memory from
+// an `Array`.
 unsafe impl Send for Exported {}
 // SAFETY: all fields are read-only after construction.
 unsafe impl Sync for Exported {}
@@ -249,6 +261,8 @@ impl Exported {
             buf_shape: d.buf_shape,
             buf_strides: d.buf_strides,
             _keep: keep,
+            py_owner: None,
+            never_written: false,
         })
     }
 
@@ -421,6 +435,10 @@ impl Exported {
 pub struct Tensor<T: Element> {
     inner: Exported,
     _marker: PhantomData<T>,
+    /// Whether Rust owns the memory and nothing else refers to it (so
+    /// [`Tensor::as_slice_mut`] may hand it out): false for views of an
+    /// [`ArrayBuffer`](crate::ArrayBuffer), static and foreign memory.
+    exclusive: bool,
 }
 
 impl<T: Element> Tensor<T> {
@@ -509,6 +527,7 @@ impl<T: Element> Tensor<T> {
             )
             .map_err(unrepresentable)?,
             _marker: PhantomData,
+            exclusive: true,
         })
     }
 
@@ -580,6 +599,7 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             inner,
             _marker: PhantomData,
+            exclusive: true,
         })
     }
 
@@ -590,7 +610,14 @@ impl<T: Element> Tensor<T> {
     /// The elements in C order, when the tensor is in host memory,
     /// C-contiguous and its data aligned for `T` (always so for `zeros`,
     /// `from_fn`, `from_vec`; never for device memory).
+    ///
+    /// `None` also for memory Rust does not own alone: views of an
+    /// [`ArrayBuffer`](crate::ArrayBuffer), [`Tensor::from_static`] and
+    /// [`Tensor::from_raw_parts`] tensors.
     pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
+        if !self.exclusive {
+            return None;
+        }
         let e = &self.inner;
         // Device memory (a `CudaSlice` export) is never handed out as a slice.
         let ok = e.device.is_host_accessible()
@@ -605,8 +632,8 @@ impl<T: Element> Tensor<T> {
         } else {
             e.data.cast::<T>()
         };
-        // SAFETY: the tensor owns its buffer (no Python object exists yet,
-        // since exporting consumes the tensor), which holds `len` valid,
+        // SAFETY: the tensor owns its buffer alone (`exclusive`; no Python
+        // object exists yet, since exporting consumes the tensor), which holds `len` valid,
         // aligned, C-contiguous elements; `&mut self` makes this the only
         // access.
         Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
@@ -645,6 +672,7 @@ impl<T: Element> Tensor<T> {
             Ok(inner) => Tensor {
                 inner,
                 _marker: PhantomData,
+                exclusive: true,
             },
             // `describe` accepted this very shape and strides above.
             Err(_) => Tensor::from(Vec::new()),
@@ -679,6 +707,227 @@ impl<T: Element> Tensor<T> {
     /// Address of element 0 (for zero-copy checks).
     pub fn data_ptr(&self) -> *const T {
         self.inner.data.cast()
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// The same tensor, exported read-only: DLPack consumers get the
+    /// `READ_ONLY` flag (versioned capsules; a legacy capsule is refused
+    /// unless copied), NumPy arrays have `writeable == False`, the buffer
+    /// protocol refuses writable requests, JAX and TensorFlow take it as
+    /// usual (their arrays are immutable), and `returns = torch` raises
+    /// `BufferError` (PyTorch has no read-only tensors). Rust may still
+    /// write it through [`Tensor::as_slice_mut`] until it is returned.
+    ///
+    /// ```
+    /// # use dlcast_runtime::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap().into_read_only();
+    /// assert!(t.is_read_only());
+    /// ```
+    pub fn into_read_only(mut self) -> Self {
+        self.inner.read_only = true;
+        self
+    }
+
+    /// Whether the tensor is exported read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// A read-only C-order array of `shape` over static data, exported
+    /// without a copy (nanobind's `rv_policy::reference` for constants) to
+    /// NumPy (`returns = numpy`, `numpy.asarray`, `memoryview`: read-only)
+    /// and JAX (`returns = jax`). `__dlpack__` hands other consumers a
+    /// copy (`copy=False` raises `BufferError`): some, PyTorch among them,
+    /// ignore DLPack's `READ_ONLY` and would write into the static.
+    ///
+    /// ```
+    /// # use dlcast_runtime::Tensor;
+    /// static TABLE: [u16; 6] = [1, 2, 3, 4, 5, 6];
+    /// let t = Tensor::from_static(&TABLE, &[2, 3]).unwrap();
+    /// assert!(t.is_read_only());
+    /// ```
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if `shape` does not hold `data.len()` elements.
+    pub fn from_static(data: &'static [T], shape: &[usize]) -> Result<Self, ShapeError> {
+        match layout::element_count(shape) {
+            Some(n) if n == data.len() => {}
+            _ => {
+                return Err(ShapeError::Length {
+                    shape: shape.to_vec(),
+                    expected: layout::element_count(shape).unwrap_or(usize::MAX),
+                    got: data.len(),
+                })
+            }
+        }
+        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        // A live slice holds at most `isize::MAX` bytes, so its compact
+        // strides fit; checked anyway.
+        layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(|| {
+            ShapeError::Unrepresentable {
+                shape: shape.to_vec(),
+                strides: Vec::new(),
+                why: "the compact strides overflow",
+            }
+        })?;
+        // SAFETY: a `'static` shared slice is valid, initialised and
+        // aligned for reads for the rest of the process, and never written
+        // (`T` has no interior mutability); exported read-only, so no
+        // consumer may write it; `shape` covers exactly `data.len()`
+        // elements in C order (checked above). The owner `()` holds nothing.
+        unsafe {
+            Self::from_raw_parts(
+                data.as_ptr().cast_mut(),
+                shape,
+                &strides,
+                Device::CPU,
+                true,
+                (),
+            )
+        }
+    }
+
+    /// An array over memory dlcast did not allocate — a C library's
+    /// buffer, an mmap, another library's device memory — exported without
+    /// a copy; `owner` is dropped, exactly once, when Rust drops the tensor
+    /// unexported or when the last Python object and DLPack consumer lets
+    /// go of the export (nanobind's `nb::ndarray(ptr, shape, owner)` with a
+    /// capsule deleter). Put what frees the memory in `owner`'s `Drop`.
+    ///
+    /// - `data`: address of element 0 (element `(i0, i1, ..)` is at
+    ///   `data.offset(i0 * strides[0] + i1 * strides[1] + ..)`);
+    /// - `shape`, `strides`: extents, and strides **in elements** (negative
+    ///   allowed), of the same length;
+    /// - `device`: where the memory is (`Device::CPU`, CUDA, ...); the dtype
+    ///   is `T`'s;
+    /// - `read_only`: export read-only, as memory that must never be
+    ///   written: NumPy arrays over it have `writeable == False`,
+    ///   `returns = torch` refuses it, and `__dlpack__` hands consumers a
+    ///   copy of host memory (PyTorch ignores DLPack's `READ_ONLY`), as for
+    ///   [`Tensor::from_static`];
+    /// - `owner`: any `Send + 'static` value, kept until the memory is no
+    ///   longer used.
+    ///
+    /// The tensor never hands the memory to Rust code:
+    /// [`Tensor::as_slice_mut`] gives `None`.
+    ///
+    /// # Safety
+    /// The caller guarantees, from this call until `owner` is dropped:
+    /// 1. every element the layout reaches (each index in `shape` with
+    ///    `strides`) lies inside one allocation on `device`, with `data`
+    ///    aligned for `T`; for memory the host can access, every such
+    ///    element holds a valid `T` (`bool`: 0 or 1);
+    /// 2. that memory stays allocated and is neither moved nor freed while
+    ///    `owner` lives, whatever thread holds it;
+    /// 3. if `read_only` is false, the memory may be written by consumers
+    ///    (Python code, other frameworks) at any time, and no Rust
+    ///    reference (`&[T]`, `&mut [T]`) to it exists or is made while the
+    ///    export lives; if `read_only` is true, host memory is never written
+    ///    by consumers (they get copies, see above), but device memory is
+    ///    handed out with DLPack's `READ_ONLY` flag only, which a consumer
+    ///    such as PyTorch ignores: it must tolerate such writes;
+    /// 4. dropping `owner` is sound on any thread, with or without the GIL
+    ///    (it must not call Python without taking the GIL itself), and frees
+    ///    nothing that other live tensors still use.
+    ///
+    /// # Errors
+    /// [`ShapeError::Rank`] if `shape` and `strides` differ in length;
+    /// [`ShapeError::Unrepresentable`] for a null or misaligned `data` of a
+    /// non-empty array, or a layout whose byte offsets overflow. `owner` is
+    /// dropped then.
+    ///
+    /// ```
+    /// # use dlcast_runtime::{Device, Tensor};
+    /// // A buffer from a C-style allocator, freed by the owner's Drop.
+    /// struct Freed(*mut f64, usize);
+    /// // SAFETY: the allocation is not tied to a thread.
+    /// unsafe impl Send for Freed {}
+    /// impl Drop for Freed {
+    ///     fn drop(&mut self) {
+    ///         // SAFETY: made by `Box::into_raw` below, freed once.
+    ///         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.0, self.1)) });
+    ///     }
+    /// }
+    /// let ptr = Box::into_raw(vec![0.0f64; 6].into_boxed_slice()).cast::<f64>();
+    /// // SAFETY: 6 valid f64 elements, kept alive by `Freed` until it drops.
+    /// let t = unsafe { Tensor::from_raw_parts(ptr, &[2, 3], &[3, 1], Device::CPU, false, Freed(ptr, 6)) }
+    ///     .unwrap();
+    /// assert_eq!(t.shape(), vec![2, 3]);
+    /// ```
+    pub unsafe fn from_raw_parts<O: Send + 'static>(
+        data: *mut T,
+        shape: &[usize],
+        strides: &[isize],
+        device: Device,
+        read_only: bool,
+        owner: O,
+    ) -> Result<Self, ShapeError> {
+        if shape.len() != strides.len() {
+            return Err(ShapeError::Rank(shape.len(), strides.len()));
+        }
+        let bad = |why| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            why,
+        };
+        let item = std::mem::size_of::<T>();
+        let empty = match layout::byte_extent(shape, strides, item) {
+            None => return Err(bad("a byte offset overflows")),
+            Some(e) => e.is_none(),
+        };
+        if !empty && data.is_null() {
+            return Err(bad("the data pointer is null"));
+        }
+        if !empty && (data as usize) % std::mem::align_of::<T>() != 0 {
+            return Err(bad("the data pointer is not aligned for the element type"));
+        }
+        Self::from_shared_parts(
+            data.cast(),
+            shape,
+            strides,
+            device,
+            read_only,
+            Box::new(owner),
+            None,
+        )
+    }
+
+    /// A tensor over memory `keep` keeps alive, which Rust code does not
+    /// own alone ([`Tensor::as_slice_mut`] gives `None`). The layout's
+    /// byte offsets were checked by the caller.
+    pub(crate) fn from_shared_parts(
+        data: *mut u8,
+        shape: &[usize],
+        strides: &[isize],
+        device: Device,
+        read_only: bool,
+        keep: Box<dyn Any + Send>,
+        py_owner: Option<Py<PyAny>>,
+    ) -> Result<Self, ShapeError> {
+        let mut inner = Exported::new(
+            data,
+            shape,
+            strides,
+            T::DTYPE,
+            device,
+            read_only,
+            Keep::Owned(keep),
+        )
+        .map_err(|e| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            why: e.0,
+        })?;
+        inner.py_owner = py_owner;
+        // Memory Rust does not own, marked read-only, may be a Rust static
+        // or a read-only mapping: no consumer may get it writable.
+        inner.never_written = read_only && inner.py_owner.is_none();
+        Ok(Tensor {
+            inner,
+            _marker: PhantomData,
+            exclusive: false,
+        })
     }
 }
 
@@ -719,6 +968,7 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             inner,
             _marker: PhantomData,
+            exclusive: true,
         })
     }
 }
@@ -743,6 +993,7 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
             Ok(inner) => Tensor {
                 inner,
                 _marker: PhantomData,
+                exclusive: true,
             },
             Err(_) => Tensor::from(Vec::new()),
         }
@@ -777,7 +1028,18 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// itself): the input stays alive inside the exported object.
 /// The export is read-only when the input was, and for views of PyTorch
 /// tensors that require grad.
+///
+/// A view of a converted temporary (an argument whose dtype or order did
+/// not fit) exports writable: the temporary belongs to the call alone, so
+/// returned it is a new array of the caller's, which no one else sees.
+/// Where its producer marked it read-only (JAX and TensorFlow arrays are
+/// immutable), an aligned copy is exported instead, once.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    let mut copy_converted = false;
+    if let Some(producer_read_only) = raw.converted {
+        raw.read_only = false;
+        copy_converted = producer_read_only;
+    }
     // A view of a PyTorch tensor that requires grad exports read-only:
     // writes through it would bypass autograd, which PyTorch's own
     // `.numpy()` and `__dlpack__` refuse.
@@ -811,6 +1073,17 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // The data is ready on the stream the input was made ready on (and the
     // body's work on it, if it followed `view.stream()`).
     e.stream = stream;
+    if copy_converted {
+        if e.device.is_host_accessible() {
+            // The temporary is dropped with `e` (its producer's deleter
+            // runs once, here); the copy is the caller's alone.
+            let mut copy = e.aligned_copy()?;
+            copy.read_only = false;
+            return Ok(ExportedArray(copy));
+        }
+        // Device memory: no copy here, so it stays read-only.
+        e.read_only = true;
+    }
     Ok(ExportedArray(e))
 }
 
@@ -1079,7 +1352,18 @@ impl Array {
             None => false,
             Some(v) => parse_version(v)?.0 >= 1,
         };
-        let copied = copy == Some(true);
+        // Device memory cannot be copied here: it goes with READ_ONLY only
+        // (see `Tensor::from_raw_parts`).
+        let never_written = this.never_written && this.device.is_host_accessible();
+        if never_written && copy == Some(false) {
+            return Err(PyBufferError::new_err(
+                "copy=False: the array is read-only memory that must never be written \
+                 (static or foreign data), and DLPack consumers may ignore READ_ONLY; \
+                 call with copy=None or copy=True for a copy, or read it with \
+                 numpy.asarray / memoryview, which share it read-only",
+            ));
+        }
+        let copied = copy == Some(true) || never_written;
         if copied && !this.device.is_host_accessible() {
             return Err(PyBufferError::new_err(format!(
                 "copy=True is not supported for an array on {}",
@@ -1131,6 +1415,18 @@ impl Array {
     #[getter]
     fn read_only(&self) -> bool {
         self.inner.read_only
+    }
+
+    /// Reports the object whose buffer the array views (if any) to the
+    /// garbage collector, so that a cycle through it is collected. There is
+    /// no `__clear__`: the array's memory belongs to that object, so the
+    /// reference is dropped only with the array (the cycle is broken at the
+    /// object's own `__clear__`).
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        if let Some(owner) = &self.inner.py_owner {
+            visit.call(owner)?;
+        }
+        Ok(())
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -1403,7 +1699,10 @@ impl ImmutableConsumer {
 
 impl Framework {
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        static CACHE: [PyOnceLock<Py<PyAny>>; 6] = [
+        static CACHE: [PyOnceLock<Py<PyAny>>; 9] = [
+            PyOnceLock::new(),
+            PyOnceLock::new(),
+            PyOnceLock::new(),
             PyOnceLock::new(),
             PyOnceLock::new(),
             PyOnceLock::new(),
@@ -1418,6 +1717,9 @@ impl Framework {
             Framework::Cupy => (3, "cupy", "from_dlpack"),
             Framework::Tensorflow => (4, "tensorflow.experimental.dlpack", "from_dlpack"),
             Framework::ArrayApi => (5, "array_api_strict", "from_dlpack"),
+            Framework::Memoryview => (6, "builtins", "memoryview"),
+            Framework::Mlx => (7, "mlx.core", "from_dlpack"),
+            Framework::Paddle => (8, "paddle", "from_dlpack"),
         };
         CACHE[slot]
             .get_or_try_init(py, || Ok(py.import(module)?.getattr(attr)?.unbind()))
@@ -1437,6 +1739,20 @@ impl Framework {
                 from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
             }
             Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            // MLX arrays are immutable: read-only data goes to it like to JAX.
+            Framework::Mlx => {
+                let array = arr.cast::<Array>()?;
+                if array.get().inner.read_only {
+                    let consumer = ImmutableConsumer(array.clone().unbind());
+                    from_dlpack.call1((Bound::new(py, consumer)?,))
+                } else {
+                    from_dlpack.call1((arr,))
+                }
+            }
+            Framework::Paddle => {
+                refuse_for_mutable_only(arr.cast::<Array>()?, "paddle", "PaddlePaddle")?;
+                from_dlpack.call1((arr,))
+            }
             Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
                 Some(out) => Ok(out),
                 None => from_dlpack.call1((arr,)),
@@ -1465,6 +1781,39 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
     )
 }
 
+/// For consumers without read-only tensors or negative strides (PyTorch,
+/// PaddlePaddle): they ignore DLPack's `READ_ONLY` flag, so handing them
+/// read-only memory would let Python write into it; say so, with what to do
+/// instead, before anything is handed over (the export is then freed by the
+/// caller, as for any error).
+fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -> PyResult<()> {
+    let e = &array.get().inner;
+    if e.read_only {
+        return Err(PyBufferError::new_err(format!(
+            "returns = {option}: the array is read-only (a view of a read-only input, a \
+             Tensor made read-only, static data or a read-only ArrayBuffer view), and \
+             {name} has no read-only tensors: it ignores DLPack's READ_ONLY flag, so Python \
+             code could write into memory that must not change. Return a writable copy \
+             instead (e.g. Tensor::from_vec(view.to_vec()?, view.shape()), or \
+             ArrayBuffer::to_tensor), or use returns = numpy, whose arrays carry \
+             writeable=False"
+        )));
+    }
+    let shape = e.shape_usize();
+    if let Some(axis) =
+        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
+    {
+        return Err(PyBufferError::new_err(format!(
+            "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
+             (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
+             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
+            e.strides[axis],
+            e.strides.as_slice(),
+        )));
+    }
+    Ok(())
+}
+
 /// Hands an array to PyTorch through `torch.Tensor`'s DLPack C exchange API
 /// (`managed_tensor_to_py_object_no_sync`: no capsule, no Python-level
 /// `from_dlpack`), or `torch.from_dlpack` where the API is missing. Host
@@ -1482,30 +1831,8 @@ fn torch_from_array<'py>(
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
             .map_or(0, |f| f as usize))
     })?;
-    if array.get().inner.read_only {
-        // PyTorch has no read-only tensors and ignores DLPack's READ_ONLY:
-        // handing it read-only memory would let Python write into it.
-        return Err(PyBufferError::new_err(
-            "returns = torch: the array is read-only (a view of a read-only input), \
-             and PyTorch has no read-only tensors; return a copy \
-             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
-        ));
-    }
+    refuse_for_mutable_only(array, "torch", "PyTorch")?;
     let e = &array.get().inner;
-    let shape = e.shape_usize();
-    if let Some(axis) =
-        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
-    {
-        // PyTorch refuses negative strides; say so before handing anything
-        // over (the export is then freed by the caller, as for any error).
-        return Err(PyBufferError::new_err(format!(
-            "returns = torch: the array has a negative stride ({}) in dimension {axis} \
-             (strides {:?}), and PyTorch tensors cannot have negative strides; return a copy \
-             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
-            e.strides[axis],
-            e.strides.as_slice(),
-        )));
-    }
     if to_torch == 0 || !e.device.is_host_accessible() {
         return from_dlpack.call1((array,));
     }

@@ -20,12 +20,20 @@ pub enum Framework {
     Tensorflow,
     /// `array_api_strict.from_dlpack`.
     ArrayApi,
+    /// A built-in `memoryview` over the exported array (the buffer
+    /// protocol: host memory, dtypes with a `struct` format).
+    Memoryview,
+    /// `mlx.core.from_dlpack` (MLX arrays are immutable).
+    Mlx,
+    /// `paddle.from_dlpack` (PaddlePaddle, which like PyTorch has no
+    /// read-only tensors).
+    Paddle,
 }
 
 impl Framework {
     /// The framework whose array `obj` is, judged by the top-level package
     /// of its type (`numpy`, `torch`, `jax`/`jaxlib`, `cupy`, `tensorflow`,
-    /// `array_api_strict`); `None` for anything else (buffers, capsules,
+    /// `array_api_strict`, `mlx`, `paddle`); `None` for anything else (buffers, capsules,
     /// `dlcast.Array`). Used by `returns = like(param)`.
     pub fn of(obj: &Bound<'_, PyAny>) -> Option<Framework> {
         let py = obj.py();
@@ -39,6 +47,8 @@ impl Framework {
             "cupy" => Framework::Cupy,
             "tensorflow" => Framework::Tensorflow,
             "array_api_strict" => Framework::ArrayApi,
+            "mlx" => Framework::Mlx,
+            "paddle" => Framework::Paddle,
             _ => return None,
         })
     }

@@ -44,12 +44,14 @@ mod import;
 mod torch;
 // Conversions, the per-call driver, the views (dlcast's, then Rust's own:
 // slices and ndarray views), export.
+pub mod buffer;
 mod call;
 pub mod convert;
 pub mod export;
 mod native;
 mod view;
 
+pub use buffer::{ArrayBuffer, BufferRef};
 pub use device::{Device, DeviceSpec};
 #[doc = include_str!("dlpack_fn.md")]
 #[doc(inline)]
@@ -148,8 +150,8 @@ pub use view::TensorDyn;
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        dlpack_fn, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut, TensorRef,
-        ViewError,
+        dlpack_fn, ArrayBuffer, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut,
+        TensorRef, ViewError,
     };
 }
 

@@ -156,7 +156,13 @@ SIGNATURES = {
     ext.Accumulator.weighted: "weighted(self, x: ndarray[float64, (n,), cpu], *, weights: ndarray[float64, (n,), cpu] | None = None, scale: float = 1.0) -> float",
     ext.Accumulator.norm: "norm(x: ndarray[float64, c_contiguous, cpu]) -> float",
     ext.Accumulator.starting_at: "starting_at(cls, x: ndarray[float64, cpu]) -> Accumulator",
-    ext.Accumulator.echo: "echo(self, x: ndarray[float32, cpu]) -> numpy.ndarray",
+    # The dtype of a returned array shows where the element type fixes it
+    # (not for a type parameter, as in `doubled`).
+    ext.Accumulator.echo: "echo(self, x: ndarray[float32, cpu]) -> numpy.ndarray[float32]",
+    ext.static_table_numpy: "static_table_numpy() -> numpy.ndarray[uint16]",
+    ext.range_paddle: "range_paddle(n: int, read_only: bool = False) -> paddle.Tensor[float32]",
+    ext.range_mlx: "range_mlx(n: int, read_only: bool = False) -> mlx.core.array[float32]",
+    ext.range_memoryview: "range_memoryview(n: int, read_only: bool = False) -> memoryview[float32]",
 }
 
 

@@ -12,6 +12,7 @@ mod api;
 mod borrows;
 mod gpu;
 mod native;
+mod ownership;
 mod producer;
 mod review;
 mod soundness;
@@ -452,6 +453,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     soundness::add(m)?;
     native::add(m)?;
     review::add(m)?;
+    ownership::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
     add_robustness_functions(m)

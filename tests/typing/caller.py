@@ -45,3 +45,12 @@ def from_buffer(b: bytes) -> float:
 ext.scale(np.ones(3, np.float32), 2.0)
 norm: float = ext.Accumulator.norm(np.array([3.0, 4.0]))
 started: ext.Accumulator = ext.Accumulator.starting_at(np.ones(2))
+
+
+def matrix_data(m: ext.Matrix4f) -> npt.NDArray[np.float32]:
+    # Return types carry the dtype the Rust element type fixes.
+    table: npt.NDArray[np.uint16] = ext.static_table_numpy()
+    assert table.dtype == np.uint16
+    view: memoryview = ext.range_memoryview(3)
+    assert view.readonly is False
+    return m.data_ref()

@@ -10,3 +10,4 @@ label: str = ext.sum_f64(np.ones(3))  # E: assignment
 ext.Accumulator().weighted(np.ones(2), np.ones(2))  # E: call-arg
 ext.with_signature(x=np.ones(2, np.float32))  # E: call-arg
 ext.scale(np.ones(3, np.float32))  # E: call-arg
+wrong_dtype: "np.ndarray[tuple[int, ...], np.dtype[np.float64]]" = ext.static_table_numpy()  # E: assignment

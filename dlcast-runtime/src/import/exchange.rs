@@ -44,7 +44,7 @@ impl TypeFlags {
     const TORCH_TABLE: u8 = 1;
     /// The type is, or derives from, a type of the `torch` package.
     const TORCH_TYPE: u8 = 2;
-    /// A type of JAX or TensorFlow, whose arrays are immutable although
+    /// A type of JAX, TensorFlow or MLX, whose arrays are immutable although
     /// their capsules do not say so (DLPack notes).
     const IMMUTABLE: u8 = 4;
     /// A `torch.Tensor` subclass with its own `__torch_dispatch__`, which
@@ -148,7 +148,7 @@ pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchan
     if torch_in_mro(obj) {
         kept |= TypeFlags::TORCH_TYPE;
     }
-    if super::is_from_module(obj, &["jax", "jaxlib", "tensorflow"]) {
+    if super::is_from_module(obj, &["jax", "jaxlib", "tensorflow", "mlx"]) {
         kept |= TypeFlags::IMMUTABLE;
     }
     let (api, flags) = lookup(obj, kept);

@@ -165,6 +165,10 @@ pub struct RawTensor {
     /// The view's entry in the borrow registry (see [`crate::borrow`]),
     /// released when the view drops or is exported.
     pub(crate) borrow: Option<crate::borrow::Borrow>,
+    /// For a view of a converted temporary (see [`crate::convert`]): the
+    /// producer's own read-only mark of the temporary (the view itself is
+    /// read-only in the body); `None` for a view of the argument.
+    pub(crate) converted: Option<bool>,
     owner: Owner,
 }
 
@@ -193,6 +197,7 @@ impl RawTensor {
             path,
             stream: None,
             borrow: None,
+            converted: None,
             owner: Owner::None,
         }
     }

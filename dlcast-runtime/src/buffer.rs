@@ -1,0 +1,462 @@
+//! [`ArrayBuffer`]: the data of a `#[pyclass]`, handed to Python as arrays
+//! that write into it (nanobind's `rv_policy::reference_internal`).
+//!
+//! **Design.** The elements live in one heap allocation shared, through an
+//! `Arc`, by the buffer and by every array exported from it; each export
+//! also holds a strong reference to the Python object it came from (the
+//! *owner*, normally the `#[pyclass]` instance). So:
+//!
+//! - the object stays alive while any exported array lives, and the memory
+//!   stays allocated while any exported array lives, even if Rust drops or
+//!   replaces the buffer (`self.buf = ...` in a `&mut self` method): the
+//!   arrays then keep the old memory, detached from the object;
+//! - Rust code takes `&mut [T]` ([`ArrayBuffer::as_mut_slice`]) and
+//!   reallocates ([`ArrayBuffer::resize`]) only when no exported array
+//!   lives (`Arc::get_mut`), else gets a `BufferError` saying how many are
+//!   alive, as PyO3 refuses a mutable borrow of a borrowed `#[pyclass]`;
+//! - Rust code reads through [`ArrayBuffer::read`], a guard registered in
+//!   the process-wide [borrow registry](crate::borrow) as a read borrow: a
+//!   writable dlcast view of an exported array (in a call on another
+//!   thread, or a nested call from a callback) is refused while it lives,
+//!   and so is a new writable export; reads by Rust see no writes through
+//!   dlcast. Writes by Python code that does not go through dlcast
+//!   (`a[0] = 1` on an exported NumPy array) are not seen by the registry,
+//!   as for every dlcast view (README, *Safety*): do not run Python code
+//!   that writes the object's arrays while holding a [`BufferRef`].
+//!
+//! Exports are not entered in the registry themselves: the memory of an
+//! exported array is Python's, like any NumPy array's, and dlcast calls
+//! that take it register their own views.
+//!
+//! **Cycles.** An exported `dlcast.Array` reports its owner to Python's
+//! garbage collector, so a cycle object -> array -> object is collected
+//! when the object's class implements `__traverse__`/`__clear__` for the
+//! field holding the array (PyO3's rule for any `Py<..>` field). Cycles
+//! through a NumPy array are not collected: NumPy arrays do not take part
+//! in garbage collection.
+
+use crate::borrow::{self, Borrow, Refused};
+use crate::device::Device;
+use crate::dtype::Element;
+use crate::export::{ShapeError, Tensor};
+use crate::layout;
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyValueError};
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// The allocation an [`ArrayBuffer`] and its exports share.
+struct Storage<T> {
+    /// `len` elements, aligned to [`ArrayBuffer::ALIGN`] bytes (dangling
+    /// when `len == 0`).
+    ptr: NonNull<T>,
+    len: usize,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: `Storage` owns a plain heap allocation of `T: Element` values
+// (integers, floats, bools: `Send + Sync`, no thread-bound state). Its
+// contents are only read or written through raw pointers, under the rules
+// of the module docs (registry guards, `Arc::get_mut`, Python's own
+// accesses), never through a reference held by `Storage` itself.
+unsafe impl<T: Element> Send for Storage<T> {}
+// SAFETY: as above; `&Storage` gives no access to the contents.
+unsafe impl<T: Element> Sync for Storage<T> {}
+
+impl<T> Drop for Storage<T> {
+    fn drop(&mut self) {
+        if self.layout.size() != 0 {
+            // SAFETY: allocated in `Storage::zeroed` with this layout; the
+            // last `Arc` is going, so nothing refers to it any more.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
+        }
+    }
+}
+
+impl<T: Element> Storage<T> {
+    /// `len` zeroed elements (0, 0.0, `false`: valid for every `Element`).
+    fn zeroed(len: usize) -> Option<Self> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+        let align = ArrayBuffer::<T>::ALIGN.max(std::mem::align_of::<T>());
+        let layout = std::alloc::Layout::from_size_align(bytes, align).ok()?;
+        let ptr = if bytes == 0 {
+            NonNull::dangling()
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?.cast()
+        };
+        Some(Storage { ptr, len, layout })
+    }
+}
+
+/// Data a `#[pyclass]` owns and hands to Python as arrays that read and
+/// write it in place, keeping the object alive.
+///
+/// A C-order array of `T` (64-byte aligned, so JAX takes it without a
+/// copy). [`ArrayBuffer::view`] exports it writable,
+/// [`ArrayBuffer::view_read_only`] read-only; both return a [`Tensor`], so
+/// a method returns it like any tensor (to `dlcast.Array`, or the framework
+/// of `#[dlpack_fn(returns = ..)]`). While exported arrays live, Rust code
+/// cannot take `&mut` to the data or reallocate it (`BufferError`); it
+/// reads through a registered guard. See the [module docs](crate::buffer) for the
+/// rules and why they are sound.
+///
+/// ```
+/// use dlcast_runtime::prelude::*;
+/// use pyo3::prelude::*;
+///
+/// #[pyclass]
+/// struct Matrix {
+///     data: ArrayBuffer<f32>,
+/// }
+///
+/// #[pymethods]
+/// impl Matrix {
+///     #[new]
+///     fn new() -> PyResult<Self> {
+///         Ok(Matrix { data: ArrayBuffer::zeros(&[4, 4])? })
+///     }
+///     /// A writable (4, 4) view: writes through it change the matrix.
+///     /// (`try_borrow`: a Python error, not a panic, if a `&mut self`
+///     /// method of the object is running.)
+///     fn data(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
+///         slf.try_borrow()?.data.view(slf)
+///     }
+///     /// Rust's own access: refused while a view from `data()` lives.
+///     fn identity(&mut self) -> PyResult<()> {
+///         let m = self.data.as_mut_slice()?;
+///         m.fill(0.0);
+///         for i in 0..4 {
+///             m[i * 5] = 1.0;
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub struct ArrayBuffer<T: Element> {
+    storage: Arc<Storage<T>>,
+    shape: SmallVec<[usize; 4]>,
+    strides: SmallVec<[isize; 4]>,
+}
+
+impl<T: Element> ArrayBuffer<T> {
+    /// Alignment in bytes of the data (that of [`Tensor::zeros`]).
+    pub const ALIGN: usize = 64;
+
+    /// A C-order buffer of `shape` filled with zero bytes (0, 0.0, `false`).
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if the element count overflows,
+    /// [`ShapeError::OutOfMemory`] (`MemoryError`) if it cannot be allocated.
+    pub fn zeros(shape: &[usize]) -> Result<Self, ShapeError> {
+        let count = layout::element_count(shape).ok_or_else(|| ShapeError::Length {
+            shape: shape.to_vec(),
+            expected: usize::MAX,
+            got: 0,
+        })?;
+        let oom = || ShapeError::OutOfMemory {
+            shape: shape.to_vec(),
+            bytes: count.saturating_mul(std::mem::size_of::<T>()),
+        };
+        let mut strides: SmallVec<[isize; 4]> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(oom)?;
+        let storage = Storage::zeroed(count).ok_or_else(oom)?;
+        Ok(ArrayBuffer {
+            storage: Arc::new(storage),
+            shape: shape.into(),
+            strides,
+        })
+    }
+
+    /// A C-order buffer of `shape` holding `data` (copied once into an
+    /// aligned allocation).
+    ///
+    /// # Errors
+    /// [`ShapeError::Length`] if `shape` does not hold `data.len()`
+    /// elements; [`ShapeError::OutOfMemory`] as for [`ArrayBuffer::zeros`].
+    pub fn from_slice(data: &[T], shape: &[usize]) -> Result<Self, ShapeError> {
+        if layout::element_count(shape) != Some(data.len()) {
+            return Err(ShapeError::Length {
+                shape: shape.to_vec(),
+                expected: layout::element_count(shape).unwrap_or(usize::MAX),
+                got: data.len(),
+            });
+        }
+        let mut buf = Self::zeros(shape)?;
+        // A fresh buffer has no exports.
+        if let Some(s) = buf.exclusive_slice() {
+            s.copy_from_slice(data);
+        }
+        Ok(buf)
+    }
+
+    /// Extents.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.storage.len
+    }
+
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.storage.len == 0
+    }
+
+    /// How many exported arrays of this buffer are alive (a snapshot:
+    /// another thread may export or drop one right after).
+    pub fn exports(&self) -> usize {
+        Arc::strong_count(&self.storage) - 1
+    }
+
+    /// `&mut` to the elements when no export lives; proven by `&mut self`
+    /// plus `Arc::get_mut` (no other `Arc`, so no export and no guard).
+    fn exclusive_slice(&mut self) -> Option<&mut [T]> {
+        let s = Arc::get_mut(&mut self.storage)?;
+        // SAFETY: `s` is the only handle to the storage (`get_mut`), and
+        // `&mut self` excludes every other Rust access for the returned
+        // lifetime; the storage holds `len` initialised, aligned elements
+        // (zeroed at allocation, written only as `T` since).
+        Some(unsafe { std::slice::from_raw_parts_mut(s.ptr.as_ptr(), s.len) })
+    }
+
+    fn in_use(&self, what: &str) -> PyErr {
+        let n = self.exports();
+        PyBufferError::new_err(format!(
+            "cannot {what}: the buffer is in use by {n} exported array{} still alive \
+             (returned by a method of the object); delete them (`del a`) first, \
+             or return copies instead of views",
+            if n == 1 { "" } else { "s" }
+        ))
+    }
+
+    /// The elements in C order, writable, when no exported array lives.
+    ///
+    /// # Errors
+    /// `BufferError` while any array exported from the buffer is alive
+    /// (their memory is Python's to write).
+    pub fn as_mut_slice(&mut self) -> PyResult<&mut [T]> {
+        if Arc::get_mut(&mut self.storage).is_none() {
+            return Err(self.in_use("write the buffer from Rust"));
+        }
+        self.exclusive_slice()
+            .ok_or_else(|| PyBufferError::new_err("the buffer is in use"))
+    }
+
+    /// Replaces the contents by `shape` zero elements, reallocating (the
+    /// only way the buffer changes size).
+    ///
+    /// # Errors
+    /// `BufferError` while any exported array is alive (it would keep the
+    /// old memory); `MemoryError` / `ValueError` as [`ArrayBuffer::zeros`].
+    pub fn resize(&mut self, shape: &[usize]) -> PyResult<()> {
+        if Arc::get_mut(&mut self.storage).is_none() {
+            return Err(self.in_use("resize the buffer"));
+        }
+        *self = Self::zeros(shape)?;
+        Ok(())
+    }
+
+    /// A read guard over the elements (C order), registered as a read
+    /// borrow in the borrow registry until it drops.
+    ///
+    /// # Errors
+    /// `BufferError` if a writable dlcast view of the memory is live (an
+    /// exported array passed as `TensorMut` to a call still running);
+    /// `MemoryError` if the registry cannot grow.
+    pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
+        let borrow = self.register(py, false, "read")?;
+        let s = &*self.storage;
+        // SAFETY: the storage holds `len` initialised, aligned elements and
+        // stays allocated while `self` (whose `Arc` the guard borrows)
+        // lives. No Rust `&mut` to it exists: `as_mut_slice` needs `&mut
+        // self`, and every dlcast `&mut` view of exported memory is a
+        // registered writable borrow, which `borrow` excludes until it drops.
+        let slice = unsafe { std::slice::from_raw_parts(s.ptr.as_ptr(), s.len) };
+        Ok(BufferRef {
+            slice,
+            _borrow: borrow,
+        })
+    }
+
+    /// The flat (C-order) position of `index`, if in bounds.
+    fn flat(&self, index: &[usize]) -> Option<usize> {
+        let off = layout::offset_of(&self.shape, &self.strides, index)?;
+        usize::try_from(off).ok().filter(|&o| o < self.storage.len)
+    }
+
+    /// Element `index` (one index per dimension), read without forming a
+    /// Rust reference, also while arrays are exported.
+    ///
+    /// # Errors
+    /// `IndexError` out of bounds; `BufferError` while a writable dlcast
+    /// view of the memory is live.
+    pub fn get(&self, py: Python<'_>, index: &[usize]) -> PyResult<T> {
+        let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
+        let _borrow = self.register(py, false, "read the buffer")?;
+        // SAFETY: `at < len`, inside the live allocation (this `Arc`), an
+        // initialised, aligned `T`; no registered writer exists (checked).
+        Ok(unsafe { self.storage.ptr.as_ptr().add(at).read() })
+    }
+
+    /// Writes element `index` without forming a Rust reference: allowed
+    /// while arrays are exported (they see the write, as nanobind's
+    /// `reference_internal` arrays do), refused while any Rust or dlcast
+    /// borrow of the memory is live ([`BufferRef`], or a view in a call
+    /// still running).
+    ///
+    /// # Errors
+    /// `IndexError` out of bounds; `BufferError` while such a borrow lives.
+    pub fn set(&self, py: Python<'_>, index: &[usize], value: T) -> PyResult<()> {
+        let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
+        let _borrow = self.register(py, true, "write the buffer")?;
+        // SAFETY: `at < len`, inside the live allocation, aligned for `T`;
+        // no Rust reference to the memory is live (a `BufferRef` or a
+        // dlcast view would be a registered borrow, refused above, and
+        // `as_mut_slice` needs `&mut self`).
+        unsafe { self.storage.ptr.as_ptr().add(at).write(value) };
+        Ok(())
+    }
+
+    fn index_error(&self, index: &[usize]) -> PyErr {
+        pyo3::exceptions::PyIndexError::new_err(format!(
+            "index {index:?} is out of bounds for a buffer of shape {:?}",
+            self.shape.as_slice()
+        ))
+    }
+
+    /// Registers a borrow of the whole buffer (`None` for an empty one).
+    fn register(&self, py: Python<'_>, writable: bool, what: &str) -> PyResult<Option<Borrow>> {
+        let s = &*self.storage;
+        if s.len == 0 {
+            return Ok(None);
+        }
+        let item = std::mem::size_of::<T>();
+        let start = s.ptr.as_ptr() as usize;
+        // The allocation's byte size (`len * item`) fits `isize`.
+        let hi = start + s.len * item;
+        let req = borrow::request(
+            Device::CPU,
+            start,
+            hi,
+            start,
+            &[s.len],
+            &[1],
+            item,
+            writable,
+            borrow::new_call_id(),
+            if writable {
+                "ArrayBuffer.set"
+            } else {
+                "ArrayBuffer.read"
+            },
+            "self",
+        );
+        let api = borrow::api(py)?;
+        match borrow::acquire_with(api, &req) {
+            Ok(b) => Ok(Some(b)),
+            Err(Refused::NoMemory) => Err(PyMemoryError::new_err(
+                "dlcast's borrow registry could not grow",
+            )),
+            Err(Refused::Conflict(other)) => Err(PyBufferError::new_err(format!(
+                "cannot {what}: the buffer's memory is in use by a {} borrow that is \
+                 still live (argument '{}' of {}())",
+                if other.writable != 0 {
+                    "writable"
+                } else {
+                    "read-only"
+                },
+                borrow::name(other.param, other.param_len),
+                borrow::name(other.function, other.function_len),
+            ))),
+        }
+    }
+
+    fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {
+        let keep = Keep {
+            _storage: self.storage.clone(),
+        };
+        let data = self.storage.ptr.as_ptr().cast::<u8>();
+        Tensor::from_shared_parts(
+            data,
+            &self.shape,
+            &self.strides,
+            Device::CPU,
+            read_only,
+            Box::new(keep),
+            Some(owner),
+        )
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// A writable array over the buffer, holding `owner` (the object the
+    /// buffer belongs to) alive; writes through it are seen by the object
+    /// and Rust's writes (after the array is gone) by nobody else.
+    ///
+    /// # Errors
+    /// `BufferError` while a [`BufferRef`] of the buffer or any other live
+    /// dlcast view of its memory exists (Rust would see writes under a
+    /// shared reference).
+    pub fn view<'py, O>(&self, owner: &Bound<'py, O>) -> PyResult<Tensor<T>> {
+        // A transient writable borrow: refused by live readers.
+        drop(self.register(owner.py(), true, "export a writable view")?);
+        self.export(owner.as_any().clone().unbind(), false)
+    }
+
+    /// A read-only array over the buffer (DLPack `READ_ONLY`, NumPy
+    /// `writeable == False`), holding `owner` alive.
+    ///
+    /// # Errors
+    /// `BufferError` while a writable dlcast view of the memory is live.
+    pub fn view_read_only<'py, O>(&self, owner: &Bound<'py, O>) -> PyResult<Tensor<T>> {
+        drop(self.register(owner.py(), false, "export a read-only view")?);
+        self.export(owner.as_any().clone().unbind(), true)
+    }
+
+    /// A copy of the elements as an owned [`Tensor`] (independent of the
+    /// buffer).
+    ///
+    /// # Errors
+    /// As [`ArrayBuffer::read`]; `MemoryError` if the copy cannot be made.
+    pub fn to_tensor(&self, py: Python<'_>) -> PyResult<Tensor<T>> {
+        let r = self.read(py)?;
+        let mut t = Tensor::<T>::zeros(&self.shape)?;
+        if let Some(s) = t.as_slice_mut() {
+            s.copy_from_slice(&r);
+        }
+        Ok(t)
+    }
+}
+
+/// What an export of an [`ArrayBuffer`] holds besides the object: the
+/// memory.
+struct Keep<T> {
+    _storage: Arc<Storage<T>>,
+}
+
+impl<T: Element> std::fmt::Debug for ArrayBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayBuffer")
+            .field("shape", &self.shape.as_slice())
+            .field("dtype", &T::DTYPE)
+            .field("exports", &self.exports())
+            .finish()
+    }
+}
+
+/// Shared access to an [`ArrayBuffer`]'s elements (C order), registered
+/// in the borrow registry until it drops. Dereferences to `[T]`.
+pub struct BufferRef<'a, T> {
+    slice: &'a [T],
+    _borrow: Option<Borrow>,
+}
+
+impl<T> std::ops::Deref for BufferRef<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.slice
+    }
+}

@@ -1,0 +1,597 @@
+"""Ownership (issue #14): arrays over a #[pyclass]'s own buffer that keep
+the object alive, read-only owned tensors, static and foreign memory, and
+converted inputs returned.
+
+The ideas of nanobind's ownership tests, written for dlcast: a matrix
+class with `data()` / `data_ref()` / `data_copy()`, a class whose
+`mutate()` an array returned earlier sees, static data returned read-only.
+"""
+
+import gc
+import textwrap
+import threading
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+
+
+def collect():
+    for _ in range(3):
+        gc.collect()
+
+
+# --- (1) views of an object's buffer ---------------------------------------
+
+
+def test_matrix_data_writes_reach_the_object():
+    m = ext.Matrix4f()
+    a = m.data_ref()
+    assert isinstance(a, np.ndarray) and a.shape == (4, 4) and a.dtype == np.float32
+    assert a.flags.writeable
+    a[1, 2] = 5.0
+    assert m.get(1, 2) == 5.0
+    # Through the dlcast.Array and the buffer protocol too.
+    b = np.asarray(m.data())
+    b[3, 3] = -1.0
+    assert m.get(3, 3) == -1.0
+    # And through PyTorch.
+    t = m.data_torch()
+    t[0, 0] = 9.0
+    assert m.get(0, 0) == 9.0
+    assert a[0, 0] == 9.0  # the views share the memory
+
+
+def test_matrix_data_copy_is_independent():
+    m = ext.Matrix4f()
+    c = m.data_copy()
+    c[0, 0] = 3.0
+    assert m.get(0, 0) == 0.0
+    assert m.exports() == 0  # a copy holds nothing of the object
+
+
+def test_mutate_is_seen_by_an_array_returned_earlier():
+    o = ext.Mutable()
+    arr = np.asarray(o.array())
+    t = torch.from_dlpack(o.array())
+    assert arr.tolist() == [1, 2, 3, 4, 5]
+    o.mutate()
+    assert arr.tolist() == [2, 4, 6, 8, 10]
+    assert t.tolist() == [2, 4, 6, 8, 10]
+
+
+def test_view_keeps_the_object_alive_and_lets_it_go():
+    m = ext.Matrix4f()
+    w = weakref.ref(m)
+    a = m.data_ref()
+    del m
+    collect()
+    assert w() is not None, "the view must keep the object alive"
+    a[0, 0] = 1.0
+    assert w().get(0, 0) == 1.0
+    del a
+    collect()
+    assert w() is None, "the object must be freed with its last view"
+
+
+@pytest.mark.parametrize("kind", ["dlcast", "torch", "capsule"])
+def test_object_alive_through_each_consumer(kind):
+    m = ext.Matrix4f()
+    w = weakref.ref(m)
+    if kind == "dlcast":
+        v = m.data()
+    elif kind == "torch":
+        v = m.data_torch()
+    else:
+        v = m.data().__dlpack__(max_version=(1, 0))
+    del m
+    collect()
+    assert w() is not None
+    del v
+    collect()
+    assert w() is None
+
+
+def test_reference_cycle_through_the_view_is_collected():
+    m = ext.Matrix4f()
+    m.attached = m.data()  # object -> dlcast.Array -> object
+    w = weakref.ref(m)
+    del m
+    collect()
+    assert w() is None, "the cycle object -> array -> object must be collected"
+
+
+def test_rust_mut_access_refused_while_exported():
+    m = ext.Matrix4f()
+    a = m.data_ref()
+    assert m.exports() == 1
+    with pytest.raises(BufferError, match="in use by 1 exported array"):
+        m.set(0, 0, 1.0)
+    with pytest.raises(BufferError, match="cannot resize the buffer"):
+        m.resize(8)
+    # A read-only view counts too.
+    del a
+    c = m.data_const()
+    with pytest.raises(BufferError, match="in use"):
+        m.set(0, 0, 1.0)
+    del c
+    collect()
+    assert m.exports() == 0
+    m.set(0, 0, 1.0)
+    m.resize(2)
+    assert m.data_ref().shape == (2, 2)
+
+
+def test_replacing_the_buffer_keeps_old_views_valid():
+    m = ext.Matrix4f()
+    a = m.data_ref()
+    a[0, 0] = 4.0
+    m.replace()  # `self.data = ...` with a view alive: the view keeps the old memory
+    assert m.get(0, 0) == 7.0
+    assert a[0, 0] == 4.0
+    a[0, 0] = 5.0  # still valid memory, no longer the object's
+    assert m.get(0, 0) == 7.0
+
+
+def test_read_guard_refuses_writable_views_reentrantly():
+    m = ext.Matrix4f()
+    seen = []
+
+    def body():
+        # A writable export while Rust holds &[f32] of the buffer.
+        with pytest.raises(BufferError, match="in use by a read-only borrow"):
+            m.data()
+        # A read-only one is fine.
+        seen.append(m.data_const().sum())
+
+    m.sum_around(body)
+    assert seen == [0.0]
+
+
+def test_writable_dlcast_view_refused_under_a_rust_read_guard():
+    m = ext.Matrix4f()
+    a = m.data()  # exported before the guard
+
+    def body():
+        with pytest.raises(BufferError, match=r"ArrayBuffer\.read\(\)"):
+            ext.Matrix4f.add_into(a, 1.0)  # a TensorMut of the same memory
+        assert ext.Matrix4f.total(a) == 0.0  # readers share
+
+    assert m.sum_around(body) == 0.0
+    ext.Matrix4f.add_into(a, 1.0)  # the guard is gone
+    assert m.get(0, 0) == 1.0
+
+
+def test_dlcast_writer_excludes_rust_reader():
+    o = ext.Mutable()
+    arr = o.array()
+    errors = []
+
+    def body():
+        # mutate() writes element by element: refused under the read guard.
+        try:
+            o.mutate()
+        except BufferError as e:
+            errors.append(str(e))
+
+    assert o.read_around(body) == 15
+    assert errors and "in use" in errors[0]
+
+
+def test_pyclass_mutably_borrowed_blocks_views():
+    m = ext.Matrix4f()
+    refused = []
+
+    def body():
+        # Inside a `&mut self` method: no view may be made (PyO3's borrow flag).
+        try:
+            m.data()
+        except RuntimeError as e:
+            refused.append(str(e))
+
+    m.with_mut(body)
+    assert refused and "borrowed" in refused[0]
+    assert m.exports() == 0
+    # PyO3's own borrow flag: data() needs a shared borrow of the object.
+    a = m.data()
+    ext.Matrix4f.add_into(a, 2.0)  # a dlcast TensorMut of the view
+    assert m.get(2, 2) == 2.0
+    assert ext.Matrix4f.total(a) == 32.0
+
+
+def test_views_from_threads():
+    m = ext.Matrix4f()
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(200):
+                a = m.data_ref()
+                a += 1.0
+                del a
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    collect()
+    assert m.exports() == 0
+    assert m.get(0, 0) == 800.0
+
+
+def test_read_only_view_flags():
+    m = ext.Matrix4f()
+    c = m.data_const()
+    assert not c.flags.writeable
+    with pytest.raises(ValueError):
+        c[0, 0] = 1.0
+    j = m.data_jax()
+    assert isinstance(j, jax.Array) and j.shape == (4, 4)
+    del c, j
+    collect()
+    assert m.exports() == 0
+    with pytest.raises(BufferError, match="PyTorch has no read-only tensors"):
+        m.data_const_torch()
+    # The refused export let go of the object.
+    collect()
+    assert m.exports() == 0
+
+
+# --- (2) read-only owned tensors --------------------------------------------
+
+
+def test_read_only_tensor_numpy():
+    a = ext.read_only_range_numpy(5)
+    assert a.tolist() == [0, 1, 2, 3, 4]
+    assert not a.flags.writeable
+    arr = ext.read_only_range(5)
+    assert arr.read_only
+    assert not np.asarray(arr).flags.writeable
+    assert not np.from_dlpack(arr).flags.writeable
+    assert memoryview(arr).readonly
+
+
+def test_read_only_tensor_versioned_capsule_flag():
+    # describe() reads the capsule's DLPACK_FLAG_BITMASK_READ_ONLY.
+    cap = ext.read_only_range(3).__dlpack__(max_version=(1, 0))
+    assert ext.describe(cap)[4] is True
+    cap = ext.foreign(3).__dlpack__(max_version=(1, 0))
+    assert ext.describe(cap)[4] is False
+    with pytest.raises(BufferError, match="read-only"):
+        ext.read_only_range(3).__dlpack__()  # a legacy capsule cannot say so
+
+
+def test_read_only_tensor_torch_refused_with_advice():
+    with pytest.raises(BufferError) as e:
+        ext.read_only_range_torch(3)
+    msg = str(e.value)
+    assert "PyTorch has no read-only tensors" in msg
+    assert "returns = numpy" in msg and "copy" in msg
+
+
+def test_read_only_tensor_jax():
+    j = ext.read_only_range_jax(4)
+    assert isinstance(j, jax.Array)
+    assert j.tolist() == [0, 1, 2, 3]
+    # JAX asks for a legacy capsule, which cannot say read-only: refused
+    # (returns = jax above is the way).
+    with pytest.raises(BufferError, match="read-only"):
+        jnp.from_dlpack(ext.read_only_range(2))
+
+
+# --- (3) static and foreign memory ------------------------------------------
+
+
+def test_static_data_read_only():
+    a = ext.static_table_numpy()
+    assert a.tolist() == [[10, 20, 30], [40, 50, 60]]
+    assert not a.flags.writeable
+    with pytest.raises(ValueError):
+        a[0, 0] = 1
+    arr = ext.static_table()
+    assert arr.read_only and arr.dtype == "uint16"
+    with pytest.raises(BufferError, match="PyTorch has no read-only tensors"):
+        ext.static_table_torch()
+    with pytest.raises(ValueError):
+        a.flags.writeable = True  # NumPy asks the exporter, which refuses
+    # PyTorch ignores DLPack's READ_ONLY: __dlpack__ hands it a copy, so a
+    # write cannot reach the static (it would fault).
+    t = torch.from_dlpack(ext.static_table())
+    t[0, 0] = 1
+    assert ext.static_table_numpy()[0, 0] == 10
+    with pytest.raises(BufferError, match="must never be written"):
+        ext.static_table().__dlpack__(max_version=(1, 0), copy=False)
+    # Rust never hands out &mut of static or foreign memory.
+    assert ext.shared_tensors_give_no_slice() == (False, False)
+
+
+def test_foreign_memory_freed_once():
+    n0, _ = ext.foreign_drops()
+    a = np.asarray(ext.foreign(6))
+    assert a.tolist() == [0, 1, 2, 3, 4, 5]
+    assert a.flags.writeable
+    a[0] = 10.0
+    b = a[2:]
+    del a
+    collect()
+    assert ext.foreign_drops()[0] == n0, "a NumPy view still holds the memory"
+    assert b.tolist() == [2, 3, 4, 5]
+    del b
+    collect()
+    assert ext.foreign_drops()[0] == n0 + 1
+
+
+def test_foreign_memory_read_only_and_strided():
+    n0, _ = ext.foreign_drops()
+    a = np.asarray(ext.foreign(3, read_only=True))
+    assert not a.flags.writeable
+    r = np.from_dlpack(ext.foreign_reversed(4))
+    assert r.tolist() == [3, 2, 1, 0]
+    del a, r
+    collect()
+    assert ext.foreign_drops()[0] == n0 + 2
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_foreign_memory_freed_once_by_frameworks(framework):
+    n0, _ = ext.foreign_drops()
+    f = ext.foreign(8)
+    x = torch.from_dlpack(f) if framework == "torch" else jnp.from_dlpack(f)
+    del f
+    collect()
+    assert float(x.sum()) == 28.0
+    if framework == "torch":
+        assert ext.foreign_drops()[0] == n0
+    # (JAX copies a buffer that is not 64-byte aligned and lets go of it
+    # at once.)
+    del x
+    collect()
+    assert ext.foreign_drops()[0] == n0 + 1
+
+
+def test_foreign_memory_freed_from_a_thread_without_the_gil():
+    n0, threads0 = ext.foreign_drops()
+    f = ext.foreign(4)
+    cap = f.__dlpack__(max_version=(1, 0))
+    del f  # the capsule alone holds the export now
+    collect()
+    assert ext.foreign_drops()[0] == n0
+    ext.consume_on_thread(cap)  # deleter called on another thread, no GIL held there
+    n1, threads1 = ext.foreign_drops()
+    assert n1 == n0 + 1
+    assert threads1[-1] == "deleter-thread"
+    del cap  # renamed: its destructor frees nothing more
+    collect()
+    assert ext.foreign_drops()[0] == n0 + 1
+
+
+def test_foreign_owner_dropped_when_unexported():
+    n0, _ = ext.foreign_drops()
+    ext.shared_tensors_give_no_slice()  # builds and drops one unexported
+    assert ext.foreign_drops()[0] == n0 + 1
+
+
+# --- (4) converted inputs returned -------------------------------------------
+
+
+def test_converted_numpy_input_returned_writable():
+    x = np.arange(4, dtype=np.int32)
+    y = ext.passthrough_f64(x)  # converted to float64 by NumPy, returned
+    assert isinstance(y, np.ndarray) and y.dtype == np.float64
+    assert y.flags.writeable
+    y[0] = 5.0
+    assert x[0] == 0  # a new array: the caller's input is unchanged
+    # Order conversions too.
+    f = np.asfortranarray(np.ones((3, 2)))
+    z = ext.passthrough_f64_c(f)
+    assert not z.read_only
+    np.asarray(z)[0, 0] = 2.0
+    assert f[0, 0] == 1.0
+
+
+def test_unconverted_input_keeps_its_own_mark():
+    x = np.arange(3, dtype=np.float64)
+    x.flags.writeable = False
+    assert not ext.passthrough_f64(x).flags.writeable
+    y = np.arange(3, dtype=np.float64)
+    assert np.shares_memory(ext.passthrough_f64(y), y)
+
+
+def test_converted_torch_input_returned_to_torch():
+    x = torch.arange(4, dtype=torch.int32)
+    y = ext.passthrough_f64(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    y += 1  # writable, and not the caller's tensor
+    assert y.tolist() == [1, 2, 3, 4] and x.tolist() == [0, 1, 2, 3]
+    # From NumPy to PyTorch: no longer refused as read-only.
+    z = ext.passthrough_f64_torch(np.arange(3, dtype=np.int16))
+    assert z.dtype == torch.float64 and z.tolist() == [0, 1, 2]
+    z[0] = 7
+
+
+def test_converted_jax_input_returned():
+    x = jnp.arange(4, dtype=jnp.int32)
+    y = ext.passthrough_f64(x)
+    assert isinstance(y, jax.Array) and y.dtype == jnp.float64
+    assert y.tolist() == [0, 1, 2, 3]
+    # JAX's temporary is immutable: NumPy and PyTorch get a writable copy.
+    n = ext.passthrough_f64_numpy(jnp.arange(3, dtype=jnp.float32))
+    assert n.flags.writeable
+    n[0] = 1.0
+    t = ext.passthrough_f64_torch(jnp.arange(3, dtype=jnp.int32))
+    t[0] = 1.0
+    assert t.tolist() == [1, 1, 2]
+
+
+def test_converted_array_api_input_returned():
+    import array_api_strict as xp
+
+    x = xp.asarray([1, 2, 3], dtype=xp.int32)
+    y = ext.passthrough_f64(x)
+    assert y.dtype == xp.float64
+    t = ext.passthrough_f64_torch(x)
+    t += 1
+    assert t.tolist() == [2, 3, 4]
+
+
+def test_converted_tensorflow_input_returned():
+    import tensorflow as tf
+
+    x = tf.constant([1, 2, 3], dtype=tf.int32)
+    y = ext.passthrough_f64(x)  # returns = like(x): TensorFlow
+    assert isinstance(y, tf.Tensor) and y.dtype == tf.float64
+    # TensorFlow's temporary is immutable: PyTorch gets a writable copy.
+    t = ext.passthrough_f64_torch(x)
+    t += 1
+    assert t.tolist() == [2, 3, 4]
+
+
+def test_converted_temporaries_are_freed():
+    import sys
+
+    x = np.arange(5, dtype=np.int32)
+    y = ext.passthrough_f64_numpy(x)
+    w = weakref.ref(y)
+    del y
+    collect()
+    assert w() is None
+    assert sys.getrefcount(x) == 2  # only `x` and the call's argument
+
+
+# --- (5) returns = memoryview ------------------------------------------------
+
+
+def test_returns_memoryview():
+    m = ext.range_memoryview(4)
+    assert isinstance(m, memoryview)
+    assert m.format == "f" and m.shape == (4,) and not m.readonly
+    assert m.tolist() == [0.0, 1.0, 2.0, 3.0]
+    m[0] = 5.0
+    assert m.tolist()[0] == 5.0
+    assert ext.range_memoryview(2, read_only=True).readonly
+    f = ext.flipped_memoryview()
+    assert f.strides == (24, -8)
+    assert f.tolist() == [[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]
+
+
+def test_memoryview_of_a_buffer_view_keeps_the_object():
+    m = ext.Matrix4f()
+    w = weakref.ref(m)
+    mv = memoryview(m.data())
+    del m
+    collect()
+    assert w() is not None
+    mv[0, 0] = 2.0
+    assert w().get(0, 0) == 2.0
+    mv.release()
+    del mv
+    collect()
+    assert w() is None
+
+
+# --- (6) MLX -----------------------------------------------------------------
+
+import mlx.core as mx  # noqa: E402
+
+
+def test_returns_mlx():
+    a = ext.range_mlx(3)
+    assert isinstance(a, mx.array) and a.dtype == mx.float32
+    assert a.tolist() == [0.0, 1.0, 2.0]
+    # MLX arrays are immutable: read-only data goes to MLX too.
+    assert ext.range_mlx(2, read_only=True).tolist() == [0.0, 1.0]
+
+
+def test_mlx_inputs():
+    x = mx.arange(6, dtype=mx.float32).reshape(2, 3)
+    assert ext.describe(x)[:3] == ([2, 3], [3, 1], "float32")
+    assert ext.sum_f32(x) == 15.0
+    y = ext.doubled_like(x)  # returns = like(x): MLX in, MLX out
+    assert isinstance(y, mx.array) and y.tolist() == [[0, 2, 4], [6, 8, 10]]
+    # Immutable, like JAX arrays: imported read-only.
+    assert ext.describe(x)[4] is True
+    with pytest.raises(TypeError, match="read-only"):
+        ext.increment_f32(x)
+    # Converted (int32 -> float32) and returned.
+    z = ext.doubled_like(mx.arange(3, dtype=mx.int32))
+    assert isinstance(z, mx.array) and z.tolist() == [0.0, 2.0, 4.0]
+
+
+# --- (8) PaddlePaddle ----------------------------------------------------------
+# PaddlePaddle (3.x) crashes the process when it is imported after
+# TensorFlow, which other test files import: its checks run in a fresh
+# interpreter that imports it first (conftest.run_py).
+
+
+def run_paddle(body):
+    from conftest import run_py
+
+    code = (
+        "import paddle\n"
+        "import gc, weakref\n"
+        "import numpy as np\n"
+        "import pytest\n"
+        "import dlcast_testext as ext\n"
+        + textwrap.dedent(body)
+        + "\nprint('paddle-ok')\n"
+    )
+    r = run_py(code, timeout=300)
+    assert r.returncode == 0 and "paddle-ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_paddle_inputs_through_its_exchange_api():
+    run_paddle("""
+        x = paddle.arange(6, dtype="float32").reshape([2, 3])
+        assert ext.import_path(x) == "exchange_api"
+        assert ext.describe(x)[:5] == ([2, 3], [3, 1], "float32", (1, 0), False)
+        assert ext.sum_f32(x) == 15.0
+        ext.increment_f32(x)  # writable: Paddle tensors are mutable
+        assert x.numpy().tolist() == [[1, 2, 3], [4, 5, 6]]
+        col = paddle.ones([4, 4], dtype="float32")[:, 1]
+        assert ext.describe(col)[:2] == ([4], [4])
+        y = ext.doubled_like(x)  # returns = like(x): Paddle in, Paddle out
+        assert isinstance(y, paddle.Tensor)
+        assert y.numpy().tolist() == [[2, 4, 6], [8, 10, 12]]
+    """)
+
+
+def test_returns_paddle():
+    run_paddle("""
+        t = ext.range_paddle(3)
+        assert isinstance(t, paddle.Tensor) and t.numpy().tolist() == [0.0, 1.0, 2.0]
+        t[0] = 4.0
+        # Paddle, like PyTorch, ignores READ_ONLY and has no negative strides.
+        with pytest.raises(BufferError, match="PaddlePaddle has no read-only tensors"):
+            ext.range_paddle(3, read_only=True)
+        with pytest.raises(BufferError, match="negative stride"):
+            ext.flipped_paddle()
+        # Static data reaches Paddle only as a copy.
+        s = paddle.from_dlpack(ext.static_table())
+        assert s.data_ptr() != np.asarray(ext.static_table()).ctypes.data
+        assert s.numpy().tolist() == [[10, 20, 30], [40, 50, 60]]
+        # A buffer view goes to Paddle zero-copy and keeps the object alive.
+        m = ext.Matrix4f()
+        p = paddle.from_dlpack(m.data())
+        np.asarray(m.data())[1, 1] = 3.0
+        assert float(p[1, 1]) == 3.0
+        w = weakref.ref(m)
+        del m
+        gc.collect()
+        assert w() is not None
+        del p
+        gc.collect()
+        assert w() is None
+        # Converted inputs returned to Paddle are writable.
+        q = ext.passthrough_f64(paddle.arange(3, dtype="int32"))
+        assert isinstance(q, paddle.Tensor) and "float64" in str(q.dtype)
+        q[0] = 2.0
+    """)
