@@ -66,6 +66,34 @@ def test_finding_take_hands_out_a_writable_view_of_a_read_only_registration():
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_finding_take_builds_a_view_of_another_dtype_than_was_checked():
+    """The same hole with dlcast's own views, whose `from_raw` checks
+    nothing: prepared as `TensorRef<u8>` (16 bytes), taken as
+    `TensorRef<f64>` -- a view of 16 float64 elements, whose `as_slice()`
+    reads 128 bytes (here the rest of `big`; past the end of any
+    allocation in general). Expected: `take` refuses."""
+    big = np.arange(256, dtype=np.uint8)
+    x = big[:16]
+    try:
+        got = t.evil_retype(x)
+    except (TypeError, BufferError):
+        return
+    beyond = big[:128].view(np.float64).tolist()
+    pytest.fail(f"read 128 bytes of a 16-byte array: {got == beyond}")
+
+
+def test_finding_take_builds_a_writable_view_of_read_only_memory():
+    """Prepared as `TensorRef<f64>` (a read-only array is fine), taken as
+    `TensorMut<f64>`: the write lands in a `bytes` object, which Python
+    promises is immutable. Expected: `take` refuses."""
+    b = bytes(16)
+    x = np.frombuffer(b, np.float64)
+    assert not x.flags.writeable
+    with pytest.raises((TypeError, BufferError)):
+        t.evil_write_read_only(x)
+    assert b == bytes(16)
+
+
 # -- F2: the body guard's per-thread state does not survive safe Rust ---------
 
 _GUARD_SCRIPT = """

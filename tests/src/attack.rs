@@ -346,6 +346,30 @@ fn evil_alias(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<(usize, us
     Ok((x.as_ptr() as usize, y.as_ptr() as usize, seen))
 }
 
+/// Prepares `x` as `TensorRef<u8>` and takes it as `TensorRef<f64>`: a view
+/// of `len(x)` float64 elements over `len(x)` bytes, unless `take` refuses.
+/// Returns what the view reads (eight times the bytes the array has).
+#[pyfunction]
+fn evil_retype(x: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let mut cx = CallCx::new(&EVIL_ONE);
+    cx.prepare::<TensorRef<'_, u8>>(0, x)?;
+    cx.finish()?;
+    let v: TensorRef<'_, f64> = cx.take(0)?;
+    Ok(v.as_slice().map(|s| s.to_vec()).unwrap_or_default())
+}
+
+/// Prepares `x` as `TensorRef<f64>` (read-only arrays pass) and takes it as
+/// `TensorMut<f64>`, then writes 7.0 everywhere, unless `take` refuses.
+#[pyfunction]
+fn evil_write_read_only(x: &Bound<'_, PyAny>) -> PyResult<()> {
+    let mut cx = CallCx::new(&EVIL_ONE);
+    cx.prepare::<TensorRef<'_, f64>>(0, x)?;
+    cx.finish()?;
+    let mut v: TensorMut<'_, f64> = cx.take(0)?;
+    v.fill(7.0)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 static EVIL_ONE: FnSpec = FnSpec {
     name: "evil_one",
     dim_names: &[],
@@ -444,6 +468,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         detach_entered,
         detach_release,
         evil_alias,
+        evil_retype,
+        evil_write_read_only,
         evil_leak_slice,
         evil_leaked_values,
         evil_guards_out_of_order,
