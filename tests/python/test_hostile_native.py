@@ -570,6 +570,30 @@ def test_held_arrays_dlpack_cannot_describe_convert_for_read_only(kind):
         t.slice_fill(x, 0.0)
 
 
+def test_held_fitting_inputs_are_read_in_place():
+    """No copy where none is needed: the slice is the caller's memory."""
+    x = np.arange(5.0)
+    assert t.slice_addr(x) == (x.ctypes.data, 5)
+    tt = torch.arange(10, dtype=torch.float64)[2:7]
+    assert t.slice_addr(tt) == (tt.data_ptr(), 5)
+    assert t.slice_addr(memoryview(x)[1:]) == (x.ctypes.data + 8, 4)
+    assert t.slice_addr(x[::-1])[0] != x.ctypes.data  # reversed: a copy
+
+
+def test_held_a_raising_callback_releases_every_view():
+    x = np.arange(3.0)
+
+    def boom():
+        raise KeyError("from the callback")
+
+    for func in (t.slice_cb, t.mut_slice_cb, t.nd_mut_cb):
+        with pytest.raises(KeyError, match="from the callback"):
+            func(x, boom)
+        assert t.live_borrows() == 0
+    t.slice_fill(x, 2.0)
+    assert x.tolist() == [2.0] * 3
+
+
 def test_held_byteswapped_other_element_types_convert():
     assert t.c128_values(np.array([1 + 2j, 3 - 4j], ">c16")) == [(1.0, 2.0), (3.0, -4.0)]
     assert t.f16_values(np.array([1.5, 2.5], ">f2")) == [1.5, 2.5]
@@ -680,14 +704,14 @@ def test_held_a_leaked_context_keeps_the_memory_alive():
 
 
 def test_held_the_rust_body_is_callable_from_rust():
-    assert t.add_into_from_rust() == [11.0, 22.0, 33.0]
+    assert t.native_add_into_from_rust() == [11.0, 22.0, 33.0]
     a, b, c = np.arange(3.0), np.ones(3), np.zeros(3)
-    t.add_into(a, b, c)
+    t.native_add_into(a, b, c)
     assert c.tolist() == [1.0, 2.0, 3.0]
     with pytest.raises(TypeError, match="dimension 'n' is 3 in 'a' but 2 in 'c'"):
-        t.add_into(a, b, np.zeros(2))
+        t.native_add_into(a, b, np.zeros(2))
     with pytest.raises(TypeError, match=SHARE):
-        t.add_into(a, b, a)
+        t.native_add_into(a, b, a)
 
 
 def test_held_dtype_generic_writable_slice():

@@ -248,17 +248,17 @@ fn generic_mut_zero<T: Copy + Default>(#[dtype(f32, f64, i32)] x: &mut [T]) -> u
 /// Three slices: `c = a + b`.
 #[dlpack_fn]
 #[pyfunction]
-fn add_into(#[shape(n)] a: &[f64], #[shape(n)] b: &[f64], #[shape(n)] c: &mut [f64]) {
+fn native_add_into(#[shape(n)] a: &[f64], #[shape(n)] b: &[f64], #[shape(n)] c: &mut [f64]) {
     for ((c, a), b) in c.iter_mut().zip(a).zip(b) {
         *c = a + b;
     }
 }
 
-/// Calls the Rust body of `add_into` (`add_into_rs`) on Rust data.
+/// Calls the Rust body of `native_add_into` (`native_add_into_rs`) on Rust data.
 #[pyfunction]
-fn add_into_from_rust() -> Vec<f64> {
+fn native_add_into_from_rust() -> Vec<f64> {
     let mut c = [0.0; 3];
-    add_into_rs(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0], &mut c);
+    native_add_into_rs(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0], &mut c);
     c.to_vec()
 }
 
@@ -461,8 +461,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         f16_values,
         ndd_mut_iota,
         generic_mut_zero,
-        add_into,
-        add_into_from_rust,
+        native_add_into,
+        native_add_into_from_rust,
         panic_with_mut_slice,
         detach_hold,
         detach_entered,
