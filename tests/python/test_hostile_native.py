@@ -728,3 +728,27 @@ def test_held_array_array_and_bytes():
     assert t.u8_values(b"\x01\x02") == b"\x01\x02"
     with pytest.raises(TypeError, match="read-only"):
         t.bool_slice_mut(memoryview(bytes([0, 1])).cast("?"))
+
+
+def test_held_exported_views_keep_their_writability():
+    """A `dlcast.Array` view of an input, passed back to a writable slice:
+    refused for read-only origins (read-only NumPy, `bytes`, JAX, a tensor
+    that requires grad), written through for a writable one, and still
+    seen as the same memory as its origin."""
+    import jax.numpy as jnp
+
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    b = bytes(32)
+    for origin in (ro, np.frombuffer(b, np.float64), jnp.arange(4.0),
+                   torch.ones(4, dtype=torch.float64, requires_grad=True)):
+        view = t.acc_reshape(origin, [4])
+        with pytest.raises(TypeError, match="read-only"):
+            t.slice_fill(view, 9.0)
+    assert b == bytes(32) and ro.tolist() == [0.0, 1.0, 2.0, 3.0]
+    x = np.arange(4.0)
+    view = t.acc_reshape(x, [4])
+    t.slice_fill(view, 9.0)
+    assert x.tolist() == [9.0] * 4
+    with pytest.raises(TypeError, match=SHARE):
+        t.mut_and_ref(view, x)
