@@ -9,6 +9,7 @@ use pyo3::types::PyComplex;
 
 mod accessors;
 mod api;
+mod attack;
 mod borrows;
 mod gpu;
 mod native;
@@ -456,6 +457,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ownership::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
+    attack::add(m)?;
     add_robustness_functions(m)
 }
 
