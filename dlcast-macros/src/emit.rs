@@ -221,10 +221,13 @@ pub(crate) fn expand_callable(
         #vis #body_sig #block
     };
     let call_args = &a.call_args;
+    // The body runs inside the call context's `body`, which holds back the
+    // release of views dropped in it until it returns.
+    let body_call = quote!(__dlcast.body(move || #body_path(#(#call_args),*)));
     let body_call = if returns_result(&sig.output) {
-        quote!(#body_path(#(#call_args),*)?)
+        quote!(#body_call?)
     } else {
-        quote!(#body_path(#(#call_args),*))
+        body_call
     };
     // `like(param)` reads the argument's framework before it is imported.
     let mut like_prelude = quote!();
@@ -266,7 +269,6 @@ pub(crate) fn expand_callable(
         #(#prepares)*
         __dlcast.finish()?;
         #(#takes)*
-        let __dlcast_guard = __dlcast.body();
         #result
     };
     // A dtype-generic function: peek at each deciding argument, then one

@@ -88,6 +88,16 @@ impl Peeked {
     }
 }
 
+impl Drop for CallCx {
+    fn drop(&mut self) {
+        // The reads kept here (slices, ndarray views) and every owner not
+        // handed to a view are released now, not at the end of an enclosing
+        // call's body (see `import::undeferred`).
+        let slots = std::mem::take(&mut self.slots);
+        import::undeferred(|| drop(slots));
+    }
+}
+
 /// Why a check refused an argument.
 enum Refusal {
     /// The argument does not fit and cannot be converted.
@@ -159,6 +169,10 @@ enum Work {
     },
     /// A NumPy array its fields cannot describe: through `__dlpack__`.
     Dlpack,
+    /// An argument dlcast cannot read but NumPy can (a buffer with a
+    /// byte-swapped format or strides that are not whole elements): a
+    /// NumPy copy, where the parameter converts; else the error.
+    ViaNumpy(PyErr),
 }
 
 /// Why a phase-2 pass stopped.
@@ -189,6 +203,9 @@ pub struct CallCx {
     /// are bumped once every argument has passed its checks.
     bump: SmallVec<[Py<PyAny>; 1]>,
     bumped: bool,
+    /// Whether [`CallCx::finish`] succeeded: from then on no argument is
+    /// prepared again, and views may be taken.
+    finished: bool,
 }
 
 impl CallCx {
@@ -205,6 +222,7 @@ impl CallCx {
             slots,
             bump: SmallVec::new(),
             bumped: false,
+            finished: false,
         }
     }
 
@@ -249,6 +267,9 @@ impl CallCx {
         index: usize,
         obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        if self.finished {
+            return Err(misuse());
+        }
         let slot = &mut self.slots[index];
         slot.dtype = V::DTYPE;
         slot.writable = V::WRITABLE;
@@ -265,7 +286,10 @@ impl CallCx {
             self.slots[index].source = Source::Numpy(obj.clone().unbind());
             return Ok(());
         }
-        self.prepare_slot(index, obj, true)
+        match self.prepare_slot(index, obj, true) {
+            Err(e) => self.convert_via_numpy(index, obj, e),
+            ok => ok,
+        }
     }
 
     /// As [`CallCx::prepare`] for an `Option<..>` parameter: Python's `None`
@@ -291,6 +315,9 @@ impl CallCx {
         obj: &Bound<'_, PyAny>,
         writable: bool,
     ) -> PyResult<Peeked> {
+        if self.finished {
+            return Err(misuse());
+        }
         self.slots[index].obj = Some(obj.clone().unbind());
         self.slots[index].writable = writable;
         self.prepare_slot(index, obj, true)?;
@@ -369,6 +396,9 @@ impl CallCx {
     /// borrow registry; see the module documentation. Call after every
     /// `prepare`, before the body.
     pub fn finish(&mut self) -> PyResult<()> {
+        if self.finished {
+            return Err(misuse());
+        }
         #[cfg(Py_GIL_DISABLED)]
         refuse_free_threading(self.py())?;
         // Each round runs one step of Python code that a pass asked for; each
@@ -385,6 +415,7 @@ impl CallCx {
                             raw.set_owner(import::into_owner(&mut slot.source));
                         }
                     }
+                    self.finished = true;
                     return Ok(());
                 }
                 Ok(()) => {
@@ -440,6 +471,12 @@ impl CallCx {
                 Err(ImportError::NeedsDlpack) if !slot.via_dlpack => {
                     return Err(Stop::Work(index, Work::Dlpack))
                 }
+                Err(e @ ImportError::Invalid(_))
+                    if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
+                {
+                    let e = self.import_error(py, param, e);
+                    return Err(Stop::Work(index, Work::ViaNumpy(e)));
+                }
                 Err(e) => return Err(Stop::Error(self.import_error(py, param, e))),
             };
             if let Some((_, shape)) = &slot.converted {
@@ -474,6 +511,29 @@ impl CallCx {
                             ),
                         )));
                     }
+                    // The conversion reads the memory: not while a writable
+                    // view of another call holds it.
+                    if let Some(e) = raw.extent {
+                        let base = raw.data as usize;
+                        if let (Some(lo), Some(hi)) =
+                            (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
+                        {
+                            let req = crate::borrow::request(
+                                raw.device,
+                                lo,
+                                hi,
+                                base,
+                                &raw.shape,
+                                &raw.strides,
+                                raw.dtype.itemsize().unwrap_or(1),
+                                false,
+                                self.call,
+                                self.spec.name,
+                                param.name,
+                            );
+                            self.probe(param, &req)?;
+                        }
+                    }
                     let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
                     let shape = SmallVec::from_slice(&raw.shape);
                     drop(raw);
@@ -488,6 +548,18 @@ impl CallCx {
                 }
             }
             self.register(py, param, &mut raw, writable)?;
+            // A Rust reference to a `bool` must see 0 or 1: checked in phase
+            // 2, once the memory is this call's, before any version counter
+            // is bumped.
+            if param.aligned && !raw.holds_valid_bools() {
+                return Err(Stop::Error(pyo3::exceptions::PyValueError::new_err(
+                    format!(
+                        "{}(): argument '{}': the array holds bytes that are not valid bool \
+                     values (a bool must be 0 or 1)",
+                        self.spec.name, param.name
+                    ),
+                )));
+            }
             if let Some(shared) = crate::borrow::rnp::foreign() {
                 self.hold_rust_numpy(shared, index, &raw, writable)?;
             }
@@ -509,10 +581,11 @@ impl CallCx {
             Work::Dlpack => {
                 self.slots[index].via_dlpack = true;
                 match self.prepare_slot(index, obj, false) {
-                    Err(e) => self.convert_unexportable(index, obj, e),
+                    Err(e) => self.convert_via_numpy(index, obj, e),
                     ok => ok,
                 }
             }
+            Work::ViaNumpy(e) => self.convert_via_numpy(index, obj, e),
             Work::Convert {
                 target,
                 what,
@@ -546,12 +619,14 @@ impl CallCx {
         }
     }
 
-    /// A NumPy array that DLPack cannot describe (byte-swapped, strides that
-    /// are not whole elements: NumPy's `__dlpack__` raised `refused`), for a
-    /// typed read-only parameter that converts: a native, aligned copy in the
-    /// parameter's order. Otherwise the refusal stands.
+    /// An argument that dlcast's imports refused (`refused`) but NumPy reads:
+    /// a NumPy array (or subclass) that DLPack cannot describe (byte-swapped,
+    /// strides that are not whole elements), a buffer with such a format or
+    /// strides. For a typed read-only parameter that converts, a native,
+    /// aligned NumPy copy in the parameter's order; otherwise the refusal
+    /// stands.
     #[cold]
-    fn convert_unexportable(
+    fn convert_via_numpy(
         &mut self,
         index: usize,
         obj: &Bound<'_, PyAny>,
@@ -562,9 +637,29 @@ impl CallCx {
         let Some(dtype) = slot.dtype else {
             return Err(refused);
         };
-        if slot.writable || !param.convert || slot.converted.is_some() || !numpy::is_ndarray(obj) {
+        if slot.writable || !param.convert || slot.converted.is_some() {
             return Err(refused);
         }
+        // Only what NumPy reads without running other producers' code: its
+        // own arrays (subclasses included) and buffer-protocol objects.
+        let ndarray_like = py
+            .import(pyo3::intern!(py, "numpy"))
+            .and_then(|np| np.getattr(pyo3::intern!(py, "ndarray")))
+            .is_ok_and(|t| obj.is_instance(&t).unwrap_or(false));
+        // SAFETY: `obj` is a live object; the check reads only its type slots.
+        let buffer = unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0;
+        // SAFETY: as above.
+        let capsule = unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0;
+        if capsule || !(ndarray_like || buffer) {
+            return Err(refused);
+        }
+        let Ok(obj) = py
+            .import(pyo3::intern!(py, "numpy"))
+            .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)))
+        else {
+            return Err(refused);
+        };
+        let obj = &obj;
         let shape: SmallVec<[usize; 4]> = match obj.getattr(pyo3::intern!(py, "shape")) {
             Ok(s) => s.extract::<Vec<usize>>()?.into_iter().collect(),
             Err(_) => return Err(refused),
@@ -585,14 +680,17 @@ impl CallCx {
             return Err(self.fail(
                 param,
                 format_args!(
-                    "expected dtype {dtype}, got {from} (which DLPack cannot describe), and it \
-                     does not convert to {dtype} implicitly (only same-kind casts do)"
+                    "expected dtype {dtype}, got {from} (which dlcast cannot read in place), and \
+                     it does not convert to {dtype} implicitly (only same-kind casts do)"
                 ),
             ));
         }
+        // NumPy reads the memory to convert it: not while a writable view
+        // (of this call or another) holds any of its bytes.
+        self.probe_bytes(obj, param)?;
         let text = refused.to_string();
         let what = format!(
-            "NumPy cannot export the array through DLPack ({})",
+            "dlcast cannot read the array in place ({})",
             text.lines().next().unwrap_or_default()
         );
         let ndim = shape.len();
@@ -610,16 +708,76 @@ impl CallCx {
         Ok(())
     }
 
+    /// Refuses (as [`CallCx::register`] would a read-only view) a NumPy
+    /// array whose bytes, `numpy.lib.array_utils.byte_bounds(obj)`, meet a
+    /// writable view's: for arrays DLPack cannot describe, before NumPy
+    /// reads them to convert them.
+    #[cold]
+    fn probe_bytes(&self, obj: &Bound<'_, PyAny>, param: &ParamSpec) -> PyResult<()> {
+        let py = obj.py();
+        let utils = py.import(pyo3::intern!(py, "numpy.lib.array_utils"))?;
+        let (lo, hi): (usize, usize) = utils
+            .call_method1(pyo3::intern!(py, "byte_bounds"), (obj,))?
+            .extract()?;
+        if hi <= lo {
+            return Ok(());
+        }
+        let req = crate::borrow::request(
+            Device::CPU,
+            lo,
+            hi,
+            lo,
+            &[hi - lo],
+            &[1],
+            1,
+            false,
+            self.call,
+            self.spec.name,
+            param.name,
+        );
+        self.probe(param, &req)
+    }
+
+    /// Whether a read-only view of `req` could be entered in the borrow
+    /// registry now, ignoring this call's own entries (a conversion runs
+    /// before any view of this call exists): `BufferError` if a writable
+    /// view of another call holds the memory.
+    #[cold]
+    fn probe(&self, param: &ParamSpec, req: &crate::borrow::BorrowReq) -> PyResult<()> {
+        let api = crate::borrow::api(self.py())?;
+        match crate::borrow::acquire_with(api, req) {
+            Ok(b) => {
+                drop(b);
+                Ok(())
+            }
+            Err(crate::borrow::Refused::Conflict(other))
+                if crate::borrow::same_call(req, &other) =>
+            {
+                Ok(())
+            }
+            Err(refused) => Err(self.borrow_error(param, req, refused)),
+        }
+    }
+
     /// Hands the view of parameter `index` its read (which owns what keeps
     /// the memory alive). Call after [`CallCx::finish`] succeeded, once per
     /// parameter; the view borrows the context, so it cannot outlive it.
     #[inline(always)]
     pub fn take<'a, V: View<'a>>(&'a self, index: usize) -> PyResult<V> {
         let slot = &self.slots[index];
-        if slot.taken.replace(true) {
-            return Err(not_read());
+        if !self.finished || slot.taken.replace(true) {
+            return Err(misuse());
         }
         match slot.raw.take() {
+            // The view type must be the one `prepare` was given: the
+            // checks and the registry entry were made for its dtype and
+            // writability.
+            Some(raw)
+                if V::WRITABLE != slot.writable || V::DTYPE.is_some_and(|d| d != raw.dtype) =>
+            {
+                drop(raw);
+                Err(misuse())
+            }
             Some(raw) => V::from_raw(
                 raw,
                 Keep {
@@ -628,15 +786,17 @@ impl CallCx {
                     param: self.spec.params[index].name,
                 },
             ),
-            None => Err(not_read()),
+            None => Err(misuse()),
         }
     }
 
-    /// Starts the body: until the guard drops, views that drop keep their
-    /// producer's memory (see `BodyGuard`).
+    /// Runs the body `f`: views that drop inside it keep their producer's
+    /// memory until it returns (see `BodyGuard`; a closure, so that bodies
+    /// nest strictly, whatever the caller does).
     #[inline(always)]
-    pub fn body(&self) -> import::BodyGuard {
-        import::BodyGuard::enter()
+    pub fn body<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _guard = import::BodyGuard::enter();
+        f()
     }
 
     /// As [`CallCx::take`] for an `Option<..>` parameter.
@@ -1110,9 +1270,14 @@ impl CallCx {
     }
 }
 
+/// The call context's methods called out of order (only code that drives
+/// `CallCx` by hand can: the generated code calls each once, in order).
 #[cold]
-fn not_read() -> PyErr {
-    PyBufferError::new_err("dlcast: an argument was not read before the body (a bug)")
+fn misuse() -> PyErr {
+    PyBufferError::new_err(
+        "dlcast: the call context was driven out of order (prepare, finish, take per \
+         parameter with the same view type, then body)",
+    )
 }
 
 /// On a free-threaded CPython (3.13t+) running without the GIL, refuses the

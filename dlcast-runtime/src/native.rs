@@ -43,22 +43,14 @@ fn check_native<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<()> {
             std::mem::align_of::<T>()
         )));
     }
-    if !T::ALL_BIT_PATTERNS_VALID {
-        let mut ok = true;
-        let walked = layout::for_each_offset(&raw.shape, &raw.strides, |off| {
-            // SAFETY: the import checked that every element offset lies in
-            // the producer's memory, which is host-accessible (checked above).
-            ok &= unsafe { T::is_valid_at(raw.data.cast::<T>().offset(off)) };
-        });
-        if walked.is_none() || !ok {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "{}(): argument '{}': the array holds bytes that are not valid {} values \
-                 (a bool must be 0 or 1)",
-                keep.func,
-                keep.param,
-                DType::BOOL
-            )));
-        }
+    if !T::ALL_BIT_PATTERNS_VALID && !raw.holds_valid_bools() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{}(): argument '{}': the array holds bytes that are not valid {} values \
+             (a bool must be 0 or 1)",
+            keep.func,
+            keep.param,
+            DType::BOOL
+        )));
     }
     Ok(())
 }
@@ -142,7 +134,14 @@ fn nd_view<T: Element, D: ndarray::Dimension, V>(
     match ndarray_parts(raw, std::mem::size_of::<T>()).map_err(overflow)? {
         NdParts::Empty(shape) => {
             let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;
-            empty(shape).ok_or_else(|| keep.error(format_args!("ndarray refuses the shape")))
+            let dims = ndarray::Dimension::slice(&shape).to_vec();
+            empty(shape).ok_or_else(|| {
+                keep.error(format_args!(
+                    "ndarray refuses the empty shape {} (the product of its nonzero \
+                     extents must fit isize)",
+                    crate::spec::TupleDisplay(&dims)
+                ))
+            })
         }
         NdParts::Strided((ptr, shape, strides, flips)) => {
             let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;

@@ -4,10 +4,14 @@ context they borrow. Test functions: tests/src/attack.rs.
 
 Two kinds of tests live here:
 
-- `test_finding_*`: an attack that breaks something today (undefined
-  behaviour from safe Rust, a panic reaching Python, a leak, a refusal or
-  acceptance that contradicts the design). They fail until the lead fixes
-  the code; none is marked xfail.
+- `test_finding_*`: an attack that broke something when it was written
+  (undefined behaviour from safe Rust, a panic reaching Python, a leak, a
+  refusal or acceptance that contradicted the design), each fixed since:
+  `take` checks the view type against `prepare`'s, `body` takes a closure,
+  conversions probe the borrow registry first, bool values are checked in
+  phase 2, `__mro__` is looked up instead of PyO3's `mro()`, a finished
+  call context releases its owners at once, and what NumPy can read but
+  dlcast cannot converts through NumPy.
 - `test_held_*`: an attack that the implementation withstands; kept so
   that it stays withstood.
 """
@@ -119,7 +123,9 @@ for _ in range(3):
 
 @pytest.mark.parametrize("evil", ["evil_guards_out_of_order", "evil_forget_guard"])
 def test_finding_body_guards_dropped_out_of_order_or_forgotten(evil):
-    """`CallCx::body()` returns a guard that swaps a thread-local "deferred
+    """(Fixed: `CallCx::body` now takes the body as a closure, so bodies
+    nest strictly; these functions nest, panic inside, and forget a view.)
+    It was: `CallCx::body()` returned a guard that swaps a thread-local "deferred
     owners" frame in and out. Two guards dropped out of order (or one
     `mem::forget`-ten), in safe Rust, leave the frame installed for good:
     every later view owner dropped outside a body (all slice and ndarray
@@ -601,7 +607,7 @@ def test_held_byteswapped_other_element_types_convert():
     with pytest.raises(TypeError, match="does not convert to uint8"):
         t.u8_values(np.array([1, 2], ">i8"))
     for bad in (np.array([1.0], dtype=object), np.array([1], "M8[s]"), np.array(["1"])):
-        with pytest.raises(TypeError, match="which DLPack cannot describe"):
+        with pytest.raises(TypeError, match="which dlcast cannot read in place"):
             t.slice_values(bad) if bad.dtype.kind != "M" else t.i64_values(bad)
 
 

@@ -113,10 +113,10 @@ def test_dtype_generic_slice():
 
 
 def test_bool_slice_values_are_checked():
-    assert t.count_true(np.array([True, False, True])) == 2
+    assert t.native_count_true(np.array([True, False, True])) == 2
     bad = np.array([1, 0, 2], np.uint8).view(np.bool_)
-    with pytest.raises(ValueError, match=r"count_true\(\): argument 'x'.*not valid bool"):
-        t.count_true(bad)
+    with pytest.raises(ValueError, match=r"native_count_true\(\): argument 'x'.*not valid bool"):
+        t.native_count_true(bad)
 
 
 # -- writable slices: refused unless the caller's own memory fits ------------

@@ -399,33 +399,36 @@ fn evil_leaked_values() -> Option<Vec<f64>> {
     LEAKED.with(|l| l.get()).map(|s| s.to_vec())
 }
 
-/// Takes a view through a hand-driven context, then runs two body guards
-/// and drops them out of order (safe Rust): does the runtime's per-thread
-/// "deferred owners" state survive?
+/// Takes a view through a hand-driven context, then nests bodies and
+/// panics inside one (caught): the body API is a closure, so bodies nest
+/// strictly whatever safe Rust does, and the runtime's per-thread
+/// "deferred owners" state is restored each time.
 #[pyfunction]
 fn evil_guards_out_of_order(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     let mut cx = CallCx::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
-    let g1 = cx.body();
-    let g2 = cx.body();
-    let first = v.get(&[0]).unwrap_or(f64::NAN);
-    drop(g1);
-    drop(g2);
+    let first = cx.body(|| cx.body(|| v.get(&[0]).unwrap_or(f64::NAN)));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cx.body(|| -> () { panic!("inside a body") })
+    }));
     drop(v);
-    Ok(first)
+    Ok(if caught.is_err() { first } else { f64::NAN })
 }
 
-/// As `evil_guards_out_of_order`, with `std::mem::forget` of the guard.
+/// As `evil_guards_out_of_order`, with `std::mem::forget` of the body's
+/// result (a view returned out of the body and forgotten: its memory is
+/// leaked, never freed early).
 #[pyfunction]
 fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     let mut cx = CallCx::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
-    std::mem::forget(cx.body());
-    Ok(v.get(&[0]).unwrap_or(f64::NAN))
+    let first = v.get(&[0]).unwrap_or(f64::NAN);
+    std::mem::forget(cx.body(move || v));
+    Ok(first)
 }
 
 /// Registers the functions above.

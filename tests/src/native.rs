@@ -37,7 +37,7 @@ fn slice_first(x: Option<&[f32]>) -> Option<f32> {
 /// How many elements are `true`.
 #[dlpack_fn]
 #[pyfunction]
-fn count_true(x: &[bool]) -> usize {
+fn native_count_true(x: &[bool]) -> usize {
     x.iter().filter(|b| **b).count()
 }
 
@@ -157,7 +157,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(slice_sum_nc, m)?)?;
     m.add_function(wrap_pyfunction!(slice_fill, m)?)?;
     m.add_function(wrap_pyfunction!(slice_first, m)?)?;
-    m.add_function(wrap_pyfunction!(count_true, m)?)?;
+    m.add_function(wrap_pyfunction!(native_count_true, m)?)?;
     m.add_function(wrap_pyfunction!(generic_slice_sum, m)?)?;
     m.add_function(wrap_pyfunction!(nd2_sum, m)?)?;
     m.add_function(wrap_pyfunction!(nd2_sum_nc, m)?)?;

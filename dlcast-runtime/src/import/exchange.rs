@@ -208,9 +208,16 @@ fn torch_in_mro(obj: &Bound<'_, PyAny>) -> bool {
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
         })
     };
-    obj.get_type()
-        .mro()
-        .iter()
+    // `__mro__` through attribute lookup, not PyO3's `mro()`: a static type
+    // that was never readied (`_testbuffer.ndarray`) has a NULL `tp_mro`,
+    // which `mro()` panics on; the lookup readies it, or fails (not torch).
+    let Ok(mro) = obj.get_type().getattr(pyo3::intern!(obj.py(), "__mro__")) else {
+        return false;
+    };
+    let Ok(mro) = mro.cast_into::<pyo3::types::PyTuple>() else {
+        return false;
+    };
+    mro.iter()
         .any(|t| t.cast::<pyo3::types::PyType>().is_ok_and(from_torch))
 }
 

@@ -212,6 +212,27 @@ impl RawTensor {
     }
 
     /// Hands the view its owner (see [`into_owner`]).
+    /// For a `bool` array in host memory: whether every element is a 0 or a
+    /// 1 byte (the only valid `bool`s); `true` for other dtypes, device
+    /// memory and empty arrays. Reads every element: called only for types
+    /// that hand out `&bool`.
+    pub(crate) fn holds_valid_bools(&self) -> bool {
+        if self.dtype != crate::dtype::DType::BOOL
+            || self.extent.is_none()
+            || !self.device.is_host_accessible()
+        {
+            return true;
+        }
+        let mut ok = true;
+        let walked = crate::layout::for_each_offset(&self.shape, &self.strides, |off| {
+            // SAFETY: the import checked that every element offset lies in
+            // the producer's memory, which is host-accessible (checked above);
+            // one byte is read, as a `u8` (any bit pattern).
+            ok &= unsafe { *self.data.cast_const().offset(off) } <= 1;
+        });
+        walked.is_some() && ok
+    }
+
     pub(crate) fn set_owner(&mut self, owner: Owner) {
         self.owner = owner;
     }
@@ -382,11 +403,28 @@ thread_local! {
     static DEFERRED: std::cell::RefCell<Option<Vec<Owner>>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Runs `f` with owners released as they drop, even inside a body: for a
+/// call context that ends (its own body has returned) inside another
+/// call's body — a nested call from a callback, or a wrapper called from
+/// Rust — whose own first phase ran Python code there already, so holding
+/// its owners back to the outer body's end would only delay their release.
+pub(crate) fn undeferred<R>(f: impl FnOnce() -> R) -> R {
+    let outer = DEFERRED.with(|d| d.try_borrow_mut().map(|mut fr| fr.take()).unwrap_or(None));
+    let r = f();
+    if outer.is_some() {
+        DEFERRED.with(|d| {
+            if let Ok(mut fr) = d.try_borrow_mut() {
+                *fr = outer;
+            }
+        });
+    }
+    r
+}
+
 /// While it lives (the body of a `#[dlpack_fn]` function), views that drop
 /// keep their owners here; dropping the guard releases them. Nested calls
 /// (a body's callback calling another dlcast function) stack.
-#[doc(hidden)]
-pub struct BodyGuard {
+pub(crate) struct BodyGuard {
     outer: Option<Vec<Owner>>,
 }
 
