@@ -39,20 +39,19 @@ fn buffer_dtype(format: &CStr, itemsize: usize) -> Option<DType> {
     (dtype.itemsize() == Some(itemsize)).then_some(dtype)
 }
 
-/// A buffer held for a view. Below Python 3.11 in abi3 builds, whose
-/// limited API has no buffer protocol, see [`fallback`].
+/// A buffer held for a view; boxed so its address stays fixed until
+/// [`release`]. Below Python 3.11 in abi3 builds, whose limited API has no
+/// buffer protocol, see [`fallback`].
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
-pub(crate) struct Held(Box<ffi::Py_buffer>);
+pub(crate) type Held = Box<ffi::Py_buffer>;
 
+/// Releases a held buffer: called once, from `Owner`'s drop (with the GIL).
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
-impl Drop for Held {
-    fn drop(&mut self) {
-        // SAFETY: the Py_buffer was filled by a successful
-        // `PyObject_GetBuffer` and is released only here, once; an `Owner`
-        // drops with the GIL held (see `Owner`'s `Drop`). Boxed, it kept its
-        // address since then, as CPython requires.
-        unsafe { ffi::PyBuffer_Release(&mut *self.0) }
-    }
+pub(crate) fn release(view: &mut Held) {
+    // SAFETY: `view` was filled by a successful `PyObject_GetBuffer`, kept
+    // its address since (boxed), and is released only here, once, with the
+    // GIL held (see `Owner`'s `Drop`).
+    unsafe { ffi::PyBuffer_Release(&mut **view) }
 }
 
 /// Phase 1: `PyObject_GetBuffer` (an exporter written in Python runs its
@@ -72,14 +71,14 @@ pub(crate) fn try_acquire(obj: &Bound<'_, PyAny>) -> Result<Option<Owner>, Impor
     if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) } != 0 {
         return Err(ImportError::Buffer(PyErr::fetch(py)));
     }
-    Ok(Some(Owner::Buffer(Held(view))))
+    Ok(Some(Owner::Buffer(view)))
 }
 
 /// Phase 2: the array the held buffer describes (no Python code runs; the
 /// exporter keeps the fields and the memory fixed while the buffer is held).
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
 pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
-    let Owner::Buffer(Held(view)) = owner else {
+    let Owner::Buffer(view) = owner else {
         return Err(ImportError::Invalid("not a buffer".into()));
     };
     let v: &ffi::Py_buffer = view;
@@ -205,7 +204,7 @@ fn describe(d: Desc<'_>) -> Result<RawTensor, ImportError> {
 }
 
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-pub(crate) use fallback::{read, try_acquire, Held};
+pub(crate) use fallback::{read, release, try_acquire, Held};
 
 /// The buffer protocol in abi3 builds for Python 3.9 and 3.10, whose
 /// limited API has no `Py_buffer`, `PyObject_GetBuffer` or
@@ -260,6 +259,10 @@ mod fallback {
         strides: Dims<isize>,
         suboffsets: bool,
     }
+
+    /// Nothing to do before the drop: the buffer is released when the
+    /// memoryview drops with the rest of `Held` (with the GIL, see `Owner`).
+    pub(crate) fn release(_held: &mut Held) {}
 
     /// A tuple of integers (a memoryview's `shape` or `strides`).
     fn dims(t: &Bound<'_, PyAny>) -> PyResult<Dims<isize>> {

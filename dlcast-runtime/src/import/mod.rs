@@ -84,7 +84,7 @@ pub(crate) enum Owner {
     Legacy(NonNull<DLManagedTensor>),
     /// A `DLManagedTensorVersioned` from a `"dltensor_versioned"` capsule.
     Versioned(NonNull<DLManagedTensorVersioned>),
-    /// A buffer held through the buffer protocol, released when it drops.
+    /// A buffer-protocol view; boxed so its address stays fixed until release.
     Buffer(buffer::Held),
     /// A strong reference to an object whose memory we read directly (an
     /// exact `numpy.ndarray`: holding it keeps its data alive and unresized).
@@ -130,9 +130,10 @@ impl Drop for Owner {
                     }
                 }
             }
-            // The buffer is released as it drops (`buffer::Held`), and
-            // references drop, with the GIL held (see above).
-            Owner::Buffer(_) | Owner::Object(_) | Owner::Exchange { .. } | Owner::None => {}
+            // Released only here, with the GIL (see above).
+            Owner::Buffer(view) => buffer::release(view),
+            // The reference drops with the GIL held (see above).
+            Owner::Object(_) | Owner::Exchange { .. } | Owner::None => {}
         }
     }
 }
