@@ -75,7 +75,8 @@ typecheck: ext
 	$(PY) tests/typing/check.py
 
 ## Run every test: formatting, clippy, Rust unit/property tests, ui-tests,
-## the pytest suite against NumPy, PyTorch, JAX and array-api-strict, and
+## the free-threaded and abi3 type checks, the pytest suite against NumPy,
+## PyTorch, JAX and array-api-strict (also against an abi3-py39 build), and
 ## the generated stubs under mypy --strict.
 test: venv lint rust-test free-threaded abi3 py-test typecheck
 
