@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint doc rust-test free-threaded py-test typecheck demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint doc rust-test free-threaded abi3-check abi3 py-test typecheck demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -48,6 +48,33 @@ free-threaded:
 	PYO3_CONFIG_FILE=$(abspath scripts/pyo3-free-threaded.cfg) CARGO_TARGET_DIR=target/free-threaded \
 		cargo check -q -p dlcast-runtime -p dlcast-testext -p dlcast-second
 
+## Every abi3 level PyO3 0.30 offers: the runtime and the test extension
+## type-check at each (README, Supported versions), against a CPython 3.15
+## config file so that no interpreter of each version is needed. One target
+## dir for all levels, kept between runs (each level is cached apart).
+ABI3_LEVELS := abi3-py39 abi3-py310 abi3-py311 abi3-py312 abi3-py313 abi3-py314 abi3-py315 abi3
+abi3-check:
+	@for level in $(ABI3_LEVELS); do \
+		echo "cargo check --features pyo3/$$level"; \
+		PYO3_CONFIG_FILE=$(abspath scripts/pyo3-cpython315.cfg) CARGO_TARGET_DIR=target/abi3-check \
+			cargo check -q -p dlcast-runtime -p dlcast-testext --features pyo3/$$level || exit 1; \
+	done
+
+## The test extension built for the lowest abi3 level (abi3-py39), where
+## dlcast takes its fallbacks for what the limited API lacks, into a target
+## dir of its own (kept between runs) and target/abi3/site, not the
+## virtualenv; then the pytest suite against it (PYTHONPATH puts it first),
+## less the leak tests but the buffer import's (the fallback's; the others
+## take two minutes and exercise no code that differs by abi3 level).
+ABI3_LOWEST := abi3-py39
+ABI3_PYTEST_ARGS ?= -k "not test_leaks or test_import_path_does_not_leak and buffer"
+abi3: venv abi3-check
+	rm -rf target/abi3/wheels target/abi3/site
+	CARGO_TARGET_DIR=target/abi3 maturin build -q --profile dev -m tests/Cargo.toml \
+		-F pyo3/$(ABI3_LOWEST) -i $(PY) --out target/abi3/wheels
+	$(PY) -m pip install -q --no-deps --no-index --target target/abi3/site target/abi3/wheels/*.whl
+	PYTHONPATH=$(abspath target/abi3/site) $(PY) -m pytest tests/python -q -p no:cacheprovider $(ABI3_PYTEST_ARGS)
+
 py-test: ext
 	$(PY) -m pytest tests/python -q
 
@@ -58,9 +85,10 @@ typecheck: ext
 
 ## Run every test: formatting, clippy, the API documentation, Rust
 ## unit/property tests and doc examples (the README's included), ui-tests,
-## the pytest suite against NumPy, PyTorch, JAX and array-api-strict, and
+## the free-threaded and abi3 type checks, the pytest suite against NumPy,
+## PyTorch, JAX and array-api-strict (also against an abi3-py39 build), and
 ## the generated stubs under mypy --strict.
-test: venv lint doc rust-test free-threaded py-test typecheck
+test: venv lint doc rust-test free-threaded abi3 py-test typecheck
 
 demo-ext: venv
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q --no-cache-dir "matplotlib>=3.8"

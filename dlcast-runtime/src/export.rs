@@ -1252,6 +1252,78 @@ fn buffer_format(dtype: DType) -> Option<&'static CStr> {
     })
 }
 
+/// What the buffer protocol (and, below Python 3.11 in abi3 builds,
+/// NumPy's array interface) needs of an exported array whatever the
+/// request: host memory, a dtype with a struct format, and a byte length
+/// that fits `Py_ssize_t`. Gives the format and that length.
+fn host_buffer(this: &Exported) -> PyResult<(&'static CStr, isize)> {
+    if !this.device.is_host_accessible() {
+        return Err(PyBufferError::new_err(format!(
+            "the array is on {}; the buffer protocol needs host memory",
+            this.device
+        )));
+    }
+    let format = buffer_format(this.dtype).ok_or_else(|| {
+        PyBufferError::new_err(format!(
+            "{} has no buffer-protocol format; use DLPack",
+            this.dtype
+        ))
+    })?;
+    let shape = this.shape_usize();
+    let item = this.dtype.itemsize().unwrap_or(1);
+    // `len` is the product of the extents times the itemsize, which
+    // CPython trusts (memoryview.tobytes() copies `len` bytes): a
+    // broadcast array can describe more bytes than `Py_ssize_t` holds.
+    let len = layout::element_count(&shape)
+        .and_then(|n| layout::checked_bytes(n, item))
+        .and_then(|b| isize::try_from(b).ok())
+        .ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "the array of shape {shape:?} holds more than {} bytes (Py_ssize_t), \
+                 which the buffer protocol cannot describe; use DLPack",
+                isize::MAX
+            ))
+        })?;
+    Ok((format, len))
+}
+
+/// Whether exported [`Array`]s offer the buffer protocol (`memoryview(a)`)
+/// and buffer-protocol inputs are read through `PyObject_GetBuffer`: true
+/// except in abi3 builds for Python 3.9 and 3.10 (PyO3's `abi3-py39` and
+/// `abi3-py310` features), whose limited API has no buffer protocol. There,
+/// an `Array` offers NumPy's `__array_interface__` instead (so
+/// `numpy.asarray(a)` still shares its memory), and inputs other than
+/// `bytes` and `bytearray` are read through a `memoryview` and NumPy.
+///
+/// ```
+/// if !dlcast_runtime::export::BUFFER_PROTOCOL {
+///     // memoryview(a) raises TypeError; use numpy.asarray(a) or DLPack.
+/// }
+/// ```
+pub const BUFFER_PROTOCOL: bool = cfg!(any(Py_3_11, not(Py_LIMITED_API)));
+
+/// NumPy's array-interface `typestr` of a dtype (`"<f4"`, `"|b1"`, ...),
+/// for the dtypes that have a buffer-protocol format.
+#[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
+fn array_typestr(dtype: DType) -> Option<String> {
+    buffer_format(dtype)?;
+    let kind = match dtype.code {
+        code::BOOL => 'b',
+        code::INT => 'i',
+        code::UINT => 'u',
+        code::FLOAT => 'f',
+        code::COMPLEX => 'c',
+        _ => return None,
+    };
+    let bytes = dtype.itemsize()?;
+    let order = match (bytes, cfg!(target_endian = "little")) {
+        (1, _) => '|',
+        (_, true) => '<',
+        (_, false) => '>',
+    };
+    Some(format!("{order}{kind}{bytes}"))
+}
+
 /// Checks a consumer's `stream` against the array API standard's rules for
 /// the array's device and makes that stream wait for the array's own
 /// (see [`crate::stream`]).
@@ -1455,27 +1527,19 @@ impl Array {
         )
     }
 
+    // The buffer protocol: in the limited API from Python 3.11 (for
+    // Python 3.9/3.10 abi3 builds, `__array_interface__` below instead).
+    #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
     unsafe fn __getbuffer__(
         slf: Bound<'_, Self>,
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
         let this = &slf.get().inner;
-        if !this.device.is_host_accessible() {
-            return Err(PyBufferError::new_err(format!(
-                "the array is on {}; the buffer protocol needs host memory",
-                this.device
-            )));
-        }
+        let (format, len) = host_buffer(this)?;
         if flags & ffi::PyBUF_WRITABLE != 0 && this.read_only {
             return Err(PyBufferError::new_err("the array is read-only"));
         }
-        let format = buffer_format(this.dtype).ok_or_else(|| {
-            PyBufferError::new_err(format!(
-                "{} has no buffer-protocol format; use DLPack",
-                this.dtype
-            ))
-        })?;
         let strided = flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES;
         if !strided && !this.is_c_contiguous() {
             return Err(PyBufferError::new_err(
@@ -1497,19 +1561,6 @@ impl Array {
             return Err(PyBufferError::new_err("the array is not contiguous"));
         }
         let item = this.dtype.itemsize().unwrap_or(1);
-        // `len` is the product of the extents times the itemsize, which
-        // CPython trusts (memoryview.tobytes() copies `len` bytes): a
-        // broadcast array can describe more bytes than `Py_ssize_t` holds.
-        let len = layout::element_count(&shape)
-            .and_then(|n| layout::checked_bytes(n, item))
-            .and_then(|b| isize::try_from(b).ok())
-            .ok_or_else(|| {
-                PyBufferError::new_err(format!(
-                    "the array of shape {shape:?} holds more than {} bytes (Py_ssize_t), \
-                     which the buffer protocol cannot describe; use DLPack",
-                    isize::MAX
-                ))
-            })?;
         let (Ok(itemsize), Ok(ndim)) = (isize::try_from(item), c_int::try_from(this.shape.len()))
         else {
             return Err(PyBufferError::new_err(
@@ -1547,8 +1598,40 @@ impl Array {
         Ok(())
     }
 
+    #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
         // Nothing to free: the view's arrays live in the object itself.
+    }
+
+    /// NumPy's array interface (version 3), offered only by abi3 builds for
+    /// Python 3.9/3.10, whose limited API cannot offer the buffer protocol:
+    /// `numpy.asarray(a)` still takes the host memory without a copy.
+    /// NumPy keeps a reference to the `Array` as the new array's `base`,
+    /// which keeps the memory alive, and honours the read-only flag.
+    /// Raises `BufferError` where the buffer protocol would refuse (memory
+    /// the host cannot read, dtypes without a format such as bfloat16).
+    #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
+    #[getter]
+    fn __array_interface__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let py = slf.py();
+        let this = &slf.get().inner;
+        // The same refusals as the buffer protocol's, in the same words.
+        host_buffer(this)?;
+        let typestr = array_typestr(this.dtype).ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "{} has no NumPy array-interface type; use DLPack",
+                this.dtype
+            ))
+        })?;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("typestr", typestr)?;
+        d.set_item("shape", PyTuple::new(py, this.buf_shape.iter())?)?;
+        d.set_item("strides", PyTuple::new(py, this.buf_strides.iter())?)?;
+        d.set_item("data", (this.data as usize, this.read_only))?;
+        Ok(d)
     }
 }
 

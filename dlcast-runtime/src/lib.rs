@@ -26,6 +26,17 @@
 //! latest when the call returns), on error paths too.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The stable ABI of free-threaded CPython (PyO3's `abi3t` features, Python
+// 3.15+) hides the object header, whose size differs between the
+// interpreters such an extension loads in; dlcast reads NumPy's array
+// fields at fixed offsets after it (the NumPy fast path, rust-numpy's
+// borrow registry), so it refuses to build rather than guess them.
+#[cfg(all(Py_LIMITED_API, Py_GIL_DISABLED))]
+compile_error!(
+    "dlcast does not support PyO3's `abi3t` (free-threaded stable ABI) features yet; \
+     use an `abi3-py3*` feature or a version-specific build"
+);
+
 // The modules in the order data flows; each uses only modules above it.
 // Facts: dtypes, devices, layouts, frameworks, function specs, streams.
 #[cfg(feature = "cudarc")]

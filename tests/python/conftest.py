@@ -63,8 +63,21 @@ def run_py(code, timeout=120):
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": here},
+        # `make abi3` puts its build of the test extension first on the path.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (here, os.environ.get("PYTHONPATH")) if p)},
     )
+
+
+def buffer_of(arr):
+    """`memoryview(arr)` of an exported `dlcast.Array`. Abi3 builds for
+    Python 3.9/3.10 (`make abi3`) have no buffer protocol
+    (`ext.BUFFER_PROTOCOL` is false): there, a memoryview of
+    `numpy.asarray(arr)`, which takes the same memory through the array's
+    `__array_interface__` (test_abi3.py checks both)."""
+    if ext.BUFFER_PROTOCOL:
+        return memoryview(arr)
+    return memoryview(np.asarray(arr))
 
 
 @pytest.fixture

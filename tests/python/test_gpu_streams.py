@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dlcast_testext as ext
-from conftest import FROM_OBJ, OWNED, WORK_STREAM, ApiC, capsule, deleters_balanced, owning_export
+from conftest import FROM_OBJ, OWNED, WORK_STREAM, ApiC, buffer_of, capsule, deleters_balanced, owning_export
 
 CPU, CUDA, CUDA_HOST, ROCM, ROCM_HOST, CUDA_MANAGED = 1, 2, 3, 10, 11, 13
 
@@ -338,7 +338,7 @@ def test_export_of_cuda_view_honours_streams(balanced):
     with pytest.raises(BufferError, match="copy=True is not supported for an array on cuda:0"):
         out.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="the buffer protocol needs host memory"):
-        memoryview(out)
+        buffer_of(out)
 
 
 def test_export_keeps_the_chosen_stream(balanced):

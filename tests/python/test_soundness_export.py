@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlcast_testext as ext
+from conftest import buffer_of
 
 F64 = (2, 64, 1)
 I64_MAX = 2**63 - 1
@@ -80,16 +81,16 @@ def test_kind5_memoryview_of_returned_torch_broadcast_raises_buffererror():
     a = ext.identity(x)
     assert a.shape == (2**61 + 1,)
     with pytest.raises(BufferError, match="Py_ssize_t"):
-        memoryview(a)
+        buffer_of(a)
     # The same through a transform of the view (a slice keeps it huge).
     b = ext.acc_slice_axis(x, 0, 1, 2**61 + 1)
     with pytest.raises(BufferError, match="Py_ssize_t"):
-        memoryview(b)
+        buffer_of(b)
 
 
 def test_kind5_memoryview_of_a_broadcast_that_fits_has_the_right_length():
     x = np.broadcast_to(np.arange(1.0, 2.0), (2**40,))
-    m = memoryview(ext.identity(x))
+    m = buffer_of(ext.identity(x))
     assert m.nbytes == 2**43 and m.strides == (0,) and m.shape == (2**40,)
     assert m[2**40 - 1] == 1.0
 
@@ -125,7 +126,7 @@ def test_kind5_empty_tensor_with_huge_strides_exports(shape, strides):
     # Byte strides of never-stepped dimensions that overflow are exported
     # as 0; every consumer reads an empty array of that shape.
     assert all(abs(s) * 8 <= I64_MAX for s in a.strides)
-    m = memoryview(a)
+    m = buffer_of(a)
     assert m.nbytes == 0 and m.shape == tuple(shape)
     assert np.from_dlpack(a).shape == tuple(shape)
 
@@ -136,7 +137,7 @@ def test_kind5_huge_stride_of_an_extent_one_dimension_exports():
     x = ext.make_capsule(np.array([1.0, 2.0]).tobytes(), [2, 1], [1, I64_MAX], dtype=F64)
     a = ext.identity(x)
     assert a.shape == (2, 1) and a.strides == (1, 0)
-    assert memoryview(a).tolist() == [[1.0], [2.0]]
+    assert buffer_of(a).tolist() == [[1.0], [2.0]]
     assert np.from_dlpack(a).tolist() == [[1.0], [2.0]]
 
 
@@ -407,7 +408,7 @@ def check_export(out, expected_shape, model):
     if model is not None:
         assert kind == "ok"
         assert np.array_equal(arr, model)
-        kind, m = call(memoryview, out)
+        kind, m = call(buffer_of, out)
         assert kind == "ok" and m.nbytes == model.size * 8
         if model.ndim:
             assert m.tolist() == model.tolist()

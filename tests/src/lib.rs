@@ -399,6 +399,9 @@ fn consume(#[device(any)] x: TensorDyn<'_>) -> usize {
 
 #[pymodule]
 fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // False in abi3 builds for Python 3.9/3.10 (`make abi3`): exported
+    // arrays offer `__array_interface__` instead of the buffer protocol.
+    m.add("BUFFER_PROTOCOL", dlcast_runtime::export::BUFFER_PROTOCOL)?;
     m.add_function(wrap_pyfunction!(producer::make_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(producer::producer_counts, m)?)?;
     macro_rules! add {

@@ -120,7 +120,7 @@ fn look_up_or_publish(py: Python<'_>) -> PyResult<u8> {
     let version = py.import("numpy")?.getattr("__version__")?;
     let version = version.str()?;
     let major: u32 = version
-        .to_str()?
+        .to_cow()?
         .split('.')
         .next()
         .and_then(|m| m.parse().ok())

@@ -5,8 +5,8 @@ use super::{make_raw, Dims, ImportError, ImportPath, Owner, RawTensor};
 use crate::device::Device;
 use crate::dtype::{code, DType};
 use crate::layout;
-use pyo3::ffi;
-use pyo3::prelude::*;
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
+use pyo3::{ffi, prelude::*};
 use smallvec::SmallVec;
 use std::ffi::CStr;
 
@@ -39,10 +39,31 @@ fn buffer_dtype(format: &CStr, itemsize: usize) -> Option<DType> {
     (dtype.itemsize() == Some(itemsize)).then_some(dtype)
 }
 
+/// A buffer held for a view; boxed so its address stays fixed until
+/// [`release`]. Below Python 3.11 in abi3 builds, whose limited API has no
+/// buffer protocol, see [`fallback`].
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
+pub(crate) type Held = Box<ffi::Py_buffer>;
+
+/// Releases a held buffer: called once, from `Owner`'s drop (with the GIL).
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
+pub(crate) fn release(view: &mut Held) {
+    // SAFETY: `view` was filled by a successful `PyObject_GetBuffer`, kept
+    // its address since (boxed), and is released only here, once, with the
+    // GIL held (see `Owner`'s `Drop`).
+    unsafe { ffi::PyBuffer_Release(&mut **view) }
+}
+
 /// Phase 1: `PyObject_GetBuffer` (an exporter written in Python runs its
 /// `__buffer__` here). The returned owner releases the buffer.
-pub(crate) fn acquire(obj: &Bound<'_, PyAny>) -> Result<Owner, ImportError> {
+/// `Ok(None)` when `obj` does not support the buffer protocol.
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
+pub(crate) fn try_acquire(obj: &Bound<'_, PyAny>) -> Result<Option<Owner>, ImportError> {
     let py = obj.py();
+    // SAFETY: `obj` is a live object.
+    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+        return Ok(None);
+    }
     // SAFETY: Py_buffer is a plain C struct; all-zero is a valid "empty"
     // value that PyObject_GetBuffer overwrites.
     let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
@@ -50,40 +71,91 @@ pub(crate) fn acquire(obj: &Bound<'_, PyAny>) -> Result<Owner, ImportError> {
     if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) } != 0 {
         return Err(ImportError::Buffer(PyErr::fetch(py)));
     }
-    Ok(Owner::Buffer(view))
+    Ok(Some(Owner::Buffer(view)))
 }
 
 /// Phase 2: the array the held buffer describes (no Python code runs; the
 /// exporter keeps the fields and the memory fixed while the buffer is held).
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
 pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
     let Owner::Buffer(view) = owner else {
         return Err(ImportError::Invalid("not a buffer".into()));
     };
     let v: &ffi::Py_buffer = view;
-    let (data, ndim, itemsize, readonly) = (v.buf, v.ndim, v.itemsize, v.readonly != 0);
-    let (fmt_ptr, shape_ptr, strides_ptr, sub) = (v.format, v.shape, v.strides, v.suboffsets);
-    if !sub.is_null() {
+    let ndim = usize::try_from(v.ndim)
+        .map_err(|_| ImportError::Invalid(format!("buffer ndim {}", v.ndim)))?;
+    let format = if v.format.is_null() {
+        c"B"
+    } else {
+        // SAFETY: the exporter's format is a NUL-terminated string valid
+        // until the buffer is released.
+        unsafe { CStr::from_ptr(v.format) }
+    };
+    if ndim > 0 && v.shape.is_null() {
+        return Err(ImportError::Invalid("buffer shape is NULL".into()));
+    }
+    let shape: &[isize] = if ndim == 0 {
+        &[]
+    } else {
+        // SAFETY: with PyBUF_ND requested, `shape` (non-NULL, checked)
+        // holds `ndim` values, valid until the buffer is released.
+        unsafe { std::slice::from_raw_parts(v.shape, ndim) }
+    };
+    let strides: Option<&[isize]> = if v.strides.is_null() || ndim == 0 {
+        None
+    } else {
+        // SAFETY: with PyBUF_STRIDES requested, non-NULL `strides` hold
+        // `ndim` values (in bytes), valid until the buffer is released.
+        Some(unsafe { std::slice::from_raw_parts(v.strides, ndim) })
+    };
+    describe(Desc {
+        data: v.buf.cast(),
+        format,
+        itemsize: v.itemsize,
+        readonly: v.readonly != 0,
+        shape,
+        strides,
+        suboffsets: !v.suboffsets.is_null(),
+    })
+}
+
+/// What an exporter said about its buffer, borrowed from where it is held.
+struct Desc<'a> {
+    /// Address of element 0.
+    data: *mut u8,
+    format: &'a CStr,
+    itemsize: isize,
+    readonly: bool,
+    shape: &'a [isize],
+    /// In bytes; `None` for C-contiguous.
+    strides: Option<&'a [isize]>,
+    /// Whether the buffer has suboffsets (an indirect array).
+    suboffsets: bool,
+}
+
+/// The element type of a buffer, or the error the caller sees.
+fn checked_dtype(format: &CStr, itemsize: isize, suboffsets: bool) -> Result<DType, ImportError> {
+    if suboffsets {
         return Err(ImportError::Invalid(
             "the buffer uses suboffsets (an indirect array)".into(),
         ));
     }
     let itemsize = usize::try_from(itemsize)
         .map_err(|_| ImportError::Invalid(format!("buffer itemsize {itemsize}")))?;
-    let format = if fmt_ptr.is_null() {
-        c"B"
-    } else {
-        // SAFETY: the exporter's format is a NUL-terminated string valid
-        // until the buffer is released.
-        unsafe { CStr::from_ptr(fmt_ptr) }
-    };
-    let dtype = buffer_dtype(format, itemsize).ok_or_else(|| {
+    buffer_dtype(format, itemsize).ok_or_else(|| {
         ImportError::Invalid(format!(
             "unsupported buffer format {:?} (itemsize {itemsize})",
             format.to_string_lossy()
         ))
-    })?;
-    let ndim =
-        usize::try_from(ndim).map_err(|_| ImportError::Invalid(format!("buffer ndim {ndim}")))?;
+    })
+}
+
+/// Validates a buffer's description into a [`RawTensor`] (no Python code).
+fn describe(d: Desc<'_>) -> Result<RawTensor, ImportError> {
+    let dtype = checked_dtype(d.format, d.itemsize, d.suboffsets)?;
+    // `checked_dtype` refused negative item sizes.
+    let itemsize = d.itemsize.unsigned_abs();
+    let ndim = d.shape.len();
     let no_memory = || {
         ImportError::Propagate(pyo3::exceptions::PyMemoryError::new_err(format!(
             "no memory for the shape and strides of {ndim} dimensions"
@@ -92,44 +164,265 @@ pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
     let mut shape: Dims<usize> = SmallVec::new();
     shape.try_reserve_exact(ndim).map_err(|_| no_memory())?;
     let mut strides: Dims<isize> = super::numpy::try_zeros(ndim).ok_or_else(no_memory)?;
-    if ndim > 0 && shape_ptr.is_null() {
-        return Err(ImportError::Invalid("buffer shape is NULL".into()));
-    }
-    for i in 0..ndim {
-        // SAFETY: with PyBUF_ND requested, `shape` holds `ndim` values.
-        let n = unsafe { *shape_ptr.add(i) };
+    for &n in d.shape {
         shape.push(
             usize::try_from(n).map_err(|_| ImportError::Invalid(format!("buffer extent {n}")))?,
         );
     }
-    if strides_ptr.is_null() {
-        layout::fill_c_strides(&shape, &mut strides)
-            .ok_or_else(|| ImportError::Invalid("the shape overflows".into()))?;
-    } else {
-        for (i, s) in strides.iter_mut().enumerate() {
-            // SAFETY: with PyBUF_STRIDES requested, `strides` holds `ndim`
-            // values (in bytes).
-            let b = unsafe { *strides_ptr.add(i) };
-            // Byte strides that are not whole elements cannot be expressed in
-            // DLPack's element strides: refuse, never divide.
-            if b % itemsize as isize != 0 {
+    match d.strides {
+        None => layout::fill_c_strides(&shape, &mut strides)
+            .ok_or_else(|| ImportError::Invalid("the shape overflows".into()))?,
+        Some(bytes) => {
+            if bytes.len() != ndim {
                 return Err(ImportError::Invalid(format!(
-                    "buffer stride of {b} bytes is not a multiple of the item size {itemsize}"
+                    "the buffer has {} strides for {ndim} dimensions",
+                    bytes.len()
                 )));
             }
-            *s = b / itemsize as isize;
+            for (s, &b) in strides.iter_mut().zip(bytes) {
+                // Byte strides that are not whole elements cannot be
+                // expressed in DLPack's element strides: refuse, never divide.
+                if b % itemsize as isize != 0 {
+                    return Err(ImportError::Invalid(format!(
+                        "buffer stride of {b} bytes is not a multiple of the item size {itemsize}"
+                    )));
+                }
+                *s = b / itemsize as isize;
+            }
         }
     }
     make_raw(
-        data.cast(),
+        d.data,
         0,
         shape,
         strides,
         dtype,
         Device::CPU,
-        readonly,
+        d.readonly,
         ImportPath::Buffer,
     )
+}
+
+#[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
+pub(crate) use fallback::{read, release, try_acquire, Held};
+
+/// The buffer protocol in abi3 builds for Python 3.9 and 3.10, whose
+/// limited API has no `Py_buffer`, `PyObject_GetBuffer` or
+/// `PyBuffer_Release`.
+///
+/// Phase 1 makes a `memoryview` of the argument (`PyMemoryView_FromObject`,
+/// in the limited API at every level). The memoryview acquires the
+/// exporter's buffer with `PyBUF_FULL_RO` and holds it until the memoryview
+/// is released or freed; dlcast holds the only reference to it, so the
+/// exporter keeps the memory alive and its description fixed (a
+/// `bytearray` cannot resize, ...) for as long as the view lives. The
+/// caller releasing their own memoryview changes nothing: the buffer is
+/// released only when every memoryview sharing it is. Phase 1 then reads
+/// the memoryview's description (`format`, `itemsize`, `shape`,
+/// `strides`, `suboffsets`, `readonly`: getters of the built-in type) and
+/// the address of element 0 into Rust values: for an exact `bytes` or
+/// `bytearray` with `PyBytes_AsString` / `PyByteArray_AsString` (the
+/// pointer their own buffer hands out), otherwise through NumPy:
+/// `numpy.asarray(memoryview)` builds an array over the memoryview's own
+/// buffer (checked: no copy, same shape and strides), whose
+/// `__array_interface__` gives the address. Without NumPy, other buffer
+/// objects are refused with an error that says so. Phase 2 validates these
+/// values as the C path does, running no Python code.
+///
+/// The one way around this is Python code that finds dlcast's private
+/// memoryview through the garbage collector's introspection
+/// (`gc.get_objects()`) and calls its `release()`; NumPy's own arrays over
+/// buffers have the same exposure.
+#[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
+mod fallback {
+    use super::{checked_dtype, describe, Desc, Dims, ImportError, Owner, RawTensor};
+    use pyo3::exceptions::{PyMemoryError, PyTypeError};
+    use pyo3::prelude::*;
+    use pyo3::sync::PyOnceLock;
+    use pyo3::types::{PyByteArray, PyBytes, PyTuple};
+    use pyo3::{ffi, intern};
+    use smallvec::SmallVec;
+    use std::ffi::CString;
+
+    /// A buffer held through a private memoryview, and its description
+    /// read in phase 1 (see the module documentation).
+    pub(crate) struct Held {
+        /// The memoryview: holds the exporter's buffer until it drops.
+        _view: Py<PyAny>,
+        /// The array NumPy built over the memoryview, if it was asked.
+        _array: Option<Py<PyAny>>,
+        data: *mut u8,
+        format: CString,
+        itemsize: isize,
+        readonly: bool,
+        shape: Dims<isize>,
+        strides: Dims<isize>,
+        suboffsets: bool,
+    }
+
+    /// Nothing to do before the drop: the buffer is released when the
+    /// memoryview drops with the rest of `Held` (with the GIL, see `Owner`).
+    pub(crate) fn release(_held: &mut Held) {}
+
+    /// A tuple of integers (a memoryview's `shape` or `strides`).
+    fn dims(t: &Bound<'_, PyAny>) -> PyResult<Dims<isize>> {
+        let t = t.cast::<PyTuple>()?;
+        let mut d: Dims<isize> = SmallVec::new();
+        d.try_reserve_exact(t.len())
+            .map_err(|_| PyMemoryError::new_err("no memory for a buffer's shape"))?;
+        for x in t.iter() {
+            d.push(x.extract()?);
+        }
+        Ok(d)
+    }
+
+    /// Phase 1 (see the module documentation). `Ok(None)` when `obj` does
+    /// not support the buffer protocol (`memoryview()` raises `TypeError`).
+    pub(crate) fn try_acquire(obj: &Bound<'_, PyAny>) -> Result<Option<Owner>, ImportError> {
+        let py = obj.py();
+        // SAFETY: `obj` is live; a new reference or NULL with an exception.
+        let view =
+            unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyMemoryView_FromObject(obj.as_ptr())) };
+        let view = match view {
+            Ok(v) => v,
+            Err(e) if e.get_type(py).is(py.get_type::<PyTypeError>()) => return Ok(None),
+            Err(e) => return Err(ImportError::Buffer(e)),
+        };
+        let held = (|| -> PyResult<Held> {
+            let format: String = view.getattr(intern!(py, "format"))?.extract()?;
+            let suboffsets = view.getattr(intern!(py, "suboffsets"))?;
+            Ok(Held {
+                data: std::ptr::null_mut(),
+                format: CString::new(format)
+                    .map_err(|_| PyTypeError::new_err("the buffer format holds a NUL"))?,
+                itemsize: view.getattr(intern!(py, "itemsize"))?.extract()?,
+                readonly: view.getattr(intern!(py, "readonly"))?.extract()?,
+                shape: dims(&view.getattr(intern!(py, "shape"))?)?,
+                strides: dims(&view.getattr(intern!(py, "strides"))?)?,
+                suboffsets: suboffsets.len()? != 0,
+                _view: view.clone().unbind(),
+                _array: None,
+            })
+        })();
+        let mut held = held.map_err(ImportError::Buffer)?;
+        // Refuse what phase 2 would refuse before asking NumPy anything.
+        checked_dtype(&held.format, held.itemsize, held.suboffsets)?;
+        address(obj, &view, &mut held)?;
+        Ok(Some(Owner::Buffer(held)))
+    }
+
+    /// Sets `held.data` (and `held._array`): see the module documentation.
+    fn address(
+        obj: &Bound<'_, PyAny>,
+        view: &Bound<'_, PyAny>,
+        held: &mut Held,
+    ) -> Result<(), ImportError> {
+        let py = obj.py();
+        // Exact `bytes` and `bytearray`: their buffer is CPython's own,
+        // one-dimensional over the whole object, at the address the
+        // accessors give (for a `bytearray`, fixed while the memoryview
+        // holds it: it cannot resize with an export).
+        let whole = |len: isize| held.shape.as_slice() == [len] && held.itemsize == 1;
+        if obj.is_exact_instance_of::<PyBytes>() {
+            // SAFETY: `obj` is a live `bytes`; these cannot fail on one.
+            let (p, len) = unsafe {
+                (
+                    ffi::PyBytes_AsString(obj.as_ptr()),
+                    ffi::PyBytes_Size(obj.as_ptr()),
+                )
+            };
+            if whole(len) {
+                held.data = p.cast();
+                return Ok(());
+            }
+        } else if obj.is_exact_instance_of::<PyByteArray>() {
+            // SAFETY: `obj` is a live `bytearray`; these cannot fail on one.
+            let (p, len) = unsafe {
+                (
+                    ffi::PyByteArray_AsString(obj.as_ptr()),
+                    ffi::PyByteArray_Size(obj.as_ptr()),
+                )
+            };
+            if whole(len) {
+                held.data = p.cast();
+                return Ok(());
+            }
+        }
+        let needs_numpy = |why: String| {
+            ImportError::Unreadable(format!(
+                "dlcast was built for the stable ABI of Python 3.9/3.10, whose limited API has \
+                 no buffer protocol: it reads buffers other than bytes and bytearray through \
+                 NumPy, and {why}; install NumPy, pass a NumPy array, or build for abi3-py311 \
+                 or later"
+            ))
+        };
+        static NUMPY: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
+        let (asarray, ndarray) = NUMPY
+            .get_or_try_init(py, || -> PyResult<_> {
+                let np = py.import("numpy")?;
+                Ok((
+                    np.getattr("asarray")?.unbind(),
+                    np.getattr("ndarray")?.unbind(),
+                ))
+            })
+            .map_err(|e| needs_numpy(format!("importing NumPy failed ({e})")))?;
+        let array = asarray
+            .bind(py)
+            .call1((view,))
+            .map_err(|e| needs_numpy(format!("NumPy refused the buffer ({e})")))?;
+        // The array must be NumPy's own type, over the memoryview's memory
+        // (not a copy: its base is a memoryview sharing ours), with the same
+        // layout; only then is its address that of our element 0.
+        let same = (|| -> PyResult<bool> {
+            if !array.get_type().is(ndarray.bind(py)) {
+                return Ok(false);
+            }
+            let base = array.getattr(intern!(py, "base"))?;
+            // SAFETY: `base` is live; only its type is read.
+            let base_is_view = unsafe { ffi::PyMemoryView_Check(base.as_ptr()) } != 0;
+            let owndata: bool = array
+                .getattr(intern!(py, "flags"))?
+                .getattr(intern!(py, "owndata"))?
+                .extract()?;
+            Ok(base_is_view
+                && !owndata
+                && dims(&array.getattr(intern!(py, "shape"))?)? == held.shape
+                && dims(&array.getattr(intern!(py, "strides"))?)? == held.strides
+                && array.getattr(intern!(py, "itemsize"))?.extract::<isize>()? == held.itemsize)
+        })()
+        .map_err(ImportError::Buffer)?;
+        if !same {
+            return Err(needs_numpy(
+                "NumPy's array does not share the buffer's memory and layout".into(),
+            ));
+        }
+        let address: usize = array
+            .getattr(intern!(py, "__array_interface__"))
+            .and_then(|i| i.get_item("data"))
+            .and_then(|d| d.get_item(0))
+            .and_then(|a| a.extract())
+            .map_err(ImportError::Buffer)?;
+        held.data = address as *mut u8;
+        held._array = Some(array.unbind());
+        Ok(())
+    }
+
+    /// Phase 2: the array described in phase 1 (no Python code runs: the
+    /// values were read then, and the held memoryview keeps them true).
+    pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
+        let Owner::Buffer(h) = owner else {
+            return Err(ImportError::Invalid("not a buffer".into()));
+        };
+        describe(Desc {
+            data: h.data,
+            format: &h.format,
+            itemsize: h.itemsize,
+            readonly: h.readonly,
+            shape: &h.shape,
+            strides: Some(&h.strides),
+            suboffsets: h.suboffsets,
+        })
+    }
 }
 
 #[cfg(test)]

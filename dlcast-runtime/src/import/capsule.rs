@@ -146,18 +146,55 @@ pub(crate) fn dlpack_device(obj: &Bound<'_, PyAny>) -> Result<Option<Device>, Im
 }
 
 /// Calls `obj.__dlpack__(max_version=(1, 3))` (with `stream=` first when
-/// `stream` is `Some`) through vectorcall with interned names (no per-call
-/// dict), retrying without `max_version` when the producer raises
-/// `TypeError` (case C9; `stream` is older than `max_version` in the
+/// `stream` is `Some`), retrying without `max_version` when the producer
+/// raises `TypeError` (case C9; `stream` is older than `max_version` in the
 /// standard, so it is kept). `Ok(None)` when `obj` has no `__dlpack__`.
 pub(crate) fn call_dlpack<'py>(
     obj: &Bound<'py, PyAny>,
     stream: Option<i64>,
 ) -> Result<Option<Bound<'py, PyAny>>, ImportError> {
+    static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let py = obj.py();
+    let version = VERSION
+        .get_or_try_init(py, || {
+            PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1]).map(Bound::unbind)
+        })
+        .map_err(ImportError::Propagate)?
+        .bind(py);
+    let stream_obj = match stream {
+        Some(s) => Some(
+            s.into_pyobject(py)
+                .map_err(|e| ImportError::Propagate(e.into()))?
+                .into_any(),
+        ),
+        None => None,
+    };
+    let call = |with_version: bool| -> Result<PyResult<Bound<'py, PyAny>>, ImportError> {
+        call_dlpack_method(obj, stream_obj.as_ref(), version, with_version)
+    };
+    match call(true)? {
+        Ok(capsule) => Ok(Some(capsule)),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) && !has_dlpack(obj) => Ok(None),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => call(false)?
+            .map(Some)
+            .map_err(|e| producer_error("__dlpack__", e, py)),
+        Err(e) => Err(producer_error("__dlpack__", e, py)),
+    }
+}
+
+/// One call of `obj.__dlpack__(stream=.., max_version=..)` through
+/// vectorcall with interned keyword names (no per-call dict). The outer
+/// `Err` is dlcast's own failure, the inner one the producer's.
+#[cfg(any(Py_3_12, not(Py_LIMITED_API)))]
+fn call_dlpack_method<'py>(
+    obj: &Bound<'py, PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+    version: &Bound<'py, PyTuple>,
+    with_version: bool,
+) -> Result<PyResult<Bound<'py, PyAny>>, ImportError> {
     static KW_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     static KW_STREAM_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     static KW_STREAM: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
-    static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     let py = obj.py();
     let name = intern!(py, "__dlpack__");
     let kwnames = |cell: &'static PyOnceLock<Py<PyTuple>>, names: &'static [&'static str]| {
@@ -165,56 +202,58 @@ pub(crate) fn call_dlpack<'py>(
             .map(|t| t.as_ptr())
             .map_err(ImportError::Propagate)
     };
-    let version = VERSION
-        .get_or_try_init(py, || {
-            PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1]).map(Bound::unbind)
-        })
-        .map_err(ImportError::Propagate)?;
-    let stream_obj = match stream {
-        Some(s) => Some(
-            s.into_pyobject(py)
-                .map_err(|e| ImportError::Propagate(e.into()))?,
-        ),
-        None => None,
-    };
-    // (keyword values, their names) with and without `max_version`.
-    let (first, kws): ([*mut ffi::PyObject; 3], [*mut ffi::PyObject; 2]) = match &stream_obj {
-        Some(s) => (
+    // `self`, then one value per keyword name.
+    let (args, kw): ([*mut ffi::PyObject; 3], *mut ffi::PyObject) = match (stream, with_version) {
+        (Some(s), true) => (
             [obj.as_ptr(), s.as_ptr(), version.as_ptr()],
-            [
-                kwnames(&KW_STREAM_VERSION, &["stream", "max_version"])?,
-                kwnames(&KW_STREAM, &["stream"])?,
-            ],
+            kwnames(&KW_STREAM_VERSION, &["stream", "max_version"])?,
         ),
-        None => (
+        (Some(s), false) => (
+            [obj.as_ptr(), s.as_ptr(), std::ptr::null_mut()],
+            kwnames(&KW_STREAM, &["stream"])?,
+        ),
+        (None, true) => (
             [obj.as_ptr(), version.as_ptr(), std::ptr::null_mut()],
-            [
-                kwnames(&KW_VERSION, &["max_version"])?,
-                std::ptr::null_mut(),
-            ],
+            kwnames(&KW_VERSION, &["max_version"])?,
+        ),
+        (None, false) => (
+            [obj.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut()],
+            std::ptr::null_mut(),
         ),
     };
-    let call = |with_version: bool| {
-        let kw = if with_version { kws[0] } else { kws[1] };
-        // SAFETY: `first` holds `self` followed by one value per name in
-        // `kw` (a tuple of 2, 1 or 0 names, or NULL for none), taken from
-        // the front: `(stream, max_version)` and `(stream,)` both start
-        // with `stream`; `(max_version,)` starts the other array after
-        // `self`. All are live; the result is a new reference or NULL with
-        // an exception set.
-        unsafe {
-            let r = ffi::PyObject_VectorcallMethod(name.as_ptr(), first.as_ptr(), 1, kw);
-            Bound::from_owned_ptr_or_err(py, r)
+    // SAFETY: `args` holds `self` followed by one live value per name in
+    // `kw` (a tuple of 2 or 1 names, or NULL for none); `nargsf` is 1
+    // (`self` only positionally). The result is a new reference or NULL
+    // with an exception set.
+    Ok(unsafe {
+        let r = ffi::PyObject_VectorcallMethod(name.as_ptr(), args.as_ptr(), 1, kw);
+        Bound::from_owned_ptr_or_err(py, r)
+    })
+}
+
+/// The same below Python 3.12 in abi3 builds, whose limited API has no
+/// `PyObject_VectorcallMethod`: an ordinary method call with a keyword
+/// dict (the same call, a little slower).
+#[cfg(all(Py_LIMITED_API, not(Py_3_12)))]
+fn call_dlpack_method<'py>(
+    obj: &Bound<'py, PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+    version: &Bound<'py, PyTuple>,
+    with_version: bool,
+) -> Result<PyResult<Bound<'py, PyAny>>, ImportError> {
+    let py = obj.py();
+    let kwargs = pyo3::types::PyDict::new(py);
+    let fill = || -> PyResult<()> {
+        if let Some(s) = stream {
+            kwargs.set_item(intern!(py, "stream"), s)?;
         }
+        if with_version {
+            kwargs.set_item(intern!(py, "max_version"), version)?;
+        }
+        Ok(())
     };
-    match call(true) {
-        Ok(capsule) => Ok(Some(capsule)),
-        Err(e) if e.is_instance_of::<PyAttributeError>(py) && !has_dlpack(obj) => Ok(None),
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => call(false)
-            .map(Some)
-            .map_err(|e| producer_error("__dlpack__", e, py)),
-        Err(e) => Err(producer_error("__dlpack__", e, py)),
-    }
+    fill().map_err(ImportError::Propagate)?;
+    Ok(obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)))
 }
 
 /// Whether `obj` has a `__dlpack__` attribute (asked only after a call

@@ -204,7 +204,7 @@ fn store(
 fn torch_in_mro(obj: &Bound<'_, PyAny>) -> bool {
     let from_torch = |t: &Bound<'_, pyo3::types::PyType>| {
         t.module().is_ok_and(|m| {
-            m.to_str()
+            m.to_cow()
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
         })
     };

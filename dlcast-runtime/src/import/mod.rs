@@ -85,7 +85,7 @@ pub(crate) enum Owner {
     /// A `DLManagedTensorVersioned` from a `"dltensor_versioned"` capsule.
     Versioned(NonNull<DLManagedTensorVersioned>),
     /// A buffer-protocol view; boxed so its address stays fixed until release.
-    Buffer(Box<ffi::Py_buffer>),
+    Buffer(buffer::Held),
     /// A strong reference to an object whose memory we read directly (an
     /// exact `numpy.ndarray`: holding it keeps its data alive and unresized).
     Object(#[allow(dead_code)] Py<PyAny>),
@@ -130,11 +130,8 @@ impl Drop for Owner {
                     }
                 }
             }
-            Owner::Buffer(view) => {
-                // SAFETY: `view` was filled by a successful
-                // `PyObject_GetBuffer` and is released only here, with the GIL.
-                unsafe { ffi::PyBuffer_Release(&mut **view) }
-            }
+            // Released only here, with the GIL (see above).
+            Owner::Buffer(view) => buffer::release(view),
             // The reference drops with the GIL held (see above).
             Owner::Object(_) | Owner::Exchange { .. } | Owner::None => {}
         }
@@ -619,9 +616,8 @@ pub(crate) fn prepare(
             private: None,
         });
     }
-    // SAFETY: `obj` is a live object.
-    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
-        return Ok(Source::Buffer(buffer::acquire(obj)?));
+    if let Some(owner) = buffer::try_acquire(obj)? {
+        return Ok(Source::Buffer(owner));
     }
     if is_from_module(obj, &["tensorflow"]) {
         let cap = tensorflow::tensorflow_to_dlpack(obj)?;

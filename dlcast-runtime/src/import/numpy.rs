@@ -104,7 +104,7 @@ fn type_named_ndarray(_obj: &Bound<'_, PyAny>, tp: *mut ffi::PyTypeObject) -> bo
 fn type_named_ndarray(obj: &Bound<'_, PyAny>, _tp: *mut ffi::PyTypeObject) -> bool {
     obj.get_type()
         .fully_qualified_name()
-        .is_ok_and(|n| n.to_str().is_ok_and(|n| n == "numpy.ndarray"))
+        .is_ok_and(|n| n.to_cow().is_ok_and(|n| n == "numpy.ndarray"))
 }
 
 /// DLPack type of a NumPy `type_num`, for the types DLPack can describe.

@@ -1,0 +1,139 @@
+"""What depends on the stable-ABI level the test extension was built for.
+
+`make abi3` builds the test extension for PyO3's lowest abi3 level
+(`abi3-py39`), whose limited API has no buffer protocol
+(`ext.BUFFER_PROTOCOL` is false), and runs the pytest suite against it;
+`make py-test` runs these tests against the normal build, where the C
+paths are taken. Each test asserts what both builds must do, and what
+only one of them does.
+"""
+
+import array
+import gc
+import struct
+
+import numpy as np
+import pytest
+
+import dlcast_testext as ext
+from conftest import run_py
+
+
+def test_exported_array_shares_its_memory_with_numpy():
+    a, _ = ext.arange_default("float64", [2, 3])
+    n = np.asarray(a)
+    assert n.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    n[1, 2] = 42.0
+    assert np.from_dlpack(a)[1, 2] == 42.0
+    if ext.BUFFER_PROTOCOL:
+        assert memoryview(a).tolist()[1][2] == 42.0
+        assert not hasattr(a, "__array_interface__")
+    else:
+        with pytest.raises(TypeError):
+            memoryview(a)
+        i = a.__array_interface__
+        assert i["version"] == 3 and i["shape"] == (2, 3) and i["strides"] == (24, 8)
+        assert i["typestr"] == "<f8" and i["data"][1] is False
+
+
+def test_numpy_array_over_an_export_keeps_it_alive():
+    freed0 = ext.export_stats()[1]
+    a, _ = ext.arange_default("int32", [4])
+    n = np.asarray(a)
+    del a
+    gc.collect()
+    assert ext.export_stats()[1] == freed0
+    assert n.tolist() == [0, 1, 2, 3]
+    del n
+    gc.collect()
+    assert ext.export_stats()[1] == freed0 + 1
+
+
+def test_read_only_export_stays_read_only_through_numpy():
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    n = np.asarray(ext.identity(ro))
+    assert not n.flags.writeable
+    with pytest.raises(ValueError):
+        n[0] = 1.0
+
+
+def test_bytes_and_bytearray_are_read_in_place():
+    b = bytes([1, 2, 3, 4])
+    assert ext.import_path(b) == "buffer" and ext.values(b) == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match="read-only"):
+        ext.zero_bytes(b)
+    ba = bytearray([1, 2, 3, 4])
+    assert ext.values(ba) == [1, 2, 3, 4]
+    assert ext.zero_bytes(ba) == 4
+    assert ba == bytearray(4)
+
+
+@pytest.mark.parametrize("kind", ["memoryview", "array", "strided", "read-only"])
+def test_other_buffer_objects_are_read_in_place(kind):
+    ba = bytearray(struct.pack("4d", 1.0, 2.0, 3.0, 4.0))
+    arr = array.array("d", [1.0, 2.0, 3.0, 4.0])
+    x = {
+        "memoryview": lambda: memoryview(ba).cast("d"),
+        "array": lambda: arr,
+        "strided": lambda: memoryview(ba).cast("d")[::-2],
+        "read-only": lambda: memoryview(bytes(ba)).cast("d")[1:],
+    }[kind]()
+    assert ext.import_path(x) == "buffer"
+    assert ext.values(x) == {"strided": [4.0, 2.0], "read-only": [2.0, 3.0, 4.0]}.get(
+        kind, [1.0, 2.0, 3.0, 4.0])
+    if kind == "read-only":
+        with pytest.raises(TypeError, match="read-only"):
+            ext.fill_f64(x, 7.5)
+        return
+    ext.fill_f64(x, 7.5)
+    # Written in place: the exporter's own memory changed.
+    after = list(arr) if kind == "array" else list(struct.unpack("4d", ba))
+    assert after == ([1.0, 7.5, 3.0, 7.5] if kind == "strided" else [7.5] * 4)
+
+
+def test_buffer_input_pins_its_exporter_while_viewed():
+    # A callback resizes the bytearray the view reads: the exporter must
+    # refuse while dlcast holds its buffer, even once the caller's own
+    # memoryview is released (the fallback shares that buffer).
+    ba = bytearray(struct.pack("3d", 1.0, 2.0, 3.0))
+    mv = memoryview(ba).cast("d")
+
+    def grow():
+        try:
+            mv.release()  # refused on the C path: dlcast holds an export of it
+        except BufferError:
+            pass
+        ba.extend(b"\0" * 8 * 100)
+
+    with pytest.raises(BufferError):
+        ext.sum_around_call(mv, grow)
+    assert len(ba) == 24
+
+
+def test_buffer_inputs_without_numpy():
+    # bytes and bytearray never need NumPy; below Python 3.11 in abi3
+    # builds, other buffer objects are read through NumPy, and refused
+    # with a message that says so when it cannot be imported.
+    r = run_py("""
+        import array, struct, sys
+        sys.modules["numpy"] = None
+        import dlcast_testext as ext
+        ba = bytearray(b"ab")
+        ext.zero_bytes(ba)
+        print(ba == bytearray(2))
+        print(ext.values(b"ab") == [97, 98])
+        try:
+            print(ext.values(array.array("d", [1.0, 2.0])))
+        except BufferError as e:
+            print("BufferError:", e)
+        print(ext.BUFFER_PROTOCOL)
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["True", "True"]
+    if lines[3] == "True":
+        assert lines[2] == "[1.0, 2.0]"
+    else:
+        assert lines[2].startswith("BufferError: values(): argument 'x': ")
+        assert "install NumPy" in lines[2] and "abi3-py311" in lines[2]
