@@ -646,9 +646,9 @@ impl CallCx {
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.getattr(pyo3::intern!(py, "ndarray")))
             .is_ok_and(|t| obj.is_instance(&t).unwrap_or(false));
-        // SAFETY: `obj` is a live object; the check reads only its type slots.
-        let buffer = unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0;
-        // SAFETY: as above.
+        // (A memoryview, made and dropped: every abi3 level has it.)
+        let buffer = !ndarray_like && pyo3::types::PyMemoryView::from(obj).is_ok();
+        // SAFETY: `obj` is a live object; the check reads only its type.
         let capsule = unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0;
         if capsule || !(ndarray_like || buffer) {
             return Err(refused);
