@@ -138,8 +138,9 @@ fn dlcast_sum_slices_c(
 }
 
 /// `strided_sum` with `#[order(f)]`: the transposed input as it is; the
-/// transpose of the view (`t()`) is C-ordered, read as a slice in the
-/// body's index order (`s[j * n + i]`).
+/// transpose of the view (`t()`) is C-ordered, read as a slice of `m`
+/// columns of `n` in the body's index order (row `i` of every column, then
+/// row `i + 1`).
 #[dlpack_fn]
 #[pyfunction]
 fn dlcast_sum_slices_f(
@@ -147,16 +148,27 @@ fn dlcast_sum_slices_f(
     #[order(f)]
     x: TensorRef<'_, f64>,
 ) -> PyResult<f64> {
-    let (n, m) = (x.shape()[0], x.shape()[1]);
+    let n = x.shape()[0];
     let xt = x.t();
     let s = xt.as_slice().ok_or_else(not_contiguous)?;
+    Ok(sum_columns(s, n))
+}
+
+/// The sum of the `(n, m)` array whose columns are `s`'s chunks of `n`, in
+/// C index order.
+#[inline(never)]
+fn sum_columns(s: &[f64], n: usize) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let cols: Vec<&[f64]> = s.chunks_exact(n).collect();
     let mut acc = 0.0f64;
     for i in 0..n {
-        for j in 0..m {
-            acc += s[j * n + i];
+        for c in &cols {
+            acc += c[i];
         }
     }
-    Ok(acc)
+    acc
 }
 
 // ---------------------------------------------- dlcast: indexed access
