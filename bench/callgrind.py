@@ -16,11 +16,28 @@ subtract the 20,000-call file's figure from the 60,000-call one's).
 Inputs: `numpy` (float64 `(10,)`), `torch` (the same as a PyTorch tensor).
 The module is bench/target/py's dlcast_bench (bench/build.sh), or the one in
 --module-dir.
+
+    python bench/callgrind.py --table      # bench/callgrind.md (a few minutes)
+
+--table measures a fixed list of functions (dlcast with NumPy and PyTorch
+inputs and `TensorRef`, slice and `ndarray` parameters, one argument and
+four, rust-numpy, dlpark and the floors) in two processes per framework,
+with collection switched on only inside the extension's functions
+(`--toggle-collect` on PyO3's `__pyfunction_*` entry points): the
+instructions of one call from its entry to its return, argument extraction
+included, the Python-side dispatch (the same for every function) not.
+Each figure is the difference between a run of N_LARGE and one of N_SMALL
+calls of every function, over the difference in calls, so warm-up and
+first-call costs cancel. It also writes the per-call instruction profile
+(exclusive cost per function) of `dlcast_sum_len` with a NumPy and with a
+PyTorch argument. Writes bench/callgrind.md, which bench/run.py puts into
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -55,6 +72,206 @@ def inner(module_dir: str, fn: str, inp: str, n: int) -> None:
     loop(f, x, n)
 
 
+# --table: (label, function, input) per framework. Inputs: v10 float64
+# (10,); pts float32 (1000, 3); args: a, b (1000, 3), w, out (1000,) float32.
+TABLE = {
+    "numpy": [
+        ("floor (bare PyO3 call, one argument)", "floor", "v10"),
+        ("dlcast `TensorRef<f64>` (`sum_len`)", "dlcast_sum_len", "v10"),
+        ("dlcast `#[shape(_, 3)] #[order(c)] TensorRef<f32>` (`sum_pts`)", "dlcast_sum_pts", "pts"),
+        ("dlcast `&[f64]` (`slice_len`)", "dlcast_slice_len", "v10"),
+        ("dlcast `ArrayView2<f32>` (`view_first`)", "dlcast_view_first", "pts"),
+        ("rust-numpy `PyReadonlyArrayDyn<f64>` (`sum_len`)", "rnp_sum_len", "v10"),
+        ("rust-numpy `PyReadonlyArray2<f32>` + checks (`sum_pts`)", "rnp_sum_pts", "pts"),
+        ("rust-numpy `PyReadonlyArray1<f64>::as_slice` (`slice_len`)", "rnp_slice_len", "v10"),
+        ("rust-numpy `as_array()` (`view_first`)", "rnp_view_first", "pts"),
+        ("floor4 (bare PyO3 call, four arguments)", "floor4", "args4"),
+        ("dlcast `args1` (one `#[shape(n, 3)]`)", "dlcast_args1", "args1"),
+        ("dlcast `args4` (3 `TensorRef` + 1 `TensorMut`, shared `n`)", "dlcast_args4", "args4"),
+        ("dlcast `args1_native` (one `ArrayView2`)", "dlcast_args1_native", "args1"),
+        ("dlcast `args4_native` (2 `ArrayView2`, `&[f32]`, `&mut [f32]`)",
+         "dlcast_args4_native", "args4"),
+        ("rust-numpy `args1`", "rnp_args1", "args1"),
+        ("rust-numpy `args4`", "rnp_args4", "args4"),
+        ("dlcast `make_f32(1000)` -> NumPy", "dlcast_make_f32_numpy", "n"),
+        ("rust-numpy `make_f32(1000)`", "rnp_make_f32_numpy", "n"),
+    ],
+    "torch": [
+        ("floor (bare PyO3 call, one argument)", "floor", "v10"),
+        ("dlcast `TensorRef<f64>` (`sum_len`)", "dlcast_sum_len", "v10"),
+        ("dlcast `#[shape(_, 3)] #[order(c)] TensorRef<f32>` (`sum_pts`)", "dlcast_sum_pts", "pts"),
+        ("dlcast `&[f64]` (`slice_len`)", "dlcast_slice_len", "v10"),
+        ("dlcast `ArrayView2<f32>` (`view_first`)", "dlcast_view_first", "pts"),
+        ("dlpark `from_dlpack` (`sum_len`)", "dlpark_sum_len", "v10"),
+        ("dlpark + checks (`sum_pts`)", "dlpark_sum_pts", "pts"),
+        ("dlpark `cpu_slice` (`slice_len`)", "dlpark_slice_len", "v10"),
+        ("dlpark `ArrayViewD` (`view_first`)", "dlpark_view_first", "pts"),
+        ("floor4 (bare PyO3 call, four arguments)", "floor4", "args4"),
+        ("dlcast `args1` (one `#[shape(n, 3)]`)", "dlcast_args1", "args1"),
+        ("dlcast `args4` (3 `TensorRef` + 1 `TensorMut`, shared `n`)", "dlcast_args4", "args4"),
+        ("dlcast `args1_native` (one `ArrayView2`)", "dlcast_args1_native", "args1"),
+        ("dlcast `args4_native` (2 `ArrayView2`, `&[f32]`, `&mut [f32]`)",
+         "dlcast_args4_native", "args4"),
+    ],
+}
+T_SMALL, T_LARGE = 1_000, 3_000
+PROFILE_N = 3_000
+
+
+def inputs(fw: str) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    d = {
+        "v10": np.arange(10, dtype=np.float64),
+        "pts": rng.random((1000, 3), dtype=np.float32),
+        "a": rng.random((1000, 3), dtype=np.float32),
+        "b": rng.random((1000, 3), dtype=np.float32),
+        "w": rng.random(1000, dtype=np.float32),
+        "out": np.zeros(1000, np.float32),
+    }
+    if fw == "torch":
+        import torch
+
+        d = {k: torch.from_numpy(v.copy()) for k, v in d.items()}
+    d["args1"] = (d["a"],)
+    d["args4"] = (d["a"], d["b"], d["w"], d["out"])
+    d["v10"], d["pts"], d["n"] = (d["v10"],), (d["pts"],), (1000,)
+    return d
+
+
+def inner_table(module_dir: str, fw: str, n: int, only: str | None) -> None:
+    """The measured process of --table: every function of TABLE[fw] (or
+    only `only`), called n + 10 times each."""
+    sys.path.insert(0, module_dir)
+    import dlcast_bench as m
+
+    d = inputs(fw)
+    for _, fn, inp in TABLE[fw]:
+        if only and fn != only:
+            continue
+        f, a = getattr(m, fn), d[inp]
+        for _ in range(n + 10):
+            f(*a)
+
+
+def annotate(path: Path, inclusive: bool) -> dict:
+    """{function: Ir} from callgrind_annotate."""
+    out = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}",
+                          "--threshold=100", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    costs = {}
+    for line in out.splitlines():
+        mm = re.match(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(?:[^\s:]+:(?!:))?(.+?)(?:\s+\[.*\])?$", line)
+        if mm and not line.lstrip().startswith(("Ir", "--")) and "PROGRAM TOTALS" not in line:
+            name = mm.group(2).strip()
+            costs[name] = costs.get(name, 0) + int(mm.group(1).replace(",", ""))
+    return costs
+
+
+def run_cg(out: Path, tag: str, args: list[str], toggle: str) -> Path:
+    f = out / f"callgrind.{tag}"
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}",
+                    "--collect-atstart=no", f"--toggle-collect={toggle}",
+                    sys.executable, __file__, *args], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return f
+
+
+def table_mode(module_dir: str, out: Path) -> None:
+    import datetime as dt
+
+    lines_by_fw = {}
+    for fw, items in TABLE.items():
+        incl = {}
+        for n in (T_SMALL, T_LARGE):
+            f = run_cg(out, f"{fw}.{n}", ["-", fw, "--module-dir", module_dir, "--table-inner",
+                                         str(n)], "*__pyfunction_*")
+            incl[n] = annotate(f, inclusive=True)
+        rows = []
+        for label, fn, _ in items:
+            key = next((k for k in incl[T_LARGE] if k.endswith(f"__pyfunction_{fn}")), None)
+            if key is None:
+                rows.append((label, None))
+                continue
+            per = (incl[T_LARGE][key] - incl[T_SMALL].get(key, 0)) / (T_LARGE - T_SMALL)
+            rows.append((label, per))
+        lines_by_fw[fw] = rows
+        print(f"{fw}: " + ", ".join(f"{fn}={p:,.0f}" if p else f"{fn}=?"
+                                    for (_, fn, _), (_, p) in zip(items, rows)), flush=True)
+    profiles = {}
+    for fw in ("numpy", "torch"):
+        f = run_cg(out, f"profile.{fw}", ["-", fw, "--module-dir", module_dir, "--table-inner",
+                                          str(PROFILE_N), "--only", "dlcast_sum_len"],
+                   "*__pyfunction_dlcast_sum_len")
+        excl = annotate(f, inclusive=False)
+        incl = annotate(f, inclusive=True)
+        total = sum(excl.values())
+        calls = PROFILE_N + 10
+        top = sorted(excl.items(), key=lambda kv: -kv[1])[:12]
+        # Inclusive costs of the callers above the measured function are
+        # the function's own (or, with recursion, more): leave them out.
+        entry = max(v for k, v in incl.items() if k.endswith("__pyfunction_dlcast_sum_len"))
+        itop = sorted(((k, v) for k, v in incl.items() if v < 0.98 * entry),
+                      key=lambda kv: -kv[1])[:16]
+        profiles[fw] = (total / calls, [(k, v / calls) for k, v in top],
+                        [(k, v / calls) for k, v in itop])
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=HERE.parent).stdout.strip()
+    md = [
+        f"Measured by `python bench/callgrind.py --table` on "
+        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')} at {rev} (bench/rust's LTO "
+        "build). Instructions per call **inside the extension function**: from PyO3's "
+        "`__pyfunction_*` entry to its return, argument extraction, dlcast's checks, the "
+        "body and the result included; Python's dispatch of the call (the same for every "
+        "function of one arity) not. The difference between runs of "
+        f"{T_LARGE:,} and {T_SMALL:,} calls of each, over {T_LARGE - T_SMALL:,}: "
+        "stable to a few instructions whatever the machine's load.",
+        "",
+        "| function | NumPy input | PyTorch input |",
+        "|---|---|---|",
+    ]
+    by_label: dict = {}
+    for fw, rows in lines_by_fw.items():
+        for label, per in rows:
+            by_label.setdefault(label, {})[fw] = per
+    for label, d in by_label.items():
+        md.append(f"| {label} | " + " | ".join(
+            (f"{d[fw]:,.0f}" if d.get(fw) is not None else "—") for fw in ("numpy", "torch"))
+                  + " |")
+    for fw, (total, top, itop) in profiles.items():
+        name = "NumPy" if fw == "numpy" else "PyTorch"
+        md += [
+            "",
+            f"Where the {total:,.0f} instructions of one `dlcast_sum_len` call with a {name} "
+            f"float64 `(10,)` argument go ({PROFILE_N:,} calls, warm-up included): the top "
+            "12 functions by their own (exclusive) cost, and the top 16 by inclusive cost "
+            "(a function with its callees; nested, so they do not add up):",
+            "",
+            "| exclusive | function | | inclusive | function |",
+            "|---|---|---|---|---|",
+            *[f"| {a[1]:,.0f} | `{short(a[0])}` | | {b[1]:,.0f} | `{short(b[0])}` |"
+              if a else f"| | | | {b[1]:,.0f} | `{short(b[0])}` |"
+              for a, b in zip([*top, *[None] * (len(itop) - len(top))], itop)],
+        ]
+    (HERE / "callgrind.md").write_text("\n".join(md) + "\n")
+    # The figures by function, for bench/run.py's targets table.
+    (HERE / "callgrind.json").write_text(json.dumps(
+        {"commit": rev, "per_call": {fw: {fn: per for (_, fn, _), (_, per) in zip(TABLE[fw], rows)}
+                                     for fw, rows in lines_by_fw.items()}}, indent=1) + "\n")
+    print("\n".join(md))
+    print(f"wrote {HERE / 'callgrind.md'}")
+
+
+def short(name: str) -> str:
+    """A demangled Rust/C++ name without hashes and long paths."""
+    name = re.sub(r"::h[0-9a-f]{16}$", "", name)
+    name = name.replace("`", "'")
+    return name if len(name) <= 110 else name[:107] + "..."
+
+
 def total_ir(path: Path) -> int:
     m = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.M)
     if not m:
@@ -64,12 +281,25 @@ def total_ir(path: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("fn")
-    ap.add_argument("input", choices=["numpy", "torch"])
+    ap.add_argument("fn", nargs="?")
+    ap.add_argument("input", nargs="?", choices=["numpy", "torch"])
     ap.add_argument("--module-dir", default=str(HERE / "target" / "py"))
     ap.add_argument("--keep", help="directory for the callgrind files")
+    ap.add_argument("--table", action="store_true", help="write bench/callgrind.md")
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--table-inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--only", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.table_inner is not None:
+        inner_table(a.module_dir, a.input, a.table_inner, a.only)
+        return
+    if a.table:
+        out = Path(a.keep or tempfile.mkdtemp(prefix="dlcast-cg-"))
+        out.mkdir(parents=True, exist_ok=True)
+        table_mode(a.module_dir, out)
+        return
+    if a.fn is None or a.input is None:
+        ap.error("give FN and INPUT, or --table")
     if a.inner is not None:
         inner(a.module_dir, a.fn, a.input, a.inner)
         return

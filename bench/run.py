@@ -1,7 +1,10 @@
 """Array-boundary call overhead, side by side (`make bench`).
 
 Times, in one Python process, functions that take one array and return a
-scalar, and functions that return a new array, written once per library:
+scalar (with dlcast's `TensorRef`, slice and `ndarray` view parameters),
+functions that return a new array, one argument against four, and two
+bodies (a 5x5 convolution, a strided sum) in each access style, written once
+per library:
 
 - floor:      a bare PyO3 function taking `&Bound<PyAny>` (no conversion);
 - dlcast:     `#[dlpack_fn]` with `TensorRef` / `Tensor` (this repository);
@@ -9,12 +12,20 @@ scalar, and functions that return a new array, written once per library:
 - dlpark:     `dlpark::python::from_dlpack` (crate `dlpark` 0.10);
 - nanobind:   `nb::ndarray` (PyPI `nanobind`, compiled with the system g++).
 
-The modules are built by bench/build.sh into bench/target/py. Writes the
-table to stdout and to BENCHMARKS.md (repository root), the chart to
-bench/bench.png and the raw figures to bench/target/results.json.
+The rows of a table take turns (one repeat of every cell of a row before
+the next repeat of any), and the whole table is timed PASSES (3) times: a
+figure is the median of the passes' medians, and every ratio is given with
+its spread, the lowest and highest of its per-pass values.
 
-    python bench/run.py            # the full run (about 2-3 minutes)
-    python bench/run.py --quick    # a fast smoke run (noisier figures)
+The modules are built by bench/build.sh into bench/target/py. Writes the
+tables to stdout and to BENCHMARKS.md (repository root, with bench/
+callgrind.md, the instruction counts of bench/callgrind.py --table, and
+bench/ANALYSIS.md appended), the headline ratios against the issue's
+targets into README.md (between the `bench:headline` comment markers), the
+chart to bench/bench.png and the raw figures to bench/target/results.json.
+
+    python bench/run.py            # the full run (about 3-4 minutes)
+    python bench/run.py --quick    # a fast smoke run (noisier; README untouched)
 """
 
 from __future__ import annotations
@@ -88,6 +99,7 @@ class Timing:
         self.per_repeat_s = per_repeat_s
         self.repeat = repeat
         self.max_number = max_number
+        self._cache: dict = {}  # (row, key) -> (timer, number), kept across passes
 
     def _timer(self, stmt: str, names: dict):
         # Names become locals of timeit's inner function (LOAD_FAST), so the
@@ -95,17 +107,30 @@ class Timing:
         setup = "; ".join(f"{k} = _{k}" for k in names) or "pass"
         timer = timeit.Timer(stmt, setup=setup, globals={f"_{k}": v for k, v in names.items()})
         # Calibrate (also the warm-up): the number of calls that takes
-        # about per_repeat_s, capped at max_number.
-        number = 1000
-        t = timer.timeit(number)
-        number = int(min(self.max_number, max(1000, number * self.per_repeat_s / max(t, 1e-9))))
+        # about per_repeat_s, capped at max_number; slow calls (the body
+        # tables, milliseconds) start from one call.
+        number = 1
+        while True:
+            t = timer.timeit(number)
+            if t >= 0.002 or number >= self.max_number:
+                break
+            number *= 10
+        number = int(min(self.max_number, max(1, number * self.per_repeat_s / max(t, 1e-9))))
         return timer, number
 
-    def row(self, cases: dict) -> dict:
+    def row(self, cases: dict, row: str = "") -> dict:
         """Times every `key: (stmt, names)` of one row, round-robin: repeat r
         of every case runs before repeat r + 1 of any, so a disturbance from
-        outside hits the whole row rather than one library."""
-        timers = {k: self._timer(stmt, names) for k, (stmt, names) in cases.items()}
+        outside hits the whole row rather than one library. The calibration
+        of `(row, key)` is kept for later passes (pass `row=""` not to)."""
+        timers = {}
+        for k, (stmt, names) in cases.items():
+            ck = (row, k) if row else None
+            if ck is None or ck not in self._cache:
+                t = self._timer(stmt, names)
+                if ck is not None:
+                    self._cache[ck] = t
+            timers[k] = self._cache[ck] if ck is not None else t
         runs: dict = {k: [] for k in cases}
         for _ in range(self.repeat):
             for k, (timer, number) in timers.items():
@@ -172,6 +197,29 @@ def scalar_rows():
         ("inputs", "sum_pts: JAX float32 (1000, 3)", jnp.asarray(pts), pts_fns),
         ("inputs", "sum_pts: array-api-strict float32 (1000, 3)", xp.asarray(pts), pts_fns),
     ]
+    slice_fns = {
+        "floor": rs.floor,
+        "dlcast": rs.dlcast_slice_len,
+        "rust-numpy": rs.rnp_slice_len,
+        "dlpark": rs.dlpark_slice_len,
+        "nanobind": nb.slice_len,
+    }
+    view_fns = {
+        "floor": rs.floor,
+        "dlcast": rs.dlcast_view_first,
+        "rust-numpy": rs.rnp_view_first,
+        "dlpark": rs.dlpark_view_first,
+        "nanobind": nb.view_first,
+    }
+    rows += [
+        ("native", "slice `&[f64]`: NumPy float64 (10,)", v10, slice_fns),
+        ("native", "slice `&[f64]`: PyTorch float64 (10,)", torch.from_numpy(v10.copy()), slice_fns),
+        ("native", "`ArrayView2<f32>`: NumPy float32 (1000, 3)", pts, view_fns),
+        ("native", "`ArrayView2<f32>`: NumPy float32 (1000, 3), transposed (F-order)",
+         np.ascontiguousarray(pts.T).T, view_fns),
+        ("native", "`ArrayView2<f32>`: PyTorch float32 (1000, 3)", torch.from_numpy(pts.copy()),
+         view_fns),
+    ]
     for n in (10, 10**3, 10**6):
         rows.append(("sizes", f"sum_len: NumPy float64 ({n:,},)", np.zeros(n), len_fns))
     for n in (10, 10**3, 10**6):
@@ -201,6 +249,84 @@ def return_rows():
             "nanobind": ("f(n)", {"f": nb.make_f32_torch}),
         }),
     ]
+
+
+# The several-arguments table: one (n, 3) argument against four.
+ARGS_COLS = ["floor", "dlcast", "dlcast (native types)", "rust-numpy", "nanobind"]
+
+
+def args_rows():
+    """(input, {col: (f1, f4)}, (a, b, w, out)) for NumPy and PyTorch, n = 1000."""
+    rng = np.random.default_rng(1)
+    a = rng.random((1000, 3), dtype=np.float32)
+    b = rng.random((1000, 3), dtype=np.float32)
+    w = rng.random(1000, dtype=np.float32)
+    out = np.zeros(1000, np.float32)
+    fns = {
+        "floor": (rs.floor, rs.floor4),
+        "dlcast": (rs.dlcast_args1, rs.dlcast_args4),
+        "dlcast (native types)": (rs.dlcast_args1_native, rs.dlcast_args4_native),
+        "rust-numpy": (rs.rnp_args1, rs.rnp_args4),
+        "nanobind": (nb.args1, nb.args4),
+    }
+    t = [torch.from_numpy(v.copy()) for v in (a, b, w, out)]
+    return [("NumPy", fns, (a, b, w, out)), ("PyTorch", fns, tuple(t))]
+
+
+# The body tables: columns are access styles; `peer` marks the others'.
+CONV_COLS = {
+    "dlcast slices": (rs.dlcast_conv5_slices, False),
+    "dlcast indexed": (rs.dlcast_conv5_indexed, False),
+    "dlcast ndarray": (rs.dlcast_conv5_ndarray, False),
+    "rust-numpy ArrayView2": (rs.rnp_conv5, True),
+    "nanobind .view()": (nb.conv5, True),
+}
+SUM_COLS = {
+    "dlcast slices, #[order(c)]": (rs.dlcast_sum_slices_c, False),
+    "dlcast slices, #[order(f)]": (rs.dlcast_sum_slices_f, False),
+    "dlcast indexed": (rs.dlcast_sum_indexed, False),
+    "dlcast ndarray": (rs.dlcast_sum_ndarray, False),
+    "rust-numpy ArrayView2": (rs.rnp_strided_sum, True),
+    "nanobind .view()": (nb.strided_sum, True),
+}
+
+
+def body_inputs():
+    """The conv image and kernel, one output per column, the transposed array."""
+    rng = np.random.default_rng(2)
+    img = rng.random((512, 512), dtype=np.float32)
+    k = rng.random((5, 5), dtype=np.float32)
+    outs = {col: np.zeros((508, 508), np.float32) for col in CONV_COLS}
+    xt = rng.random((3, 1000)).T  # float64 (1000, 3), strides (1, 1000) elements
+    return img, k, outs, xt
+
+
+def check_bodies(img, k, outs, xt) -> list[str]:
+    """Calls every body once; the lines for BENCHMARKS.md saying whether the
+    results agree (exactly, and with a float64 NumPy reference). Raises if
+    they do not: a table of different computations would mean nothing."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    for col, (f, _) in CONV_COLS.items():
+        f(img, k, outs[col])
+    ref = np.einsum("ijkl,kl->ij", sliding_window_view(img.astype(np.float64), (5, 5)),
+                    k.astype(np.float64))
+    first = next(iter(outs.values()))
+    same = all(np.array_equal(o, first) for o in outs.values())
+    err = max(float(np.max(np.abs(o - ref) / np.abs(ref))) for o in outs.values())
+    sums = {col: f(xt) for col, (f, _) in SUM_COLS.items()}
+    s_same = len(set(sums.values())) == 1
+    s_ref = float(np.sum(xt, dtype=np.float64))
+    s_err = max(abs(v - s_ref) / abs(s_ref) for v in sums.values())
+    lines = [
+        f"- conv5: the {len(outs)} outputs are {'bit-identical' if same else 'NOT identical'}; "
+        f"largest relative difference to a float64 NumPy reference {err:.1e}.",
+        f"- strided_sum: the {len(sums)} results are {'bit-identical' if s_same else 'NOT identical'} "
+        f"({next(iter(sums.values())):.6f}); relative difference to `np.sum` {s_err:.1e}.",
+    ]
+    if not (same and s_same) or err > 1e-5 or s_err > 1e-12:
+        raise SystemExit("bench/run.py: the body functions disagree:\n" + "\n".join(lines))
+    return lines
 
 
 NOT_OFFERED = {
@@ -330,16 +456,35 @@ def fmt_ns(cell) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v < 10 else f"{v:.0f}"
 
 
-def ratio(a, b) -> str:
+def rstats(a, b):
+    """dlcast's figure over another's, pass by pass: (median, min, max) of
+    the per-pass ratios, or None."""
     if not isinstance(a, dict) or not isinstance(b, dict):
+        return None
+    rs_ = [x / y for x, y in zip(a.get("passes", [a["median"]]), b.get("passes", [b["median"]]))]
+    return statistics.median(rs_), min(rs_), max(rs_)
+
+
+def fmt_r(st, digits: int = 2) -> str:
+    """`0.85 (0.80–0.90)`: the median ratio and its spread over the passes."""
+    if st is None:
         return "—"
-    return f"{a['median'] / b['median']:.2f}"
+    m, lo, hi = st
+    if f"{lo:.{digits}f}" == f"{hi:.{digits}f}":
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def ratio(a, b) -> str:
+    return fmt_r(rstats(a, b))
 
 
 def table(rows: list, first: str) -> list[str]:
     extra = [c for c in EXTRA if any(c in cells for _, cells in rows)]
     head = [first, *LIBS, "dlcast / floor", *[f"dlcast / {p}" for p in PEERS],
             *[EXTRA[c] for c in extra]]
+    if not rows:
+        return []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, cells in rows:
         d = cells.get("dlcast")
@@ -356,7 +501,7 @@ def short_label(label: str) -> str:
     m = re.match(r"sum_len: NumPy float64 ndim (\d+)", label)
     if m:
         return f"ndim {m.group(1)}"
-    label = re.sub(r"^(sum_len|sum_pts|make_f32\(1000\)): ", r"\1\n", label)
+    label = re.sub(r"^([^:]+): ", r"\1\n", label).replace("`", "")
     label = label.replace("make_f32(1000) -> ", "make_f32(1000)\n-> ")
     label = label.replace("array-api-strict", "array-api-\nstrict")
     return label.replace(", transposed (F-order)", "\ntransposed").replace(" float", "\nfloat")
@@ -401,14 +546,15 @@ def chart(results: dict, path: Path) -> None:
 
     colors = {"floor": "#888888", "dlcast": "#d62728", "rust-numpy": "#1f77b4",
               "dlpark": "#2ca02c", "nanobind": "#9467bd"}
-    panels = [("inputs", "Take one array, return a scalar / return a new array"),
+    panels = [("inputs", "Take one array, return a scalar (TensorRef, slice, ArrayView2) / "
+               "return a new array"),
               ("sizes", "sum_len by array size"), ("ndim", "sum_len on NumPy by ndim")]
     fig, axes = plt.subplots(len(panels), 1, figsize=(15, 15),
                              gridspec_kw={"height_ratios": [1.6, 1, 1]})
     for ax, (section, title) in zip(axes, panels):
         rows = results[section]
         if section == "inputs":
-            rows = rows + results["returns"]
+            rows = rows + results["native"] + results["returns"]
         width = 0.8 / len(LIBS)
         for i, lib in enumerate(LIBS):
             xs, ys = [], []
@@ -438,9 +584,88 @@ def chart(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------ the passes
+
+PASSES = 3
+SCALAR_SECTIONS = ["inputs", "native", "sizes", "ndim"]
+
+
+def combine(passes: list) -> list:
+    """One section's rows over the passes: each cell's figure is the median
+    of the passes' medians; `passes` keeps them, for the ratios' spread."""
+    out = []
+    for i, (label, cells) in enumerate(passes[0]):
+        comb = {}
+        for lib, c in cells.items():
+            if isinstance(c, dict):
+                ms = [p[i][1][lib]["median"] for p in passes if isinstance(p[i][1].get(lib), dict)]
+                comb[lib] = {"median": statistics.median(ms), "min": min(ms), "max": max(ms),
+                             "passes": ms, "calls": c["calls"], "repeats": c["repeats"]}
+            else:
+                comb[lib] = c
+        out.append((label, comb))
+    return out
+
+
+def per_pass(cells: dict, fn) -> tuple | None:
+    """(median, min, max) over the passes of `fn(figures)`, where figures
+    maps each timed cell to its per-pass figure."""
+    timed = {k: c["passes"] for k, c in cells.items() if isinstance(c, dict)}
+    if not timed:
+        return None
+    n = min(len(v) for v in timed.values())
+    vals = []
+    for i in range(n):
+        v = fn({k: p[i] for k, p in timed.items()})
+        if v is not None:
+            vals.append(v)
+    return (statistics.median(vals), min(vals), max(vals)) if vals else None
+
+
+def args_stats(rows: list, inp: str, col: str):
+    """(one argument above the floor, per argument of four above the floor,
+    their ratio), each (median, min, max) over the passes; ns."""
+    one = dict(rows)[f"{inp}: 1 argument"]
+    four = dict(rows)[f"{inp}: 4 arguments"]
+    if not all(isinstance(c.get(k), dict) for c in (one, four) for k in (col, "floor")):
+        return None
+    cells = {("1", k): one[k] for k in (col, "floor")} | {("4", k): four[k] for k in (col, "floor")}
+    c1 = per_pass(cells, lambda f: f[("1", col)] - f[("1", "floor")])
+    c4 = per_pass(cells, lambda f: (f[("4", col)] - f[("4", "floor")]) / 4)
+    r = per_pass(cells, lambda f: ((f[("4", col)] - f[("4", "floor")]) / 4)
+                 / max(f[("1", col)] - f[("1", "floor")], 1e-9))
+    return c1, c4, r
+
+
+def body_stats(cells: dict, cols: dict):
+    """Per column: (its figure / the fastest peer's, / the fastest dlcast
+    slice style's), and the two targets' ratios, each over the passes."""
+    peers = [c for c, (_, peer) in cols.items() if peer]
+    mine = [c for c, (_, peer) in cols.items() if not peer]
+    slices = [c for c in mine if "slices" in c]
+    out = {}
+    for col in cols:
+        out[col] = (per_pass(cells, lambda f, col=col: f[col] / min(f[p] for p in peers)),
+                    per_pass(cells, lambda f, col=col: f[col] / min(f[p] for p in slices)))
+    best = per_pass(cells, lambda f: min(f[c] for c in mine) / min(f[p] for p in peers))
+    indexed = per_pass(cells, lambda f: f["dlcast indexed"] / min(f[p] for p in slices))
+    return out, best, indexed
+
+
+def verdict(st, thr: float) -> str:
+    if st is None:
+        return "not measured"
+    m, lo, hi = st
+    if m <= thr:
+        return "**met**" if hi <= thr else "**met** (missed in some passes)"
+    return "missed" if lo > thr else "missed (met in some passes)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a fast smoke run, noisier figures")
+    ap.add_argument("--quick", action="store_true",
+                    help="a fast smoke run, noisier figures; README.md is left alone")
+    ap.add_argument("--passes", type=int, default=PASSES, help="times the whole table is timed")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--png", default=str(HERE / "bench.png"))
     args = ap.parse_args()
@@ -452,15 +677,14 @@ def main() -> None:
         pinned = cpus[-1]
         os.sched_setaffinity(0, {pinned})
 
-    timing = Timing(0.02, 3, 20_000) if args.quick else Timing(0.08, 7, 200_000)
-    results: dict = {"inputs": [], "sizes": [], "ndim": [], "returns": []}
+    timing = Timing(0.01, 3, 100_000) if args.quick else Timing(0.04, 7, 2_000_000)
     notes: dict = {}  # (row, lib) -> why not timed
 
     load_start = loadavg()
     loop = timing.ns_per_call("pass")
     started = _dt.datetime.now()
 
-    def time_row(row: str, cases: dict) -> dict:
+    def time_row(row: str, cases: dict, order: list) -> dict:
         """Calls each case once; times those that did not raise, together."""
         cells, ok = {}, {}
         for lib, (stmt, names) in cases.items():
@@ -470,32 +694,58 @@ def main() -> None:
                 cells[lib] = err
             else:
                 ok[lib] = (stmt, names)
-        cells.update(timing.row(ok))
-        return {lib: cells[lib] for lib in [*LIBS, *EXTRA] if lib in cells}
+        cells.update(timing.row(ok, row))
+        return {lib: cells[lib] for lib in order if lib in cells}
 
-    for section, label, x, fns in scalar_rows():
-        cases = {lib: ("f(x)", {"f": f, "x": x}) for lib, f in fns.items()}
-        if section == "inputs" and "dlcast" in fns:
-            # The producer's Python-level export on its own (the capsule is
-            # dropped unconsumed, so its deleter runs: a full round trip).
-            cases["__dlpack__"] = ("f(x, max_version=v)",
-                                   {"f": type(x).__dlpack__, "x": x, "v": (1, 3)})
-        cells = time_row(label, cases)
-        results[section].append((label, cells))
-        print(f"  {label:<58}" + "".join(f"{lib}={fmt_ns(cells.get(lib)):>7} " for lib in LIBS),
-              flush=True)
+    def show(label: str, cells: dict) -> None:
+        print(f"  {label[:58]:<58}" + "".join(f"{lib.split()[0]}={fmt_ns(c):>7} "
+                                               for lib, c in cells.items()), flush=True)
 
-    for label, fns in return_rows():
-        cells = time_row(label, {lib: (stmt, {**names, "n": 1000})
-                                 for lib, (stmt, names) in fns.items()})
-        for lib in LIBS:
-            if (label, lib) in NOT_OFFERED:
-                notes[(label, lib)] = NOT_OFFERED[(label, lib)]
-        results["returns"].append((label, cells))
-        print(f"  {label:<58}" + "".join(f"{lib}={fmt_ns(cells.get(lib)):>7} " for lib in LIBS),
-              flush=True)
+    img, k, outs, xt = body_inputs()
+    body_check = check_bodies(img, k, outs, xt)
+    conv_out = np.zeros_like(next(iter(outs.values())))
+    srows, rrows, arows = scalar_rows(), return_rows(), args_rows()
+    passes = []
+    for n_pass in range(args.passes):
+        print(f"pass {n_pass + 1} of {args.passes}", flush=True)
+        res: dict = {s: [] for s in [*SCALAR_SECTIONS, "returns", "args", "conv", "sum"]}
+        for section, label, x, fns in srows:
+            cases = {lib: ("f(x)", {"f": f, "x": x}) for lib, f in fns.items()}
+            if section == "inputs" and "dlcast" in fns:
+                # The producer's Python-level export on its own (the capsule
+                # is dropped unconsumed, so its deleter runs: a round trip).
+                cases["__dlpack__"] = ("f(x, max_version=v)",
+                                       {"f": type(x).__dlpack__, "x": x, "v": (1, 3)})
+            res[section].append((label, time_row(label, cases, [*LIBS, *EXTRA])))
+            show(label, res[section][-1][1])
+        for label, fns in rrows:
+            cells = time_row(label, {lib: (stmt, {**names, "n": 1000})
+                                     for lib, (stmt, names) in fns.items()}, LIBS)
+            for lib in LIBS:
+                if (label, lib) in NOT_OFFERED:
+                    notes[(label, lib)] = NOT_OFFERED[(label, lib)]
+            res["returns"].append((label, cells))
+            show(label, cells)
+        for inp, fns, (a, b, w, o) in arows:
+            one = {col: ("f(a)", {"f": f1, "a": a}) for col, (f1, _) in fns.items()}
+            four = {col: ("f(a, b, w, o)", {"f": f4, "a": a, "b": b, "w": w, "o": o})
+                    for col, (_, f4) in fns.items()}
+            for label, cases in ((f"{inp}: 1 argument", one), (f"{inp}: 4 arguments", four)):
+                res["args"].append((label, time_row(label, cases, ARGS_COLS)))
+                show(label, res["args"][-1][1])
+        # One output array for every column while timing (the checked
+        # results are in `outs`): the same addresses for every style.
+        conv = {col: ("f(img, k, o)", {"f": f, "img": img, "k": k, "o": conv_out})
+                for col, (f, _) in CONV_COLS.items()}
+        res["conv"].append(("conv5", time_row("conv5", conv, list(CONV_COLS))))
+        show("conv5", res["conv"][-1][1])
+        ssum = {col: ("f(x)", {"f": f, "x": xt}) for col, (f, _) in SUM_COLS.items()}
+        res["sum"].append(("strided_sum", time_row("strided_sum", ssum, list(SUM_COLS))))
+        show("strided_sum", res["sum"][-1][1])
+        passes.append(res)
+    results = {sec: combine([p[sec] for p in passes]) for sec in passes[0]}
 
-    # The same Rust functions from the two builds, timed together.
+    # The same Rust functions from the two builds, timed together (one pass).
     profile = []
     if rs_default is not None:
         for label, lto, dflt in profile_rows():
@@ -535,7 +785,8 @@ def main() -> None:
         "build": bi,
         "loop_ns": loop["median"],
         "pinned_cpu": pinned,
-        "timing": vars(timing),
+        "timing": {k: v for k, v in vars(timing).items() if not k.startswith("_")},
+        "passes": args.passes,
         "elapsed_s": elapsed,
         "loadavg": [load_start, load_end],
     }
@@ -543,7 +794,8 @@ def main() -> None:
     # ------------------------------------------------------------ output
     json_path = TARGET / "results.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"meta": meta, "results": results, "profile": profile,
+    json_path.write_text(json.dumps({"meta": meta, "results": results, "passes": passes,
+                                     "profile": profile,
                                      "notes": {f"{r} | {l}": v for (r, l), v in notes.items()},
                                      "behaviour": behaviour}, indent=1, default=str))
     chart(results, Path(args.png))
@@ -556,34 +808,157 @@ def main() -> None:
         return None
 
     def r(row, peer):
-        return ratio(cell(row, "dlcast"), cell(row, peer))
+        return rstats(cell(row, "dlcast"), cell(row, peer))
+
+    # ---------------------------------------------------------- targets
+    np_rows = [("`TensorRef<f64>` `(10,)`", "sum_len: NumPy float64 (10,)", "sum_len"),
+               ("`#[shape(_, 3)] #[order(c)]` `(1000, 3)`", "sum_pts: NumPy float32 (1000, 3)",
+                "sum_pts"),
+               ("`&[f64]` `(10,)`", "slice `&[f64]`: NumPy float64 (10,)", "slice_len"),
+               ("`ArrayView2<f32>` `(1000, 3)`", "`ArrayView2<f32>`: NumPy float32 (1000, 3)",
+                "view_first")]
+    pt_rows = [("`TensorRef<f64>` `(10,)`", "sum_len: PyTorch float64 (10,)", "sum_len"),
+               ("`#[shape(_, 3)] #[order(c)]` `(1000, 3)`", "sum_pts: PyTorch float32 (1000, 3)",
+                "sum_pts"),
+               ("`&[f64]` `(10,)`", "slice `&[f64]`: PyTorch float64 (10,)", "slice_len"),
+               ("`ArrayView2<f32>` `(1000, 3)`", "`ArrayView2<f32>`: PyTorch float32 (1000, 3)",
+                "view_first")]
+    cg_json = HERE / "callgrind.json"
+    cg = json.loads(cg_json.read_text())["per_call"] if cg_json.exists() else {}
+
+    def cgr(fw: str, a: str, b: str) -> str:
+        """dlcast's instructions per call over the reference's (callgrind)."""
+        x, y = cg.get(fw, {}).get(a), cg.get(fw, {}).get(b)
+        return f"{x / y:.2f} ({x:,.0f} / {y:,.0f})" if x and y else "—"
+
+    def cg_args(fw: str, suffix: str) -> str:
+        d = cg.get(fw, {})
+        keys = (f"dlcast_args1{suffix}", f"dlcast_args4{suffix}", "floor", "floor4")
+        if not all(d.get(k) for k in keys):
+            return "—"
+        one, four = d[keys[0]] - d["floor"], (d[keys[1]] - d["floor4"]) / 4
+        return f"{four / one:.2f} ({four:,.0f} / {one:,.0f})"
+    conv_cells, sum_cells = dict(results["conv"])["conv5"], dict(results["sum"])["strided_sum"]
+    conv_by, conv_best, conv_idx = body_stats(conv_cells, CONV_COLS)
+    sum_by, sum_best, sum_idx = body_stats(sum_cells, SUM_COLS)
+    a_stats = {(inp, col): args_stats(results["args"], inp, col)
+               for inp in ("NumPy", "PyTorch") for col in ARGS_COLS[1:]}
+    targets = [
+        ("NumPy input ≤ 0.7x rust-numpy", 0.7,
+         [(w, r(row, "rust-numpy"), cgr("numpy", f"dlcast_{fn}", f"rnp_{fn}"))
+          for w, row, fn in np_rows]),
+        ("NumPy input ≤ 0.45x nanobind", 0.45,
+         [(w, r(row, "nanobind"), "") for w, row, _ in np_rows]),
+        ("NumPy input ≤ 2.5x the bare PyO3 call", 2.5,
+         [(w, r(row, "floor"), "") for w, row, _ in np_rows]),
+        ("PyTorch input ≤ 1.0x dlpark", 1.0,
+         [(w, r(row, "dlpark"), cgr("torch", f"dlcast_{fn}", f"dlpark_{fn}"))
+          for w, row, fn in pt_rows]),
+        ("PyTorch input ≤ 0.1x nanobind", 0.1,
+         [(w, r(row, "nanobind"), "") for w, row, _ in pt_rows]),
+        ("returning NumPy ≤ 0.9x rust-numpy", 0.9,
+         [("`make_f32(1000)`", r("make_f32(1000) -> NumPy", "rust-numpy"),
+           cgr("numpy", "dlcast_make_f32_numpy", "rnp_make_f32_numpy"))]),
+        ("returning PyTorch ≤ 0.9x dlpark", 0.9,
+         [("`make_f32(1000)`", r("make_f32(1000) -> PyTorch", "dlpark"), "")]),
+        ("4 array parameters (named extents, a writable output): per argument ≤ a "
+         "one-argument function (cost above the floor)", 1.0,
+         [(f"{inp}, {'`TensorRef`/`TensorMut`' if col == 'dlcast' else 'views and slices'}",
+           a_stats[(inp, col)][2] if a_stats[(inp, col)] else None,
+           cg_args("numpy" if inp == "NumPy" else "torch", "" if col == "dlcast" else "_native"))
+          for inp in ("NumPy", "PyTorch") for col in ("dlcast", "dlcast (native types)")]),
+        ("body: dlcast's fastest style ≤ 1.1x the fastest peer", 1.1,
+         [("5x5 convolution", conv_best, ""), ("strided sum", sum_best, "")]),
+        ("body: rank-typed indexing ≤ 1.5x slices", 1.5,
+         [("5x5 convolution", conv_idx, ""), ("strided sum", sum_idx, "")]),
+    ]
+    target_lines = ["| target | case | dlcast / reference, time | | instructions (callgrind) |",
+                    "|---|---|---|---|---|"]
+    summary = ["| target | measured: median (min–max of the passes) | |", "|---|---|---|"]
+    for text, thr, items in targets:
+        for j, (what, st, ir) in enumerate(items):
+            target_lines.append(f"| {text if j == 0 else ''} | {what} | {fmt_r(st)} | "
+                                f"{verdict(st, thr)} | {ir} |")
+        all_met = all(st is not None and st[0] <= thr for _, st, _ in items)
+        summary.append(f"| {text} | " + "; ".join(f"{w}: {fmt_r(st)}" for w, st, _ in items)
+                       + f" | {'**met**' if all_met else 'missed'} |")
+
+    def args_table() -> list[str]:
+        head = ["", *ARGS_COLS]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for inp in ("NumPy", "PyTorch"):
+            for n_args in ("1 argument", "4 arguments"):
+                cells = dict(results["args"])[f"{inp}: {n_args}"]
+                lines.append(f"| {inp}: {n_args}, ns | "
+                             + " | ".join(fmt_ns(cells.get(c)) for c in ARGS_COLS) + " |")
+            st = {c: args_stats(results["args"], inp, c) for c in ARGS_COLS[1:]}
+            for name, i, fmt in (("1 argument, above the floor, ns", 0, 0),
+                                 ("4 arguments, above the floor, per argument, ns", 1, 0),
+                                 ("per argument of 4 / 1 argument", 2, 2)):
+                vals = []
+                for c in ARGS_COLS[1:]:
+                    s_ = st[c][i] if st[c] else None
+                    vals.append(fmt_r(s_) if fmt else (f"{s_[0]:,.0f}" if s_ else "—"))
+                lines.append(f"| {inp}: {name} | — | " + " | ".join(vals) + " |")
+        return lines
+
+    def body_table(cells: dict, by: dict, unit: str, scale: float) -> list[str]:
+        lines = [f"| style | {unit} per call | / fastest peer | / fastest dlcast slices |",
+                 "|---|---|---|---|"]
+        for col, c in cells.items():
+            fig = f"{c['median'] / scale:,.3g}" if isinstance(c, dict) else "n/a"
+            lines.append(f"| {col} | {fig} | {fmt_r(by[col][0])} | {fmt_r(by[col][1])} |")
+        return lines
 
     np10, t10 = "sum_len: NumPy float64 (10,)", "sum_len: PyTorch float64 (10,)"
-    npts, tpts = "sum_pts: NumPy float32 (1000, 3)", "sum_pts: PyTorch float32 (1000, 3)"
     headline = [
         f"- NumPy float64 `(10,)`: dlcast {fmt_ns(cell(np10, 'dlcast'))} ns, "
-        f"{r(np10, 'floor')}x the bare PyO3 call, {r(np10, 'rust-numpy')}x rust-numpy, "
-        f"{r(np10, 'nanobind')}x nanobind, {r(np10, 'dlpark')}x dlpark.",
+        f"{ratio(cell(np10, 'dlcast'), cell(np10, 'floor'))}x the bare PyO3 call, "
+        f"{ratio(cell(np10, 'dlcast'), cell(np10, 'rust-numpy'))}x rust-numpy, "
+        f"{ratio(cell(np10, 'dlcast'), cell(np10, 'nanobind'))}x nanobind.",
         f"- PyTorch float64 `(10,)`: dlcast {fmt_ns(cell(t10, 'dlcast'))} ns, "
-        f"{r(t10, 'floor')}x the floor, {r(t10, 'nanobind')}x nanobind, {r(t10, 'dlpark')}x dlpark "
-        "(rust-numpy takes NumPy arrays only).",
-        f"- `#[shape(_, 3)] #[order(c)]` float32 `(1000, 3)`: NumPy {r(npts, 'rust-numpy')}x "
-        f"rust-numpy and {r(npts, 'nanobind')}x nanobind; PyTorch {r(tpts, 'nanobind')}x nanobind, "
-        f"{r(tpts, 'dlpark')}x dlpark.",
+        f"{ratio(cell(t10, 'dlcast'), cell(t10, 'dlpark'))}x dlpark, "
+        f"{ratio(cell(t10, 'dlcast'), cell(t10, 'nanobind'))}x nanobind.",
     ]
     m = meta["machine"]
     cpu = f"{m.get('Model name', '?')}, {m.get('CPU(s)', '?')} CPUs"
     if m.get("Hypervisor vendor"):
         cpu += f" ({m['Hypervisor vendor']} guest)"
+    noisy = (
+        f"**A noisy machine**: {m.get('CPU(s)', '?')} CPUs shared with other engineers' "
+        f"builds and tests (1-minute load average {load_start:.2f} at the start of the run, "
+        f"{load_end:.2f} at the end). Nanoseconds move between rows and runs; the ratios "
+        "within a row, timed in turns, move less, and their spread over the "
+        f"{args.passes} passes is given with each. The instruction counts (callgrind, "
+        "below) do not depend on the load: rely on them for the stable figures."
+    )
+    cg_path = HERE / "callgrind.md"
+    callgrind = cg_path.read_text().strip().splitlines() if cg_path.exists() else [
+        "(not measured: run `python bench/callgrind.py --table`)"]
     md_lines = [
         "# Benchmarks: array-boundary call overhead",
         "",
         "Generated by `make bench` (bench/build.sh, bench/run.py) on "
-        f"{meta['date']}; dlcast at commit {meta['git']}. Figures are **ns per call**, "
-        "the median of the per-repeat means (lower is better); the ratios divide "
-        "dlcast's figure by the other column's (below 1: dlcast is faster).",
+        f"{meta['date']}; dlcast at commit {meta['git']}. Figures are **ns per call** "
+        "(body tables: ms or µs), the median over "
+        f"{args.passes} passes of the whole table of each pass's median of the per-repeat means "
+        "(lower is better); the ratios divide dlcast's figure by the other column's "
+        "(below 1: dlcast is faster), pass by pass, and give the median with the lowest and "
+        f"highest of the {args.passes} passes in brackets.",
         "",
-        "## Headline",
+        noisy,
+        "",
+        "## The issue's targets",
+        "",
+        "A target is met when the median ratio is at or under it; a verdict notes where "
+        "some passes fell on the other side. The last column is the same ratio in "
+        "instructions per call inside the extension function (bench/callgrind.md, "
+        f"measured at {json.loads(cg_json.read_text())['commit'] if cg else '—'}; for the "
+        "several-arguments target, the instructions per argument of `args4` above `floor4` "
+        "over those of `args1` above `floor`): stable where the times are not, but without "
+        "Python's dispatch of the call, which the times include.",
+        "",
+        *target_lines,
         "",
         *headline,
         "",
@@ -597,6 +972,18 @@ def main() -> None:
         "",
         *table(results["inputs"], "input"),
         "",
+        "## Slice and `ndarray` view parameters",
+        "",
+        "`slice_len(x)`: dlcast `x: &[f64]` (1-D, contiguous); rust-numpy "
+        "`PyReadonlyArray1<f64>` and `as_slice()`; dlpark `from_dlpack`, checks and "
+        "`cpu_slice`; nanobind `nb::ndarray<const double, nb::ndim<1>, nb::c_contig>`. "
+        "Returns the length. `view_first(x)`: dlcast `x: ArrayView2<'_, f32>` (any "
+        "strides); rust-numpy `PyReadonlyArray2<f32>::as_array()`; dlpark "
+        "`ArrayViewD::try_from_dlpack` and `into_dimensionality`; nanobind "
+        "`nb::ndarray<const float, nb::ndim<2>>` and `.view()`. Returns the first element.",
+        "",
+        *table(results["native"], "input"),
+        "",
         *spread_note(results),
         "## Return a new array",
         "",
@@ -609,6 +996,56 @@ def main() -> None:
         "",
         *table(results["returns"], "result"),
         "",
+        "## Several arguments",
+        "",
+        "`args1(a)` against `args4(a, b, w, out)`: `a`, `b` float32 `(n, 3)`, `w` float32 "
+        "`(n,)`, `out` a writable float32 `(n,)`, `n` = 1000 shared (dlcast "
+        "`#[shape(n, 3)]` / `#[shape(n)]`; the others compare the extents by hand); each "
+        "body reads the first element of every input and writes the first of `out`. "
+        "dlcast: `TensorRef`/`TensorMut`; dlcast (native types): `ArrayView2`, "
+        "`&[f32]`, `&mut [f32]`; rust-numpy `PyReadonlyArray2/1` and `PyReadwriteArray1`; "
+        "nanobind `nb::ndarray<const float, nb::shape<-1, 3>>` ... and a writable "
+        "`nb::ndarray<float, nb::ndim<1>>`. The floor is a bare PyO3 function with one "
+        "argument and one with four (`floor4`). The target compares the cost above the "
+        "floor: per argument of the four-argument call, `(args4 - floor4) / 4`, against "
+        "the one-argument call's `args1 - floor`.",
+        "",
+        *args_table(),
+        "",
+        "## The body: access styles",
+        "",
+        "`conv5(img, k, out)`: a valid 5x5 correlation of a float32 `(512, 512)` image "
+        "into a writable float32 `(508, 508)` output, `out[i, j] = Σ img[i + di, j + dj] "
+        "* k[di, dj]` accumulated from 0 with `di` outer and `dj` inner (one multiply and "
+        "one add each, no fused multiply-add). `strided_sum(x)`: the sum of a float64 "
+        "`(1000, 3)` array, the transpose of a C-ordered `(3, 1000)` one (strides 1 and "
+        "1000 elements), in C index order. The same arithmetic in every style "
+        "(bench/rust/src/body.rs, bench/nanobind/nb_bench.cpp, the module at -O3):",
+        "",
+        "- dlcast slices: `#[order(c)]` parameters and `as_slice()` / `as_slice_mut()` "
+        "(`strided_sum`: `#[order(c)]`, where the boundary copies the transposed input to C "
+        "order, and `#[order(f)]`, where the body reads the transpose `x.t().as_slice()`);",
+        "- dlcast indexed: `get` / `set` per element — **today's dynamic-rank "
+        "`get(&[i, j]) -> Option<T>`, a stand-in** for the rank-typed `TensorRef<'_, T, 2>` "
+        "and `get([i, j])` that another branch is adding (bench/rust/src/body.rs, module "
+        "`rank_typed`, says how to switch);",
+        "- dlcast ndarray: `ArrayView2` / `ArrayViewMut2` parameters, `x[[i, j]]`;",
+        "- rust-numpy: `PyReadonlyArray2::as_array()` / `PyReadwriteArray2::as_array_mut()`, "
+        "the same `ndarray` body; nanobind: `nb::ndarray<..., nb::ndim<2>>` and `.view()`, "
+        "`v(i, j)` (`conv5`'s parameters with `nb::c_contig`).",
+        "",
+        "Results, checked in the run before timing:",
+        "",
+        *body_check,
+        "",
+        *body_table(conv_cells, conv_by, "ms", 1e6),
+        "",
+        *body_table(sum_cells, sum_by, "µs", 1e3),
+        "",
+        "## Instructions per call (callgrind)",
+        "",
+        *callgrind,
+        "",
         "## How the cost grows",
         "",
         "`sum_len` on zero-filled float64 arrays of 10, 10^3 and 10^6 elements, and on "
@@ -620,9 +1057,9 @@ def main() -> None:
         "",
         "## Build profile",
         "",
-        "The same Rust functions from two builds of bench/rust, timed back to back: "
-        "the main tables' profile (fat LTO, one codegen unit) and cargo's default release "
-        "profile (no LTO, 16 codegen units). ns per call, LTO / default:",
+        "The same Rust functions from two builds of bench/rust, timed back to back in one "
+        "pass: the main tables' profile (fat LTO, one codegen unit) and cargo's default "
+        "release profile (no LTO, 16 codegen units). ns per call, LTO / default:",
         "",
         *profile_table(profile),
         "",
@@ -646,10 +1083,13 @@ def main() -> None:
         "## Method",
         "",
         f"- One Python process, pinned to CPU {pinned}." if pinned is not None else "- One Python process.",
-        f"- `timeit`: each cell is calibrated to about {timing.per_repeat_s:g} s per repeat "
-        f"(at most {timing.max_number:,} calls), run {timing.repeat} times; the figure is "
-        "the median of the per-repeat ns/call (min and max are in bench/target/results.json). "
-        "The libraries of one row take turns, one repeat each, so that a disturbance from "
+        f"- The whole table is timed {args.passes} times (passes); a figure is the median of "
+        "the passes' figures, a ratio the median of the per-pass ratios, with the lowest "
+        "and highest in brackets.",
+        f"- `timeit`: each cell is calibrated once to about {timing.per_repeat_s:g} s per "
+        f"repeat (at most {timing.max_number:,} calls, at least one), run {timing.repeat} "
+        "times per pass; a pass's figure is the median of the per-repeat ns/call. "
+        "The cells of one row take turns, one repeat each, so that a disturbance from "
         "outside the process hits the whole row and the ratios stay put. "
         "Function and argument are locals of timeit's loop; the loop itself "
         f"(`pass`) costs {loop['median']:.1f} ns per iteration and is not subtracted. "
@@ -657,9 +1097,10 @@ def main() -> None:
         "- Every function was called once before timing; a call that raised is reported "
         "as n/a, not timed.",
         "- JAX runs on CPU with `jax_enable_x64` (float64 arrays); PyTorch is the CPU build.",
-        "- The Rust functions (bench/rust/src/lib.rs) and the C++ ones "
+        "- The Rust functions (bench/rust/src) and the C++ ones "
         "(bench/nanobind/nb_bench.cpp) do the same work per library: the conversion at the "
-        "boundary, the checks the signature states, and a minimal touch of the data.",
+        "boundary, the checks the signature states, and a minimal touch of the data (the "
+        "body tables: the same loops).",
         f"- Whole run: {elapsed:.0f} s; 1-minute load average {load_start:.2f} at the start, "
         f"{load_end:.2f} at the end"
         + (" (other processes were busy on this machine: every figure is inflated, re-run "
@@ -687,26 +1128,57 @@ def main() -> None:
         "![chart](bench/bench.png)",
         "",
     ]
-    # The hand-written analysis of the targets (bench/ANALYSIS.md) follows
-    # the generated tables.
+    # The hand-written analysis (bench/ANALYSIS.md) follows the generated tables.
     analysis = ROOT / "bench" / "ANALYSIS.md"
     if analysis.exists():
         md_lines += [analysis.read_text()]
     Path(args.out).write_text("\n".join(md_lines))
 
+    readme_block = [
+        f"Measured by `make bench` on {meta['date']} at {meta['git']} "
+        f"({args.passes} passes; ratio = dlcast / reference, median and the lowest–highest "
+        f"pass; a noisy {m.get('CPU(s)', '?')}-CPU machine, load {load_start:.1f}–"
+        f"{load_end:.1f}: see BENCHMARKS.md for the tables and the instruction counts):",
+        "",
+        *summary,
+    ]
+    if not args.quick:
+        write_readme(readme_block)
+
     print()
-    print("\n".join(headline))
+    print("\n".join(target_lines))
     print()
-    for sec in ("inputs", "returns", "sizes", "ndim"):
+    for sec in ("inputs", "native", "returns"):
         print("\n".join(table(results[sec], sec)))
         print()
-    print("\n".join(profile_table(profile)))
+    print("\n".join(args_table()))
+    print()
+    print("\n".join(body_table(conv_cells, conv_by, "ms", 1e6)))
+    print()
+    print("\n".join(body_table(sum_cells, sum_by, "µs", 1e3)))
     print()
     if busy:
         print(f"warning: load average {load_start:.2f} / {load_end:.2f}: the machine was busy, "
               "figures are inflated", file=sys.stderr)
     print(f"wrote {Path(args.out).relative_to(ROOT) if Path(args.out).is_relative_to(ROOT) else args.out}, "
-          f"{args.png}, {json_path} ({elapsed:.0f} s)")
+          f"{args.png}, {json_path}{'' if args.quick else ', README.md'} ({elapsed:.0f} s)")
+
+
+README_START = "<!-- bench:headline:start (written by bench/run.py; edits here are replaced) -->"
+README_END = "<!-- bench:headline:end -->"
+
+
+def write_readme(block: list[str]) -> None:
+    """Replaces the text between README.md's bench:headline markers."""
+    path = ROOT / "README.md"
+    text = path.read_text()
+    if README_START not in text or README_END not in text:
+        print(f"warning: README.md has no {README_START!r} ... {README_END!r} block; "
+              "headline not written", file=sys.stderr)
+        return
+    pre, rest = text.split(README_START, 1)
+    _, post = rest.split(README_END, 1)
+    path.write_text(pre + README_START + "\n" + "\n".join(block) + "\n" + README_END + post)
 
 
 if __name__ == "__main__":

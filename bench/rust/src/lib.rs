@@ -1,8 +1,8 @@
 //! The Rust side of the array-boundary benchmark (`make bench`).
 //!
-//! The same three functions are written once per library, with the same
-//! work: the conversion at the boundary, the checks the signature states, and
-//! a minimal touch of the data, so the time is the library's call overhead.
+//! The same functions are written once per library, with the same work: the
+//! conversion at the boundary, the checks the signature states, and a
+//! minimal touch of the data, so the time is the library's call overhead.
 //!
 //! - `*_sum_len(x)`: any float64 CPU array, any shape and strides; returns
 //!   the element count (metadata only).
@@ -10,14 +10,30 @@
 //!   of the first row (three loads), `0.0` when `n == 0`.
 //! - `*_make_f32(n)`: a new zero-filled 1-D float32 array of `n` elements,
 //!   owned by the library's allocation and handed over without a copy.
+//! - `*_slice_len(x)`: a 1-D contiguous float64 array as a slice (dlcast's
+//!   `&[f64]` parameter); returns its length.
+//! - `*_view_first(x)`: a 2-D float32 array, any strides, as an `ndarray`
+//!   view (dlcast's `ArrayView2` parameter); returns the first element.
+//! - `*_args1(a)` / `*_args4(a, b, w, out)`: one `(n, 3)` float32 argument
+//!   against four (`(n, 3)`, `(n, 3)`, `(n,)` and a writable `(n,)`, the
+//!   extent `n` shared), for the per-argument cost.
+//! - The body functions (module `body`): a 5x5 convolution and a strided
+//!   sum, with the same arithmetic in every access style.
 //!
 //! `floor(x)` takes `&Bound<PyAny>` and does nothing with it: the cost of a
-//! PyO3 call with one argument, the floor of every other function here.
+//! PyO3 call with one argument, the floor of every other function here;
+//! `floor4(a, b, w, out)` the same with four.
 
 use dlcast_runtime::prelude::*;
-use numpy::{PyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use ndarray::ArrayView2;
+use numpy::{
+    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyReadwriteArray1,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+
+mod body;
 
 // ---------------------------------------------------------------- floor
 
@@ -25,6 +41,18 @@ use pyo3::prelude::*;
 #[pyfunction]
 fn floor(x: &Bound<'_, PyAny>) -> usize {
     let _ = x;
+    0
+}
+
+/// The floor of the four-argument functions: four objects, no conversion.
+#[pyfunction]
+fn floor4(
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    w: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> usize {
+    let _ = (a, b, w, out);
     0
 }
 
@@ -55,6 +83,71 @@ fn dlcast_sum_pts(
 #[pyfunction]
 fn dlcast_sum_len_mut(x: TensorMut<'_, f64>) -> usize {
     x.len()
+}
+
+/// `sum_len` with a slice parameter: a 1-D contiguous float64 array.
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_slice_len(x: &[f64]) -> usize {
+    x.len()
+}
+
+/// An `ndarray` view parameter: any 2-D float32 array, any strides; the
+/// first element (`0.0` when empty).
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_view_first(x: ArrayView2<'_, f32>) -> f32 {
+    x.first().copied().unwrap_or(0.0)
+}
+
+// Several arguments: one `(n, 3)` argument against four (two `(n, 3)`
+// inputs, `(n,)` weights and a writable `(n,)` output, the extent `n`
+// shared). Each body touches every argument once.
+
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_args1(#[shape(n, 3)] a: TensorRef<'_, f32>) -> f32 {
+    a.get(&[0, 0]).unwrap_or(0.0)
+}
+
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_args4(
+    #[shape(n, 3)] a: TensorRef<'_, f32>,
+    #[shape(n, 3)] b: TensorRef<'_, f32>,
+    #[shape(n)] w: TensorRef<'_, f32>,
+    #[shape(n)] mut out: TensorMut<'_, f32>,
+) -> f32 {
+    let v =
+        a.get(&[0, 0]).unwrap_or(0.0) + b.get(&[0, 0]).unwrap_or(0.0) + w.get(&[0]).unwrap_or(0.0);
+    out.set(&[0], v);
+    v
+}
+
+/// `args1` with Rust's own types (an `ndarray` view).
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_args1_native(#[shape(n, 3)] a: ArrayView2<'_, f32>) -> f32 {
+    a.first().copied().unwrap_or(0.0)
+}
+
+/// `args4` with Rust's own types: `ndarray` views, a slice and a mutable
+/// slice.
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_args4_native(
+    #[shape(n, 3)] a: ArrayView2<'_, f32>,
+    #[shape(n, 3)] b: ArrayView2<'_, f32>,
+    #[shape(n)] w: &[f32],
+    #[shape(n)] out: &mut [f32],
+) -> f32 {
+    let v = a.first().copied().unwrap_or(0.0)
+        + b.first().copied().unwrap_or(0.0)
+        + w.first().copied().unwrap_or(0.0);
+    if let Some(o) = out.first_mut() {
+        *o = v;
+    }
+    v
 }
 
 #[dlpack_fn(returns = numpy)]
@@ -97,6 +190,58 @@ fn rnp_sum_pts(x: PyReadonlyArray2<'_, f32>) -> PyResult<f32> {
 }
 
 #[pyfunction]
+fn rnp_slice_len(x: PyReadonlyArray1<'_, f64>) -> PyResult<usize> {
+    // `as_slice` takes any contiguous array; a 1-D one is C-contiguous.
+    let s = x
+        .as_slice()
+        .map_err(|_| PyTypeError::new_err("expected a contiguous array"))?;
+    Ok(s.len())
+}
+
+#[pyfunction]
+fn rnp_view_first(x: PyReadonlyArray2<'_, f32>) -> f32 {
+    x.as_array().first().copied().unwrap_or(0.0)
+}
+
+/// The extent checks dlcast's `#[shape(n, 3)]` / `#[shape(n)]` make.
+fn rnp_extents(a: &[usize], b: &[usize], w: &[usize], out: &[usize]) -> PyResult<()> {
+    if a[1] != 3 || b[1] != 3 {
+        return Err(PyTypeError::new_err("expected shape (n, 3)"));
+    }
+    if b[0] != a[0] || w[0] != a[0] || out[0] != a[0] {
+        return Err(PyTypeError::new_err(
+            "dimension 'n' differs between arguments",
+        ));
+    }
+    Ok(())
+}
+
+#[pyfunction]
+fn rnp_args1(a: PyReadonlyArray2<'_, f32>) -> PyResult<f32> {
+    if a.shape()[1] != 3 {
+        return Err(PyTypeError::new_err("expected shape (n, 3)"));
+    }
+    Ok(a.as_array().first().copied().unwrap_or(0.0))
+}
+
+#[pyfunction]
+fn rnp_args4(
+    a: PyReadonlyArray2<'_, f32>,
+    b: PyReadonlyArray2<'_, f32>,
+    w: PyReadonlyArray1<'_, f32>,
+    mut out: PyReadwriteArray1<'_, f32>,
+) -> PyResult<f32> {
+    rnp_extents(a.shape(), b.shape(), w.shape(), out.shape())?;
+    let v = a.as_array().first().copied().unwrap_or(0.0)
+        + b.as_array().first().copied().unwrap_or(0.0)
+        + w.as_array().first().copied().unwrap_or(0.0);
+    if let Some(o) = out.as_array_mut().first_mut() {
+        *o = v;
+    }
+    Ok(v)
+}
+
+#[pyfunction]
 fn rnp_make_f32_numpy(py: Python<'_>, n: usize) -> Bound<'_, PyArray1<f32>> {
     PyArray1::zeros(py, n, false)
 }
@@ -105,8 +250,9 @@ fn rnp_make_f32_numpy(py: Python<'_>, n: usize) -> Bound<'_, PyArray1<f32>> {
 
 mod dlpark_fns {
     use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned};
-    use dlpark::python::from_dlpack;
-    use dlpark::{allocation::dynamic, DlpackElement, Managed};
+    use dlpark::python::{from_dlpack, ImportedDlpack};
+    use dlpark::{allocation::dynamic, DlpackElement, Managed, TryFromDlpack};
+    use ndarray::ArrayViewD;
     use pyo3::exceptions::{PyBufferError, PyTypeError};
     use pyo3::prelude::*;
 
@@ -155,6 +301,43 @@ mod dlpark_fns {
         })
     }
 
+    /// A 1-D contiguous float64 array as a slice (dlcast's `&[f64]`).
+    #[pyfunction]
+    pub fn dlpark_slice_len(x: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let imported = from_dlpack(x.as_borrowed(), None, None)?;
+        let t = imported.validate().map_err(err)?;
+        if t.dtype() != <f64 as DlpackElement>::DTYPE {
+            return Err(PyTypeError::new_err("expected float64"));
+        }
+        if t.device().device_type != DLDeviceType::CPU {
+            return Err(PyTypeError::new_err("expected a CPU array"));
+        }
+        if t.ndim() != 1 || !t.is_compact().map_err(err)? {
+            return Err(PyTypeError::new_err("expected a 1-D contiguous array"));
+        }
+        // SAFETY: a validated, compact CPU float64 tensor, alive while
+        // `imported` is.
+        let s = unsafe { t.cpu_slice::<f64>() }.map_err(err)?;
+        Ok(s.len())
+    }
+
+    /// dlpark's own `ndarray` view (`ArrayViewD`, then 2-D).
+    #[pyfunction]
+    pub fn dlpark_view_first(x: &Bound<'_, PyAny>) -> PyResult<f32> {
+        let imported = from_dlpack(x.as_borrowed(), None, None)?;
+        // SAFETY: the imported tensor outlives the view, and nothing writes
+        // the memory while the view lives.
+        let view = match &imported {
+            ImportedDlpack::Legacy(m) => unsafe { ArrayViewD::<f32>::try_from_dlpack(m, ()) },
+            ImportedDlpack::Versioned(m) => unsafe { ArrayViewD::<f32>::try_from_dlpack(m, ()) },
+        }
+        .map_err(err)?;
+        let view = view
+            .into_dimensionality::<ndarray::Ix2>()
+            .map_err(|_| PyTypeError::new_err("expected 2 dimensions"))?;
+        Ok(view.first().copied().unwrap_or(0.0))
+    }
+
     /// dlpark has no Python array type to return: it hands out a DLPack
     /// capsule (here a versioned one), which the caller gives to
     /// `torch.from_dlpack`. NumPy's `from_dlpack` takes no capsules.
@@ -170,6 +353,20 @@ mod dlpark_fns {
 #[pymodule]
 fn dlcast_bench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floor, m)?)?;
+    m.add_function(wrap_pyfunction!(floor4, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_slice_len, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_view_first, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_args1, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_args4, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_args1_native, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_args4_native, m)?)?;
+    m.add_function(wrap_pyfunction!(rnp_slice_len, m)?)?;
+    m.add_function(wrap_pyfunction!(rnp_view_first, m)?)?;
+    m.add_function(wrap_pyfunction!(rnp_args1, m)?)?;
+    m.add_function(wrap_pyfunction!(rnp_args4, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_slice_len, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_view_first, m)?)?;
+    body::add(m)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_len, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_pts, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_len_mut, m)?)?;
