@@ -357,6 +357,7 @@ pub(crate) fn expand_callable(
     let outer_params = &a.outer_params;
     let (fn_token, ident) = (&sig.fn_token, &sig.ident);
     let spec_ident = format_ident!("__DLCAST_SPEC");
+    let n_views = views.len();
     let (py_param, ret_ty) = if plain_return {
         (quote!(), body_value_type(&sig.output))
     } else {
@@ -380,7 +381,7 @@ pub(crate) fn expand_callable(
                 params: &[#(#param_specs),*],
             };
             #like_prelude
-            let mut __dlcast = #rt::CallCx::new(&#spec_ident);
+            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident)?;
             #stream_setup
             #(#peeks)*
             #dispatch

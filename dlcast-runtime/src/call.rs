@@ -88,13 +88,16 @@ impl Peeked {
     }
 }
 
-impl Drop for CallCx {
+impl<const N: usize> Drop for CallCx<N> {
     fn drop(&mut self) {
         // The reads kept here (slices, ndarray views) and every owner not
         // handed to a view are released now, not at the end of an enclosing
         // call's body (see `import::undeferred`).
-        let slots = std::mem::take(&mut self.slots);
-        import::undeferred(|| drop(slots));
+        import::undeferred(|| {
+            for slot in &mut self.slots {
+                *slot = Slot::absent();
+            }
+        });
     }
 }
 
@@ -143,7 +146,7 @@ struct Slot {
 
 impl Slot {
     #[inline(always)]
-    fn absent() -> Slot {
+    const fn absent() -> Slot {
         Slot {
             obj: None,
             source: Source::Empty,
@@ -187,10 +190,11 @@ impl From<PyErr> for Stop {
     }
 }
 
-/// State of one call of a `#[dlpack_fn]` function. Created by the generated
-/// code, one per call, on the stack.
+/// State of one call of a `#[dlpack_fn]` function with `N` array
+/// parameters. Created by the generated code, one per call, on the stack,
+/// in place (a fixed array of `N` slots: no copy of unused ones).
 #[doc(hidden)]
-pub struct CallCx {
+pub struct CallCx<const N: usize> {
     spec: &'static FnSpec,
     names: SmallVec<[Option<Binding>; 4]>,
     /// This call's id in the borrow registry (see [`crate::borrow`]).
@@ -198,7 +202,7 @@ pub struct CallCx {
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
     /// the generated code before the first `prepare`.
     stream: StreamRequest,
-    slots: SmallVec<[Slot; 4]>,
+    slots: [Slot; N],
     /// PyTorch tensors taken by writable parameters: their version counters
     /// are bumped once every argument has passed its checks.
     bump: SmallVec<[Py<PyAny>; 1]>,
@@ -208,22 +212,28 @@ pub struct CallCx {
     finished: bool,
 }
 
-impl CallCx {
-    /// Starts a call of the function described by `spec`.
-    #[inline]
-    pub fn new(spec: &'static FnSpec) -> Self {
-        let mut slots = SmallVec::with_capacity(spec.params.len());
-        slots.extend((0..spec.params.len()).map(|_| Slot::absent()));
-        CallCx {
+impl<const N: usize> CallCx<N> {
+    /// Starts a call of the function described by `spec`, which has `N`
+    /// array parameters.
+    ///
+    /// # Errors
+    /// `BufferError` if `spec` does not describe `N` parameters (only code
+    /// that drives the context by hand can get this wrong).
+    #[inline(always)]
+    pub fn new(spec: &'static FnSpec) -> PyResult<Self> {
+        if spec.params.len() != N {
+            return Err(misuse());
+        }
+        Ok(CallCx {
             spec,
             names: smallvec::smallvec![None; spec.dim_names.len()],
             call: crate::borrow::new_call_id(),
             stream: StreamRequest::Producer,
-            slots,
+            slots: [const { Slot::absent() }; N],
             bump: SmallVec::new(),
             bumped: false,
             finished: false,
-        }
+        })
     }
 
     /// Sets the stream request of this call, from `#[dlpack_fn(stream =
