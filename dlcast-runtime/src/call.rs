@@ -39,9 +39,20 @@ pub trait View<'a>: Sized {
     const DTYPE: Option<DType>;
     /// Whether the view writes.
     const WRITABLE: bool;
-    /// Wraps a raw tensor that passed every check.
+    /// The number of dimensions the view type fixes (`TensorRef<'_, T, 2>`:
+    /// `Some(2)`), or `None` for any.
+    const NDIM: Option<usize>;
+    /// Wraps a raw tensor that passed every check, for parameter `index` of
+    /// `spec` (which the view's errors name). Sound for any raw tensor: one
+    /// whose number of dimensions is not [`View::NDIM`] is refused with a
+    /// `TypeError`-kind error naming the function and the parameter, even
+    /// where the spec did not constrain the rank.
     #[doc(hidden)]
-    fn from_raw(raw: RawTensor) -> Self;
+    fn from_raw(
+        raw: RawTensor,
+        spec: &'static FnSpec,
+        index: usize,
+    ) -> Result<Self, crate::view::ViewError>;
 }
 
 /// The dtype of an argument that decides a dtype-generic function's type
@@ -507,7 +518,7 @@ impl CallCx {
         match slot.raw.take() {
             Some(mut raw) => {
                 raw.set_owner(import::into_owner(&mut slot.source));
-                Ok(V::from_raw(raw))
+                V::from_raw(raw, self.spec, index).map_err(PyErr::from)
             }
             None => Err(not_read()),
         }

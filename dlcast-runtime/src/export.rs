@@ -745,6 +745,13 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// The export is read-only when the input was, and for views of PyTorch
 /// tensors that require grad.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    if raw.is_rust_data() {
+        // Borrowed Rust memory would outlive its borrow inside Python (the
+        // typed views copy before they get here).
+        return Err(PyBufferError::new_err(
+            "a view of Rust data cannot be exported in place; return a Tensor",
+        ));
+    }
     // A view of a PyTorch tensor that requires grad exports read-only:
     // writes through it would bypass autograd, which PyTorch's own
     // `.numpy()` and `__dlpack__` refuse.
@@ -1650,10 +1657,34 @@ mod cuda_tensor {
 
 /// Returning a view exports it: the input stays alive inside the exported
 /// object until the last consumer lets go (case C14); a view of a read-only
-/// input is exported read-only.
+/// input is exported read-only. A view over Rust data (`TensorRef::from_slice`
+/// and friends) is copied into a new C-order array instead: Python objects
+/// may outlive the Rust data it borrows.
 macro_rules! into_py_view {
     ($([$($g:tt)*] $t:ty;)*) => {$(
         impl<'py, $($g)*> pyo3::IntoPyObject<'py> for $t {
+            type Target = Array;
+            type Output = pyo3::Bound<'py, Array>;
+            type Error = pyo3::PyErr;
+            fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+                if self.is_rust_data() {
+                    let copy = Tensor::from_vec(self.to_vec()?, self.shape())?;
+                    return copy.into_pyobject(py);
+                }
+                export_view(py, self.into_raw())?.into_pyobject(py)
+            }
+        }
+    )*};
+}
+into_py_view!(
+    [T: Element, const N: usize] TensorRef<'_, T, N>;
+    [T: Element, const N: usize] TensorMut<'_, T, N>;
+);
+
+/// Untyped views are always a call's arguments, never Rust data.
+macro_rules! into_py_dyn_view {
+    ($($t:ty;)*) => {$(
+        impl<'py> pyo3::IntoPyObject<'py> for $t {
             type Target = Array;
             type Output = pyo3::Bound<'py, Array>;
             type Error = pyo3::PyErr;
@@ -1663,9 +1694,7 @@ macro_rules! into_py_view {
         }
     )*};
 }
-into_py_view!(
-    [T: Element] TensorRef<'_, T>;
-    [T: Element] TensorMut<'_, T>;
-    [] TensorDyn<'_>;
-    [] TensorDynMut<'_>;
+into_py_dyn_view!(
+    TensorDyn<'_>;
+    TensorDynMut<'_>;
 );

@@ -67,13 +67,15 @@ pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
 pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
 pub use stream::StreamRequest;
-pub use view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError};
+pub use view::{
+    Iter, TensorDyn, TensorDynMut, TensorMut, TensorRef, ViewError, ViewErrorKind, DYN,
+};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         dlpack_fn, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut, TensorRef,
-        ViewError,
+        ViewError, ViewErrorKind, DYN,
     };
 }
 
