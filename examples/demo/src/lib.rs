@@ -6,11 +6,14 @@
 //! and `w` must agree between input and output), device and memory order
 //! before the body runs, so the bodies only deal with pixels.
 //!
-//! The bodies take the fast path (plain slices) when the memory is
-//! C-contiguous and fall back to strided element access otherwise, so
-//! flipped or transposed views work too, just more slowly. Where a filter
-//! asks for `#[order(c)]`, dlcast hands it a C-order copy made by the input's
-//! framework, or, under `#[noconvert]`, refuses the view.
+//! `grayscale` and `edge_magnitude` read and write pixels with the
+//! rank-typed accessors (`TensorRef<'_, u8, 3>`: `get([y, x, c])`,
+//! `set([y, x], v)`), which work on any strides, flipped or transposed
+//! views included; an index out of bounds would be an `IndexError` naming
+//! the function and the parameter, never a panic. The blurs run on plain
+//! slices: where a filter asks for `#[order(c)]`, dlcast hands it a C-order
+//! copy made by the input's framework, or, under `#[noconvert]`, refuses
+//! the view.
 //!
 //! All arithmetic is exact integer arithmetic (plus one `f32` square root),
 //! so results are bit-identical whichever framework supplied the arrays.
@@ -18,51 +21,10 @@
 use dlcast_runtime::prelude::*;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::borrow::Cow;
 
 /// Largest `box_blur` radius accepted: enough for any visible effect, and
 /// the window sums stay below `255 * 2049² < 2³²`, so they fit in a `u32`.
 const MAX_RADIUS: usize = 1024;
-
-/// The elements of `t` in C order: borrowed when the memory is C-contiguous,
-/// otherwise copied out element by element through the strides.
-fn pixels<'t, T: Element>(t: &'t TensorRef<'_, T>) -> PyResult<Cow<'t, [T]>> {
-    Ok(match t.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(t.to_vec()?),
-    })
-}
-
-/// Runs `fill` on a C-order buffer of `out`'s elements and makes sure they
-/// end up in `out`: in place when `out` is C-contiguous, otherwise through a
-/// scratch buffer written back element by element with `set`.
-fn write_with<T: Element + Default>(
-    out: &mut TensorMut<'_, T>,
-    fill: impl FnOnce(&mut [T]),
-) -> PyResult<()> {
-    if let Some(s) = out.as_slice_mut() {
-        fill(s);
-        return Ok(());
-    }
-    let shape = out.shape().to_vec();
-    let mut buf = vec![T::default(); out.len()];
-    fill(&mut buf);
-    let mut index = vec![0usize; shape.len()];
-    for &v in &buf {
-        if !out.set(&index, v) {
-            return Err(ViewError::NotHostAccessible(out.device()).into());
-        }
-        // Advance `index` in C order (last axis fastest).
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(())
-}
 
 /// Luma of an RGB pixel with the ITU-R BT.601 weights
 /// (0.299, 0.587, 0.114), in 8-bit fixed point with rounding.
@@ -77,13 +39,27 @@ fn luma(r: u8, g: u8, b: u8) -> u8 {
 #[dlpack_fn]
 #[pyfunction]
 fn grayscale(
-    #[shape(h, w, 3)] img: TensorRef<'_, u8>,
-    #[shape(h, w)] mut out: TensorMut<'_, u8>,
+    #[shape(h, w, 3)] img: TensorRef<'_, u8, 3>,
+    #[shape(h, w)] mut out: TensorMut<'_, u8, 2>,
 ) -> PyResult<()> {
-    let src = pixels(&img)?;
-    write_with(&mut out, |dst| {
-        for (y, rgb) in dst.iter_mut().zip(src.chunks_exact(3)) {
-            *y = luma(rgb[0], rgb[1], rgb[2]);
+    let [h, w] = out.dims();
+    for y in 0..h {
+        for x in 0..w {
+            let rgb = |c| img.get([y, x, c]);
+            out.set([y, x], luma(rgb(0)?, rgb(1)?, rgb(2)?))?;
+        }
+    }
+    Ok(())
+}
+
+/// The C-order pixels of an `#[order(c)]` image: its slice (always there
+/// for host `u8` data), else a copy.
+fn c_order<'t>(img: &'t TensorRef<'_, u8>, copy: &'t mut Vec<u8>) -> PyResult<&'t [u8]> {
+    Ok(match img.as_slice() {
+        Some(s) => s,
+        None => {
+            *copy = img.to_vec()?;
+            copy
         }
     })
 }
@@ -122,10 +98,18 @@ fn box_blur(
     if h == 0 || w == 0 {
         return Ok(());
     }
-    // `order(c)` guarantees a slice for host memory; `pixels` still covers
-    // every case.
-    let src = pixels(&img)?;
-    write_with(&mut out, |dst| blur(&src, h, w, radius, dst))
+    let mut copy = Vec::new();
+    let src = c_order(&img, &mut copy)?;
+    match out.as_slice_mut() {
+        Some(dst) => blur(src, h, w, radius, dst),
+        None => {
+            // A strided output: blur into C order, then write it back.
+            let mut dst = vec![0u8; src.len()];
+            blur(src, h, w, radius, &mut dst);
+            out.copy_from_slice(&dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// The same blur, returning a new image in the caller's framework: a NumPy
@@ -149,11 +133,12 @@ fn blurred(
     let (h, w) = (img.shape()[0], img.shape()[1]);
     let mut out = Tensor::<u8>::zeros(&[h, w, 3])?;
     if h > 0 && w > 0 {
-        let src = pixels(&img)?;
+        let mut copy = Vec::new();
+        let src = c_order(&img, &mut copy)?;
         let dst = out
             .as_slice_mut()
             .expect("zeros() is C-contiguous and aligned");
-        blur(&src, h, w, radius, dst);
+        blur(src, h, w, radius, dst);
     }
     Ok(out)
 }
@@ -210,29 +195,24 @@ fn blur(src: &[u8], h: usize, w: usize, radius: usize, dst: &mut [u8]) {
 #[dlpack_fn]
 #[pyfunction]
 fn edge_magnitude(
-    #[shape(h, w)] gray: TensorRef<'_, u8>,
-    #[shape(h, w)] mut out: TensorMut<'_, f32>,
+    #[shape(h, w)] gray: TensorRef<'_, u8, 2>,
+    #[shape(h, w)] mut out: TensorMut<'_, f32, 2>,
 ) -> PyResult<()> {
-    let (h, w) = (gray.shape()[0], gray.shape()[1]);
-    let src = pixels(&gray)?;
-    write_with(&mut out, |dst| {
-        if h == 0 || w == 0 {
-            return;
+    let [h, w] = gray.dims();
+    for y in 0..h {
+        let (up, down) = (y.saturating_sub(1), (y + 1).min(h - 1));
+        for x in 0..w {
+            let (left, right) = (x.saturating_sub(1), (x + 1).min(w - 1));
+            let px = |y: usize, x: usize| gray.get([y, x]).map(i32::from);
+            let gx = (px(up, right)? + 2 * px(y, right)? + px(down, right)?)
+                - (px(up, left)? + 2 * px(y, left)? + px(down, left)?);
+            let gy = (px(down, left)? + 2 * px(down, x)? + px(down, right)?)
+                - (px(up, left)? + 2 * px(up, x)? + px(up, right)?);
+            // |gx|, |gy| <= 1020, so the sum of squares is exact in f32.
+            out.set([y, x], ((gx * gx + gy * gy) as f32).sqrt())?;
         }
-        let px = |y: usize, x: usize| i32::from(src[y * w + x]);
-        for y in 0..h {
-            let (up, down) = (y.saturating_sub(1), (y + 1).min(h - 1));
-            for x in 0..w {
-                let (left, right) = (x.saturating_sub(1), (x + 1).min(w - 1));
-                let gx = (px(up, right) + 2 * px(y, right) + px(down, right))
-                    - (px(up, left) + 2 * px(y, left) + px(down, left));
-                let gy = (px(down, left) + 2 * px(down, x) + px(down, right))
-                    - (px(up, left) + 2 * px(up, x) + px(up, right));
-                // |gx|, |gy| <= 1020, so the sum of squares is exact in f32.
-                dst[y * w + x] = ((gx * gx + gy * gy) as f32).sqrt();
-            }
-        }
-    })
+    }
+    Ok(())
 }
 
 #[pymodule]
