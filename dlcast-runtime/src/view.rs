@@ -24,7 +24,9 @@ use std::marker::PhantomData;
 /// The rank parameter of a view whose number of dimensions is known only at
 /// run time: `TensorRef<'_, T>` is `TensorRef<'_, T, DYN>`. Any other value
 /// `N` fixes the number of dimensions to `N` (checked when the view is
-/// made); ranks `0..=6` get the array-typed accessors.
+/// made: a `TypeError` naming the parameter for a call's argument); ranks
+/// `0..=6` get the array-typed accessors. Compiler messages spell it
+/// `usize::MAX` (`TensorRef<'_, f32, usize::MAX>` is `TensorRef<'_, f32>`).
 pub const DYN: usize = usize::MAX;
 
 /// What went wrong in a view method; the [`ViewError`] around it says which

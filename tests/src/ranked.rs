@@ -49,6 +49,10 @@ fn rk_dims3(#[device(any)] x: TensorRef<'_, f32, 3>) -> ([usize; 3], [isize; 3])
 fn rk_all2(x: TensorRef<'_, f64, 2>) -> PyResult<Vec<f64>> {
     let [n, m] = x.dims();
     let mut out = Vec::new();
+    if x.is_empty() {
+        // `(2**62, 0)` is empty: no loop over its first extent.
+        return Ok(out);
+    }
     for i in 0..n {
         for j in 0..m {
             out.push(x.get([i, j])?);
@@ -106,6 +110,9 @@ fn rk_set_dyn(mut out: TensorMut<'_, f64>, index: Vec<usize>, value: f64) -> PyR
 #[pyfunction]
 fn rk_set_all2(mut out: TensorMut<'_, f64, 2>, value: f64) -> PyResult<()> {
     let [n, m] = out.dims();
+    if out.is_empty() {
+        return Ok(());
+    }
     for i in 0..n {
         for j in 0..m {
             out.set([i, j], value)?;
@@ -146,6 +153,9 @@ fn rk_box3(
     #[shape(h, w)] mut out: TensorMut<'_, f32, 2>,
 ) -> PyResult<()> {
     let [h, w] = img.dims();
+    if img.is_empty() {
+        return Ok(());
+    }
     for y in 0..h {
         for x in 0..w {
             let mut sum = 0.0;

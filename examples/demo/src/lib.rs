@@ -43,6 +43,10 @@ fn grayscale(
     #[shape(h, w)] mut out: TensorMut<'_, u8, 2>,
 ) -> PyResult<()> {
     let [h, w] = out.dims();
+    if out.is_empty() {
+        // No pixels (and no loop over a huge extent beside a zero one).
+        return Ok(());
+    }
     for y in 0..h {
         for x in 0..w {
             let rgb = |c| img.get([y, x, c]);
@@ -199,6 +203,9 @@ fn edge_magnitude(
     #[shape(h, w)] mut out: TensorMut<'_, f32, 2>,
 ) -> PyResult<()> {
     let [h, w] = gray.dims();
+    if gray.is_empty() {
+        return Ok(());
+    }
     for y in 0..h {
         let (up, down) = (y.saturating_sub(1), (y + 1).min(h - 1));
         for x in 0..w {
