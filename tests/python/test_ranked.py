@@ -183,3 +183,11 @@ def test_views_over_rust_data_are_copied_when_returned():
     assert ext.rk_from_slice_error(6, [6]) == "from_slice(): expected an array of 2 dimensions, got shape (6,)"
     assert ext.rk_from_slice_error(6, [3, 2]) is None
     assert ext.rk_from_slice_error(1, [2**63, 2**2]) is not None
+
+
+def test_rank_typed_views_of_inputs_are_returned_zero_copy():
+    a = np.arange(12.0).reshape(3, 4)
+    out = ext.rk_first_rows_flipped(a, 2)
+    assert isinstance(out, np.ndarray)
+    assert out.tolist() == a[:2, ::-1].tolist()
+    assert np.shares_memory(out, a)

@@ -189,6 +189,14 @@ fn rk_device_iter(#[device(any)] x: TensorRef<'_, f32>) -> (String, String) {
     )
 }
 
+/// The first `n` rows of a 2-d input, flipped, returned zero-copy (a
+/// rank-typed view converts to Python like any view).
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn rk_first_rows_flipped(x: TensorRef<'_, f64, 2>, n: usize) -> PyResult<TensorRef<'_, f64, 2>> {
+    Ok(x.slice_axis(0, 0..n)?.flip_axis(1)?)
+}
+
 /// A 1-d view over a Rust vector, flipped, returned to Python: copied into
 /// a new array, since `data` is freed before Python reads it.
 #[pyfunction]
@@ -234,6 +242,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         rk_copy_from,
         rk_into_rank2,
         rk_box3,
+        rk_first_rows_flipped,
         rk_device_get2,
         rk_device_iter,
         rk_rust_view,
