@@ -39,6 +39,9 @@ pub trait View<'a>: Sized {
     const DTYPE: Option<DType>;
     /// Whether the view writes.
     const WRITABLE: bool;
+    /// The number of dimensions the view type fixes (`TensorRef<'_, T, 2>`,
+    /// `ArrayView2`, `&[T]`), or `None` for any.
+    const NDIM: Option<usize>;
     /// Makes the view of `raw`, a read that passed every check of the
     /// parameter's [`ParamSpec`]. A view that owns its read keeps `raw`; one
     /// that borrows it (a slice, an `ndarray` view) hands it to `keep`,
@@ -57,7 +60,9 @@ pub trait View<'a>: Sized {
 #[doc(hidden)]
 pub struct Keep<'a> {
     slot: &'a std::cell::Cell<Option<RawTensor>>,
-    /// The function and the parameter, for errors.
+    /// The function and the parameter (`spec.params[index]`), for errors.
+    pub(crate) spec: &'static FnSpec,
+    pub(crate) index: usize,
     pub(crate) func: &'static str,
     pub(crate) param: &'static str,
 }
@@ -792,6 +797,8 @@ impl<const N: usize> CallCx<N> {
                 raw,
                 Keep {
                     slot: &slot.raw,
+                    spec: self.spec,
+                    index,
                     func: self.spec.name,
                     param: self.spec.params[index].name,
                 },

@@ -1035,6 +1035,13 @@ impl<T: Element> std::fmt::Debug for Tensor<T> {
 /// Where its producer marked it read-only (JAX and TensorFlow arrays are
 /// immutable), an aligned copy is exported instead, once.
 pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<ExportedArray> {
+    if raw.is_rust_data() {
+        // Borrowed Rust memory would outlive its borrow inside Python (the
+        // typed views copy before they get here).
+        return Err(PyBufferError::new_err(
+            "a view of Rust data cannot be exported in place; return a Tensor",
+        ));
+    }
     let mut copy_converted = false;
     if let Some(producer_read_only) = raw.converted {
         raw.read_only = false;
@@ -2093,10 +2100,34 @@ mod cuda_tensor {
 
 /// Returning a view exports it: the input stays alive inside the exported
 /// object until the last consumer lets go (case C14); a view of a read-only
-/// input is exported read-only.
+/// input is exported read-only. A view over Rust data (`TensorRef::from_slice`
+/// and friends) is copied into a new C-order array instead: Python objects
+/// may outlive the Rust data it borrows.
 macro_rules! into_py_view {
     ($([$($g:tt)*] $t:ty;)*) => {$(
         impl<'py, $($g)*> pyo3::IntoPyObject<'py> for $t {
+            type Target = Array;
+            type Output = pyo3::Bound<'py, Array>;
+            type Error = pyo3::PyErr;
+            fn into_pyobject(self, py: pyo3::Python<'py>) -> pyo3::PyResult<Self::Output> {
+                if self.is_rust_data() {
+                    let copy = Tensor::from_vec(self.to_vec()?, self.shape())?;
+                    return copy.into_pyobject(py);
+                }
+                export_view(py, self.into_raw())?.into_pyobject(py)
+            }
+        }
+    )*};
+}
+into_py_view!(
+    [T: Element, const N: usize] TensorRef<'_, T, N>;
+    [T: Element, const N: usize] TensorMut<'_, T, N>;
+);
+
+/// Untyped views are always a call's arguments, never Rust data.
+macro_rules! into_py_dyn_view {
+    ($($t:ty;)*) => {$(
+        impl<'py> pyo3::IntoPyObject<'py> for $t {
             type Target = Array;
             type Output = pyo3::Bound<'py, Array>;
             type Error = pyo3::PyErr;
@@ -2106,9 +2137,7 @@ macro_rules! into_py_view {
         }
     )*};
 }
-into_py_view!(
-    [T: Element] TensorRef<'_, T>;
-    [T: Element] TensorMut<'_, T>;
-    [] TensorDyn<'_>;
-    [] TensorDynMut<'_>;
+into_py_dyn_view!(
+    TensorDyn<'_>;
+    TensorDynMut<'_>;
 );

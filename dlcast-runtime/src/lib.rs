@@ -157,12 +157,13 @@ pub use view::TensorMut;
 /// }
 /// ```
 pub use view::TensorDyn;
+pub use view::{Iter, ViewErrorKind, DYN};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         dlpack_fn, ArrayBuffer, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut,
-        TensorRef, ViewError,
+        TensorRef, ViewError, ViewErrorKind, DYN,
     };
 }
 

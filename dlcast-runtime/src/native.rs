@@ -73,6 +73,7 @@ fn slice_parts<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<(*mut T
 impl<'a, T: Element> View<'a> for &'a [T] {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
+    const NDIM: Option<usize> = Some(1);
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
         let (ptr, len) = slice_parts::<T>(&raw, &keep)?;
         keep.hold(raw);
@@ -88,6 +89,7 @@ impl<'a, T: Element> View<'a> for &'a [T] {
 impl<'a, T: Element> View<'a> for &'a mut [T] {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
+    const NDIM: Option<usize> = Some(1);
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
         if raw.read_only {
             return Err(keep.error(format_args!("the array is read-only")));
@@ -159,6 +161,7 @@ fn nd_view<T: Element, D: ndarray::Dimension, V>(
 impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, T, D> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
+    const NDIM: Option<usize> = D::NDIM;
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
         check_native::<T>(&raw, &keep)?;
         let view = nd_view::<T, D, _>(
@@ -183,6 +186,7 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, 
 impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'a, T, D> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
+    const NDIM: Option<usize> = D::NDIM;
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
         check_native::<T>(&raw, &keep)?;
         if raw.read_only {

@@ -1,21 +1,39 @@
-//! The views a `#[dlpack_fn]` parameter receives.
+//! The views a `#[dlpack_fn]` parameter receives, and views over Rust data.
 //!
-//! A view owns the imported DLPack tensor (its deleter runs when the view
-//! drops) and borrows the Python argument for `'a`, so it cannot outlive the
-//! call. Views are neither `Send` nor `Sync`: they stay on the thread that
-//! holds the GIL.
+//! A view made for a call owns the imported DLPack tensor (its deleter runs
+//! when the view drops) and borrows the Python argument for `'a`, so it
+//! cannot outlive the call. A view made from Rust data
+//! ([`TensorRef::from_slice`], [`TensorRef::from_ndarray`], ...) borrows
+//! that data for `'a` and owns nothing. Views are neither `Send` nor
+//! `Sync`: they stay on the thread that made them.
+//!
+//! The const parameter `N` of [`TensorRef`] and [`TensorMut`] is the number
+//! of dimensions: [`DYN`] (the default) for a rank read at run time, or
+//! `0..=6` for a rank fixed by the type, which adds accessors that take and
+//! give arrays (`dims() -> [usize; N]`, `get([usize; N])`, `as_array()`).
 
 use crate::call::{Keep, View};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
-use crate::import::RawTensor;
+use crate::import::{Dims, ImportPath, RawTensor};
 use crate::layout;
+use crate::spec::{FnSpec, TupleDisplay};
 use std::fmt;
 use std::marker::PhantomData;
 
-/// Why an element-level access to a view is not possible.
+/// The rank parameter of a view whose number of dimensions is known only at
+/// run time: `TensorRef<'_, T>` is `TensorRef<'_, T, DYN>`. Any other value
+/// `N` fixes the number of dimensions to `N` (checked when the view is
+/// made: a `TypeError` naming the parameter for a call's argument); ranks
+/// `0..=6` get the array-typed accessors. Compiler messages spell it
+/// `usize::MAX` (`TensorRef<'_, f32, usize::MAX>` is `TensorRef<'_, f32>`).
+pub const DYN: usize = usize::MAX;
+
+/// What went wrong in a view method; the [`ViewError`] around it says which
+/// method, function and parameter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ViewError {
+#[non_exhaustive]
+pub enum ViewErrorKind {
     /// The memory is on a device the CPU cannot read (CUDA, ROCm, ...).
     #[error("the array is on {0}, not in memory the CPU can access")]
     NotHostAccessible(Device),
@@ -37,6 +55,40 @@ pub enum ViewError {
     /// memory would alias.
     #[error("several indices of the array reach the same element")]
     SelfOverlap,
+    /// An index with the wrong number of entries, or an entry at or beyond
+    /// the extent of its dimension. Converts to Python's `IndexError`.
+    #[error("{}", IndexDisplay { index, shape })]
+    Index {
+        /// The index asked for.
+        index: Vec<usize>,
+        /// The view's shape.
+        shape: Vec<usize>,
+    },
+    /// A view of a fixed rank `N` asked of an array with another number of
+    /// dimensions. Converts to Python's `TypeError`.
+    #[error(
+        "expected an array of {expected} dimensions, got shape {}",
+        TupleDisplay(shape)
+    )]
+    Rank {
+        /// The rank of the view type.
+        expected: usize,
+        /// The array's shape.
+        shape: Vec<usize>,
+    },
+    /// A slice whose length is not the element count of the shape given.
+    #[error(
+        "shape {} holds {expected} elements, the slice {got}",
+        TupleDisplay(shape)
+    )]
+    Length {
+        /// The shape.
+        shape: Vec<usize>,
+        /// Elements the shape holds (`usize::MAX` when the count overflows).
+        expected: usize,
+        /// The slice's length.
+        got: usize,
+    },
     /// An axis number at or beyond `ndim`, or a permutation that is not one.
     #[error("invalid axes {axes:?} for an array of {ndim} dimensions")]
     Axes {
@@ -93,20 +145,206 @@ pub enum ViewError {
     },
 }
 
+/// `index (3, 0) is out of bounds for shape (3, 3)`, or, for an index of
+/// the wrong length, `index (1,) has 1 entry, the array 2 dimensions
+/// (shape (3, 3))`.
+struct IndexDisplay<'a> {
+    index: &'a [usize],
+    shape: &'a [usize],
+}
+
+impl fmt::Display for IndexDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (index, shape) = (TupleDisplay(self.index), TupleDisplay(self.shape));
+        if self.index.len() == self.shape.len() {
+            write!(f, "index {index} is out of bounds for shape {shape}")
+        } else {
+            let entries = if self.index.len() == 1 {
+                "entry"
+            } else {
+                "entries"
+            };
+            write!(
+                f,
+                "index {index} has {} {entries}, the array {} dimensions (shape {shape})",
+                self.index.len(),
+                self.shape.len()
+            )
+        }
+    }
+}
+
+/// The error of a view method: what went wrong ([`ViewError::kind`]), in
+/// which method, and, for a view a `#[dlpack_fn]` call made, the function
+/// and the parameter. Its text says all of it:
+///
+/// `conv(): argument 'img': get(): index (3, 0) is out of bounds for shape (3, 3)`
+///
+/// Converts into a Python exception (so `?` works in functions returning
+/// `PyResult`): `IndexError` for [`ViewErrorKind::Index`], `TypeError` for
+/// [`ViewErrorKind::Rank`], `MemoryError` for
+/// [`ViewErrorKind::OutOfMemory`], `ValueError` for the others. One pointer
+/// wide, so a `Result<T, ViewError>` stays small in element loops.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ViewError(Box<ErrorInner>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct ErrorInner {
+    kind: ViewErrorKind,
+    method: Option<&'static str>,
+    function: Option<&'static str>,
+    parameter: Option<&'static str>,
+}
+
+impl ViewError {
+    /// What went wrong.
+    pub fn kind(&self) -> &ViewErrorKind {
+        &self.0.kind
+    }
+    /// The view method that failed (`"get"`, `"to_vec"`, ...), if known.
+    pub fn method(&self) -> Option<&'static str> {
+        self.0.method
+    }
+    /// The `#[dlpack_fn]` function whose argument the view is; `None` for
+    /// views over Rust data.
+    pub fn function(&self) -> Option<&'static str> {
+        self.0.function
+    }
+    /// The parameter the view was made for; `None` for views over Rust data.
+    pub fn parameter(&self) -> Option<&'static str> {
+        self.0.parameter
+    }
+    /// The error without its method, function and parameter.
+    pub fn into_kind(self) -> ViewErrorKind {
+        self.0.kind
+    }
+}
+
+impl From<ViewErrorKind> for ViewError {
+    fn from(kind: ViewErrorKind) -> Self {
+        ViewError(Box::new(ErrorInner {
+            kind,
+            method: None,
+            function: None,
+            parameter: None,
+        }))
+    }
+}
+
+impl fmt::Display for ViewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.0;
+        if let Some(func) = e.function {
+            write!(f, "{func}(): ")?;
+        }
+        if let Some(param) = e.parameter {
+            write!(f, "argument '{param}': ")?;
+        }
+        if let Some(m) = e.method {
+            write!(f, "{m}(): ")?;
+        }
+        write!(f, "{}", e.kind)
+    }
+}
+
+impl fmt::Debug for ViewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ViewError")
+            .field("kind", &self.0.kind)
+            .field("method", &self.0.method)
+            .field("function", &self.0.function)
+            .field("parameter", &self.0.parameter)
+            .finish()
+    }
+}
+
+impl std::error::Error for ViewError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0.kind)
+    }
+}
+
 impl From<ViewError> for pyo3::PyErr {
     fn from(e: ViewError) -> Self {
-        match e {
-            ViewError::OutOfMemory { .. } => {
-                pyo3::exceptions::PyMemoryError::new_err(e.to_string())
-            }
-            _ => pyo3::exceptions::PyValueError::new_err(e.to_string()),
+        use pyo3::exceptions::{PyIndexError, PyMemoryError, PyTypeError, PyValueError};
+        let text = e.to_string();
+        match e.kind() {
+            ViewErrorKind::OutOfMemory { .. } => PyMemoryError::new_err(text),
+            ViewErrorKind::Index { .. } => PyIndexError::new_err(text),
+            ViewErrorKind::Rank { .. } => PyTypeError::new_err(text),
+            _ => PyValueError::new_err(text),
+        }
+    }
+}
+
+impl From<ViewErrorKind> for pyo3::PyErr {
+    fn from(e: ViewErrorKind) -> Self {
+        ViewError::from(e).into()
+    }
+}
+
+/// Where a view came from, for its errors: the function and parameter of
+/// the call that made it, or nothing for a view over Rust data. Two words.
+#[derive(Clone, Copy)]
+struct Origin(Option<(&'static FnSpec, u32)>);
+
+impl Origin {
+    const RUST: Origin = Origin(None);
+
+    fn param(spec: &'static FnSpec, index: usize) -> Origin {
+        Origin(u32::try_from(index).ok().map(|i| (spec, i)))
+    }
+
+    /// The error of `method` on this view.
+    #[cold]
+    #[inline(never)]
+    fn error(self, method: &'static str, kind: ViewErrorKind) -> ViewError {
+        let (function, parameter) = match self.0 {
+            Some((spec, i)) => (Some(spec.name), spec.params.get(i as usize).map(|p| p.name)),
+            None => (None, None),
+        };
+        ViewError(Box::new(ErrorInner {
+            kind,
+            method: (!method.is_empty()).then_some(method),
+            function,
+            parameter,
+        }))
+    }
+}
+
+/// The most dimensions of a view with rank-typed accessors.
+const MAX_RANK: usize = 6;
+
+/// What the rank-typed accessors read on every access, kept in the view
+/// itself (not behind the inline-or-heap pointer of the raw tensor's
+/// shape), so that element loops keep it in registers and the compiler can
+/// prove index checks redundant. Refreshed by every layout transform.
+#[derive(Clone, Copy)]
+struct Fast {
+    /// The first `MAX_RANK` extents (0 beyond `ndim`).
+    dims: [usize; MAX_RANK],
+    /// The first `MAX_RANK` strides in elements.
+    strides: [isize; MAX_RANK],
+    /// The number of dimensions.
+    ndim: usize,
+    /// Whether the CPU can read the memory.
+    host: bool,
+}
+
+impl Fast {
+    fn of(raw: &RawTensor) -> Fast {
+        Fast {
+            dims: std::array::from_fn(|k| raw.shape.get(k).copied().unwrap_or(0)),
+            strides: std::array::from_fn(|k| raw.strides.get(k).copied().unwrap_or(0)),
+            ndim: raw.shape.len(),
+            host: raw.device.is_host_accessible(),
         }
     }
 }
 
 impl RawTensor {
-    fn overflow(&self, why: &'static str) -> ViewError {
-        ViewError::Overflow {
+    fn overflow(&self, why: &'static str) -> ViewErrorKind {
+        ViewErrorKind::Overflow {
             shape: self.shape.to_vec(),
             strides: self.strides.to_vec(),
             why,
@@ -115,47 +353,83 @@ impl RawTensor {
 }
 
 /// A vector with room for the `count` elements of a view, or
-/// [`ViewError::OutOfMemory`]: the size comes from a Python input, so an
+/// [`ViewErrorKind::OutOfMemory`]: the size comes from a Python input, so an
 /// impossible one must raise instead of aborting the process.
-fn vec_for<T>(count: usize) -> Result<Vec<T>, ViewError> {
+fn vec_for<T>(count: usize) -> Result<Vec<T>, ViewErrorKind> {
     let mut out = Vec::new();
     out.try_reserve_exact(count)
-        .map_err(|_| ViewError::OutOfMemory {
+        .map_err(|_| ViewErrorKind::OutOfMemory {
             count,
             bytes: count.saturating_mul(std::mem::size_of::<T>()),
         })?;
     Ok(out)
 }
 
-/// A read-only view of an array from any DLPack producer, with elements of
-/// type `T`.
+/// Whether `raw` has the number of dimensions a view of rank `N` needs.
+fn rank_fits<const N: usize>(raw: &RawTensor) -> Result<(), ViewErrorKind> {
+    if N == DYN || raw.shape.len() == N {
+        Ok(())
+    } else {
+        Err(ViewErrorKind::Rank {
+            expected: N,
+            shape: raw.shape.to_vec(),
+        })
+    }
+}
+
+/// A read-only view of an array with elements of type `T` and `N`
+/// dimensions ([`DYN`], the default: any number, read at run time).
 ///
 /// Shape and strides are in elements (DLPack's unit); strides are always
-/// present, whatever the producer sent. Element access (`get`, `to_vec`,
-/// `as_slice`, `as_ndarray`) works on memory the CPU can read; for other
-/// devices use [`TensorRef::data_ptr`] with the device's own API.
-pub struct TensorRef<'a, T: Element> {
+/// present, whatever the producer sent. Element access (`get`, `iter`,
+/// `to_vec`, `as_slice`, `as_ndarray`) works on memory the CPU can read; for
+/// other devices use [`TensorRef::data_ptr`] with the device's own API.
+/// No accessor panics: each failure is a [`ViewError`] naming the method and,
+/// for a call's argument, the function and parameter.
+///
+/// A `#[dlpack_fn]` parameter `x: TensorRef<'_, f32, 2>` takes 2-d arrays
+/// only; its accessors take and give arrays:
+///
+/// ```
+/// use dlcast_runtime::{TensorRef, ViewError};
+///
+/// fn trace(x: &TensorRef<'_, f32, 2>) -> Result<f32, ViewError> {
+///     let [n, m] = x.dims();
+///     (0..n.min(m)).map(|i| x.get([i, i])).sum()
+/// }
+///
+/// let data = [1.0, 2.0, 3.0, 4.0];
+/// let x = TensorRef::<f32, 2>::from_slice(&data, &[2, 2])?;
+/// assert_eq!(trace(&x)?, 5.0);
+/// assert!(x.get([2, 0]).is_err()); // out of bounds: an error, not a panic
+/// # Ok::<(), ViewError>(())
+/// ```
+pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
     raw: RawTensor,
+    origin: Origin,
+    fast: Fast,
     _marker: PhantomData<(&'a (), *const T)>,
 }
 
 /// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
 /// writes. Refuses read-only inputs (DLPack's `READ_ONLY` flag, non-writeable
 /// NumPy arrays, `bytes`) and layouts where two indices reach one element.
-pub struct TensorMut<'a, T: Element> {
-    inner: TensorRef<'a, T>,
+pub struct TensorMut<'a, T: Element, const N: usize = DYN> {
+    inner: TensorRef<'a, T, N>,
 }
 
 /// A read-only view whose element type is read at run time, for functions
 /// that dispatch on [`TensorDyn::dtype`] themselves.
 pub struct TensorDyn<'a> {
     raw: RawTensor,
+    origin: Origin,
     _marker: PhantomData<&'a ()>,
 }
 
 /// A writable view whose element type is read at run time.
 pub struct TensorDynMut<'a> {
     raw: RawTensor,
+    origin: Origin,
     _marker: PhantomData<&'a ()>,
 }
 
@@ -172,15 +446,19 @@ impl RawTensor {
             .unwrap_or(None);
     }
 
-    fn slice_axis(&mut self, axis: usize, range: std::ops::Range<usize>) -> Result<(), ViewError> {
+    fn slice_axis(
+        &mut self,
+        axis: usize,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), ViewErrorKind> {
         let Some(&extent) = self.shape.get(axis) else {
-            return Err(ViewError::Axes {
+            return Err(ViewErrorKind::Axes {
                 axes: vec![axis],
                 ndim: self.shape.len(),
             });
         };
         if range.start > range.end || range.end > extent {
-            return Err(ViewError::Range {
+            return Err(ViewErrorKind::Range {
                 axis,
                 start: range.start,
                 end: range.end,
@@ -206,9 +484,9 @@ impl RawTensor {
         Ok(())
     }
 
-    fn flip_axis(&mut self, axis: usize) -> Result<(), ViewError> {
+    fn flip_axis(&mut self, axis: usize) -> Result<(), ViewErrorKind> {
         let Some(&extent) = self.shape.get(axis) else {
-            return Err(ViewError::Axes {
+            return Err(ViewErrorKind::Axes {
                 axes: vec![axis],
                 ndim: self.shape.len(),
             });
@@ -238,7 +516,7 @@ impl RawTensor {
         Ok(())
     }
 
-    fn permute(&mut self, axes: &[usize]) -> Result<(), ViewError> {
+    fn permute(&mut self, axes: &[usize]) -> Result<(), ViewErrorKind> {
         let ndim = self.shape.len();
         let mut seen: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; ndim];
         let valid = axes.len() == ndim
@@ -246,7 +524,7 @@ impl RawTensor {
                 .iter()
                 .all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
         if !valid {
-            return Err(ViewError::Axes {
+            return Err(ViewErrorKind::Axes {
                 axes: axes.to_vec(),
                 ndim,
             });
@@ -256,8 +534,8 @@ impl RawTensor {
         Ok(())
     }
 
-    fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewError> {
-        let err = |why| ViewError::Reshape {
+    fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewErrorKind> {
+        let err = |why| ViewErrorKind::Reshape {
             from: self.shape.to_vec(),
             to: shape.to_vec(),
             why,
@@ -275,54 +553,6 @@ impl RawTensor {
         self.refresh_extent();
         Ok(())
     }
-}
-
-/// Layout transforms shared by every view (they consume the view and
-/// return it, so a function can return a slice of its input zero-copy).
-macro_rules! transform_methods {
-    ($($raw:ident).+) => {
-        /// Keeps the indices `range` along `axis`.
-        ///
-        /// # Errors
-        /// [`ViewError::Axes`] or [`ViewError::Range`].
-        pub fn slice_axis(mut self, axis: usize, range: std::ops::Range<usize>) -> Result<Self, ViewError> {
-            self.$($raw).+.slice_axis(axis, range)?;
-            Ok(self)
-        }
-        /// Reverses the order of the indices along `axis` (a negative stride).
-        ///
-        /// # Errors
-        /// [`ViewError::Axes`].
-        pub fn flip_axis(mut self, axis: usize) -> Result<Self, ViewError> {
-            self.$($raw).+.flip_axis(axis)?;
-            Ok(self)
-        }
-        /// Reorders the dimensions: dimension `i` of the result is
-        /// dimension `axes[i]` of `self`.
-        ///
-        /// # Errors
-        /// [`ViewError::Axes`] if `axes` is not a permutation of `0..ndim`.
-        pub fn permute(mut self, axes: &[usize]) -> Result<Self, ViewError> {
-            self.$($raw).+.permute(axes)?;
-            Ok(self)
-        }
-        /// The transpose: the dimensions in reverse order.
-        pub fn t(mut self) -> Self {
-            let axes: Vec<usize> = (0..self.$($raw).+.shape.len()).rev().collect();
-            // A reversal is always a valid permutation.
-            let _ = self.$($raw).+.permute(&axes);
-            self
-        }
-        /// The same elements in C order under another shape with the same
-        /// element count; the view must be C-contiguous.
-        ///
-        /// # Errors
-        /// [`ViewError::Reshape`].
-        pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
-            self.$($raw).+.reshape(shape)?;
-            Ok(self)
-        }
-    };
 }
 
 /// Read-only layout queries shared by every view.
@@ -391,14 +621,16 @@ macro_rules! layout_methods {
         /// `&ptr` to a kernel launch, on [`Self::cu_stream`].
         ///
         /// # Errors
-        /// [`ViewError::NotCuda`] for memory on other devices.
+        /// [`ViewErrorKind::NotCuda`] for memory on other devices.
         #[cfg(feature = "cudarc")]
         pub fn cuda_device_ptr(&self) -> Result<cudarc::driver::sys::CUdeviceptr, ViewError> {
             match self.raw.device.device_type {
                 crate::device::kind::CUDA | crate::device::kind::CUDA_MANAGED => {
                     Ok(self.raw.data as usize as u64)
                 }
-                _ => Err(ViewError::NotCuda(self.raw.device)),
+                _ => Err(self
+                    .origin
+                    .error("cuda_device_ptr", ViewErrorKind::NotCuda(self.raw.device))),
             }
         }
         /// [`Self::stream`] as a CUDA driver handle (`1` and `2` are
@@ -416,14 +648,237 @@ macro_rules! layout_methods {
     };
 }
 
-impl<T: Element> TensorRef<'_, T> {
+/// Layout transforms shared by every view; each keeps the number of
+/// dimensions. They consume the view and return it, so a function can return
+/// a slice of its input zero-copy. Needs `parts_mut` and `refresh` methods.
+macro_rules! transform_methods {
+    () => {
+        /// Keeps the indices `range` along `axis`.
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`] or [`ViewErrorKind::Range`].
+        pub fn slice_axis(
+            mut self,
+            axis: usize,
+            range: std::ops::Range<usize>,
+        ) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.slice_axis(axis, range)
+                .map_err(|k| origin.error("slice_axis", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// Reverses the order of the indices along `axis` (a negative stride).
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`].
+        pub fn flip_axis(mut self, axis: usize) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.flip_axis(axis)
+                .map_err(|k| origin.error("flip_axis", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// Reorders the dimensions: dimension `i` of the result is
+        /// dimension `axes[i]` of `self`.
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`] if `axes` is not a permutation of `0..ndim`.
+        pub fn permute(mut self, axes: &[usize]) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.permute(axes).map_err(|k| origin.error("permute", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// The transpose: the dimensions in reverse order.
+        pub fn t(mut self) -> Self {
+            let (raw, _) = self.parts_mut();
+            let axes: Vec<usize> = (0..raw.shape.len()).rev().collect();
+            // A reversal is always a valid permutation.
+            let _ = raw.permute(&axes);
+            self.refresh();
+            self
+        }
+    };
+}
+
+/// Checks that the elements of a view over Rust data are addressable, and
+/// makes its raw tensor: host memory, no owner, no borrow-registry entry
+/// (Rust's borrow checker guards the data). `strides` `None`: C order.
+fn rust_raw<T: Element, const N: usize>(
+    data: *mut T,
+    len: Option<usize>,
+    shape: &[usize],
+    strides: Option<&[isize]>,
+    read_only: bool,
+) -> Result<RawTensor, ViewErrorKind> {
+    if N != DYN && shape.len() != N {
+        return Err(ViewErrorKind::Rank {
+            expected: N,
+            shape: shape.to_vec(),
+        });
+    }
+    let count = layout::element_count(shape);
+    if let Some(len) = len {
+        if count != Some(len) {
+            return Err(ViewErrorKind::Length {
+                shape: shape.to_vec(),
+                expected: count.unwrap_or(usize::MAX),
+                got: len,
+            });
+        }
+    }
+    let overflow = |why| ViewErrorKind::Overflow {
+        shape: shape.to_vec(),
+        strides: strides.map(<[isize]>::to_vec).unwrap_or_default(),
+        why,
+    };
+    let strides: Dims<isize> = match strides {
+        Some(s) if s.len() == shape.len() => Dims::from_slice(s),
+        Some(_) => return Err(overflow("the strides do not match the shape")),
+        None => {
+            let mut s: Dims<isize> = smallvec::smallvec![0; shape.len()];
+            layout::fill_c_strides_or_empty(shape, &mut s)
+                .ok_or_else(|| overflow("the C-order strides overflow"))?;
+            s
+        }
+    };
+    count.ok_or_else(|| overflow("the element count overflows"))?;
+    let extent = layout::byte_extent(shape, &strides, std::mem::size_of::<T>())
+        .ok_or_else(|| overflow("the byte extent overflows"))?;
+    let mut raw = RawTensor::new(
+        data.cast(),
+        Dims::from_slice(shape),
+        strides,
+        T::DTYPE,
+        read_only,
+        extent,
+        ImportPath::Rust,
+    );
+    raw.set_owner(crate::import::Owner::Rust);
+    Ok(raw)
+}
+
+impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
     layout_methods!();
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.raw, self.origin)
+    }
 
     /// The raw tensor, for export.
     pub(crate) fn into_raw(self) -> RawTensor {
         self.raw
     }
-    transform_methods!(raw);
+
+    /// Whether the view borrows Rust data (export copies it).
+    pub(crate) fn is_rust_data(&self) -> bool {
+        self.raw.is_rust_data()
+    }
+
+    /// The same view with rank parameter `M` (the caller checked it).
+    fn with_rank<const M: usize>(self) -> TensorRef<'a, T, M> {
+        TensorRef::new(self.raw, self.origin)
+    }
+
+    /// A view of `raw` (whose rank the caller checked).
+    fn new(raw: RawTensor, origin: Origin) -> Self {
+        TensorRef {
+            fast: Fast::of(&raw),
+            raw,
+            origin,
+            _marker: PhantomData,
+        }
+    }
+
+    /// After a layout transform.
+    fn refresh(&mut self) {
+        self.fast = Fast::of(&self.raw);
+    }
+
+    /// A view of the C-order elements of `data` under `shape` (host memory,
+    /// read-only, owning nothing), for calling a `#[dlpack_fn]` body from
+    /// Rust (unit tests) without Python. Its errors name no function or
+    /// parameter.
+    ///
+    /// ```
+    /// # use dlcast_runtime::TensorRef;
+    /// let x = TensorRef::<i32, 2>::from_slice(&[1, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+    /// assert_eq!((x.dims(), x.get([1, 0]).unwrap()), ([2, 3], 4));
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Rank`] if `shape` does not have `N` entries (for a
+    /// fixed `N`), [`ViewErrorKind::Length`] if it does not hold
+    /// `data.len()` elements.
+    pub fn from_slice(data: &'a [T], shape: &[usize]) -> Result<Self, ViewError> {
+        let raw = rust_raw::<T, N>(
+            data.as_ptr().cast_mut(),
+            Some(data.len()),
+            shape,
+            None,
+            true,
+        )
+        .map_err(|k| Origin::RUST.error("from_slice", k))?;
+        Ok(TensorRef::new(raw, Origin::RUST))
+    }
+
+    /// A read-only view of an `ndarray` view's elements, same shape and
+    /// strides (negative ones included), owning nothing.
+    ///
+    /// ```
+    /// # use dlcast_runtime::TensorRef;
+    /// let a = ndarray::arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
+    /// let x = TensorRef::<f64, 2>::from_ndarray(a.t()).unwrap();
+    /// assert_eq!(x.get([0, 1]).unwrap(), 3.0);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Rank`] if the array does not have `N` dimensions
+    /// (for a fixed `N`).
+    #[cfg(feature = "ndarray")]
+    pub fn from_ndarray<D: ndarray::Dimension>(
+        array: ndarray::ArrayView<'a, T, D>,
+    ) -> Result<Self, ViewError> {
+        let raw = rust_raw::<T, N>(
+            array.as_ptr().cast_mut(),
+            None,
+            array.shape(),
+            Some(array.strides()),
+            true,
+        )
+        .map_err(|k| Origin::RUST.error("from_ndarray", k))?;
+        Ok(TensorRef::new(raw, Origin::RUST))
+    }
+
+    /// The view with its rank fixed to `M` (or made dynamic, `M` = [`DYN`]).
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Rank`] if the view does not have `M` dimensions.
+    pub fn into_rank<const M: usize>(self) -> Result<TensorRef<'a, T, M>, ViewError> {
+        rank_fits::<M>(&self.raw).map_err(|k| self.origin.error("into_rank", k))?;
+        Ok(self.with_rank())
+    }
+
+    /// The view with a dynamic rank.
+    pub fn into_dyn(self) -> TensorRef<'a, T> {
+        self.with_rank()
+    }
+
+    /// The same elements in C order under another shape with the same
+    /// element count; the view must be C-contiguous. The result has a
+    /// dynamic rank (fix it with [`TensorRef::into_rank`]).
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(mut self, shape: &[usize]) -> Result<TensorRef<'a, T>, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .reshape(shape)
+            .map_err(|k| origin.error("reshape", k))?;
+        Ok(self.with_rank())
+    }
 
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
     /// It may be unaligned, and for non-CPU devices it is a device address.
@@ -431,25 +886,27 @@ impl<T: Element> TensorRef<'_, T> {
         self.raw.data.cast()
     }
 
-    fn host(&self) -> Result<(), ViewError> {
+    fn host(&self, method: &'static str) -> Result<(), ViewError> {
         if self.raw.device.is_host_accessible() {
             Ok(())
         } else {
-            Err(ViewError::NotHostAccessible(self.raw.device))
+            Err(self
+                .origin
+                .error(method, ViewErrorKind::NotHostAccessible(self.raw.device)))
         }
     }
 
-    fn aligned(&self) -> Result<(), ViewError> {
+    fn aligned(&self, method: &'static str) -> Result<(), ViewError> {
         let align = std::mem::align_of::<T>();
         if self.raw.data as usize % align == 0 || self.is_empty() {
             Ok(())
         } else {
-            Err(ViewError::Misaligned(align))
+            Err(self.origin.error(method, ViewErrorKind::Misaligned(align)))
         }
     }
 
     /// Checks that every element holds a valid `T` (only `bool` can fail).
-    fn valid_values(&self) -> Result<(), ViewError> {
+    fn valid_values(&self, method: &'static str) -> Result<(), ViewError> {
         if T::ALL_BIT_PATTERNS_VALID {
             return Ok(());
         }
@@ -459,49 +916,180 @@ impl<T: Element> TensorRef<'_, T> {
             // the producer's memory, and the memory is host-accessible.
             ok &= unsafe { T::is_valid_at(self.data_ptr().offset(off)) };
         })
-        .ok_or_else(|| self.raw.overflow("an element offset overflows"))?;
+        .ok_or_else(|| {
+            self.origin
+                .error(method, self.raw.overflow("an element offset overflows"))
+        })?;
         if ok {
             Ok(())
         } else {
-            Err(ViewError::InvalidValue)
+            Err(self.origin.error(method, ViewErrorKind::InvalidValue))
         }
     }
 
-    /// The element at `index` (one entry per dimension), or `None` if the
-    /// index is out of bounds or the memory is not host-accessible. Works on
-    /// unaligned memory.
-    pub fn get(&self, index: &[usize]) -> Option<T> {
-        self.host().ok()?;
-        let off = layout::offset_of(&self.raw.shape, &self.raw.strides, index)?;
-        // SAFETY: `off` addresses an in-bounds element, inside the memory
-        // the import validated; `read_at` handles misalignment.
-        Some(unsafe { T::read_at(self.data_ptr().offset(off)) })
+    /// Offset (elements) of the element at `index`, for a view of `M`
+    /// dimensions in host memory; `None` out of bounds, for memory the CPU
+    /// cannot read (or if the rank is not `M`).
+    #[inline(always)]
+    fn offset_n<const M: usize>(&self, index: &[usize; M]) -> Option<isize> {
+        // `M <= MAX_RANK` for every caller; the rank is `M` (checked when
+        // the view was made), so these are the view's extents and strides.
+        let shape: &[usize; M] = self.fast.dims.get(..M)?.try_into().ok()?;
+        let strides: &[isize; M] = self.fast.strides.get(..M)?.try_into().ok()?;
+        if !self.fast.host {
+            return None;
+        }
+        // One test for all entries (`|`, not `||`).
+        let mut outside = false;
+        for (&i, &n) in index.iter().zip(shape) {
+            outside |= i >= n;
+        }
+        if outside {
+            return None;
+        }
+        let mut off: isize = 0;
+        for (&i, &s) in index.iter().zip(strides) {
+            // In bounds: `i <= n - 1 <= isize::MAX`, `|i * s|` is at most
+            // the byte extent of the dimension, and every partial sum lies
+            // within the layout's byte extent, which the import (or
+            // `rust_raw`) checked fits `isize`: the wrapping operations are
+            // exact.
+            off = off.wrapping_add((i as isize).wrapping_mul(s));
+        }
+        Some(off)
+    }
+
+    /// Offset (elements) of the element at `index` (any length); `None` if
+    /// out of bounds or of the wrong length.
+    #[inline(always)]
+    fn offset_dyn(&self, index: &[usize]) -> Option<isize> {
+        if index.len() != self.fast.ndim {
+            return None;
+        }
+        if index.len() > MAX_RANK {
+            return layout::offset_of(&self.raw.shape, &self.raw.strides, index);
+        }
+        let mut off: isize = 0;
+        for ((&i, &n), &s) in index.iter().zip(&self.fast.dims).zip(&self.fast.strides) {
+            if i >= n {
+                return None;
+            }
+            // Exact, as in `offset_n`.
+            off = off.wrapping_add((i as isize).wrapping_mul(s));
+        }
+        Some(off)
+    }
+
+    /// The element at `index` of a view of rank `M`.
+    #[inline(always)]
+    fn read_n<const M: usize>(
+        &self,
+        method: &'static str,
+        index: &[usize; M],
+    ) -> Result<T, ViewError> {
+        match self.offset_n(index) {
+            Some(off) => {
+                // SAFETY: `off` addresses an in-bounds element, inside the
+                // memory the import validated, which the host can read
+                // (`offset_n` checked both); `read_at` handles misalignment.
+                Ok(unsafe { T::read_at(self.data_ptr().offset(off)) })
+            }
+            None => Err(self.index_error_n(method, *index)),
+        }
+    }
+
+    /// [`Self::index_error`] for an array index, taken by value: element
+    /// loops then keep their indices in registers.
+    #[cold]
+    #[inline(never)]
+    fn index_error_n<const M: usize>(&self, method: &'static str, index: [usize; M]) -> ViewError {
+        self.index_error(method, &index)
+    }
+
+    /// Why the element at `index` cannot be read or written.
+    #[cold]
+    #[inline(never)]
+    fn index_error(&self, method: &'static str, index: &[usize]) -> ViewError {
+        if let Err(e) = self.host(method) {
+            return e;
+        }
+        self.origin.error(
+            method,
+            ViewErrorKind::Index {
+                index: index.to_vec(),
+                shape: self.raw.shape.to_vec(),
+            },
+        )
     }
 
     /// All elements, copied in C order (last index fastest).
     ///
     /// # Errors
-    /// [`ViewError::NotHostAccessible`] for device memory;
-    /// [`ViewError::OutOfMemory`] when the copy cannot be allocated (a
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory;
+    /// [`ViewErrorKind::OutOfMemory`] when the copy cannot be allocated (a
     /// broadcast view may hold far more elements than memory).
     pub fn to_vec(&self) -> Result<Vec<T>, ViewError> {
-        self.host()?;
-        let mut out = vec_for::<T>(self.len())?;
+        self.host("to_vec")?;
+        let mut out = vec_for::<T>(self.len()).map_err(|k| self.origin.error("to_vec", k))?;
         layout::for_each_offset(&self.raw.shape, &self.raw.strides, |off| {
             // SAFETY: every offset of the walk is an in-bounds element.
             // `push` never reallocates: the walk visits `len()` elements,
             // the capacity reserved above.
             out.push(unsafe { T::read_at(self.data_ptr().offset(off)) });
         })
-        .ok_or_else(|| self.raw.overflow("an element offset overflows"))?;
+        .ok_or_else(|| {
+            self.origin
+                .error("to_vec", self.raw.overflow("an element offset overflows"))
+        })?;
         Ok(out)
+    }
+
+    /// The elements one by one, by value, in C order (last index fastest),
+    /// whatever the strides (negative ones included); nothing for an empty
+    /// array, one element for a 0-d one. Reads unaligned memory too.
+    ///
+    /// ```
+    /// # use dlcast_runtime::TensorRef;
+    /// let x = TensorRef::<u8, 2>::from_slice(&[1, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+    /// let t: Vec<u8> = x.t().iter().unwrap().collect();
+    /// assert_eq!(t, [1, 4, 2, 5, 3, 6]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory.
+    pub fn iter(&self) -> Result<Iter<'_, T>, ViewError> {
+        self.host("iter")?;
+        Ok(Iter::new(&self.raw, false))
+    }
+
+    /// The elements one by one, by value, in the order they lie in memory:
+    /// every index once, the fastest traversal (contiguous runs are read
+    /// straight through). For the layouts strided libraries make (C, F,
+    /// permuted, sliced, flipped) that is increasing address order; for
+    /// overlapping layouts (a broadcast) an address is visited once per
+    /// index reaching it. Use it for reductions where the order does not
+    /// matter.
+    ///
+    /// ```
+    /// # use dlcast_runtime::TensorRef;
+    /// let x = TensorRef::<u8, 2>::from_slice(&[1, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+    /// let t: Vec<u8> = x.t().iter_memory_order().unwrap().collect();
+    /// assert_eq!(t, [1, 2, 3, 4, 5, 6]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory.
+    pub fn iter_memory_order(&self) -> Result<Iter<'_, T>, ViewError> {
+        self.host("iter_memory_order")?;
+        Ok(Iter::new(&self.raw, true))
     }
 
     /// The elements as a slice in C order, when the memory is host-
     /// accessible, C-contiguous, aligned for `T` and (for `bool`) holds only
-    /// valid values; `None` otherwise.
+    /// valid values; `None` otherwise ([`TensorRef::iter`] and
+    /// [`TensorRef::to_vec`] work on every layout).
     pub fn as_slice(&self) -> Option<&[T]> {
-        self.slice_parts().ok().map(|(ptr, len)| {
+        self.slice_parts("as_slice").ok().map(|(ptr, len)| {
             // SAFETY: `slice_parts` checked host access, C contiguity,
             // alignment and value validity; the memory stays alive and
             // unmodified by Rust code for the borrow of `self` (the only
@@ -510,13 +1098,13 @@ impl<T: Element> TensorRef<'_, T> {
         })
     }
 
-    fn slice_parts(&self) -> Result<(*const T, usize), ViewError> {
-        self.host()?;
+    fn slice_parts(&self, method: &'static str) -> Result<(*const T, usize), ViewError> {
+        self.host(method)?;
         if !self.is_c_contiguous() {
-            return Err(ViewError::NotContiguous);
+            return Err(self.origin.error(method, ViewErrorKind::NotContiguous));
         }
-        self.aligned()?;
-        self.valid_values()?;
+        self.aligned(method)?;
+        self.valid_values(method)?;
         let len = self.len();
         let ptr = if len == 0 {
             std::ptr::NonNull::<T>::dangling().as_ptr().cast_const()
@@ -526,25 +1114,34 @@ impl<T: Element> TensorRef<'_, T> {
         Ok((ptr, len))
     }
 
-    /// An `ndarray` view with the same shape and strides (negative strides
-    /// included).
+    /// An `ndarray` view of dynamic rank with the same shape and strides
+    /// (negative strides included); [`TensorRef::as_array`] gives a view of
+    /// static rank for views of rank `0..=6`.
     ///
     /// # Errors
     /// [`ViewError`] when the memory is not host-accessible, not aligned for
     /// `T`, or (for `bool`) holds invalid values.
     #[cfg(feature = "ndarray")]
     pub fn as_ndarray(&self) -> Result<ndarray::ArrayViewD<'_, T>, ViewError> {
-        self.host()?;
-        self.aligned()?;
-        self.valid_values()?;
+        self.ndarray_in("as_ndarray")
+    }
+
+    #[cfg(feature = "ndarray")]
+    fn ndarray_in(&self, method: &'static str) -> Result<ndarray::ArrayViewD<'_, T>, ViewError> {
+        self.host(method)?;
+        self.aligned(method)?;
+        self.valid_values(method)?;
         use ndarray::ShapeBuilder;
-        let (ptr, shape, strides, flips) = match ndarray_parts(&self.raw, std::mem::size_of::<T>())?
-        {
+        let parts = ndarray_parts(&self.raw, std::mem::size_of::<T>())
+            .map_err(|k| self.origin.error(method, k))?;
+        let (ptr, shape, strides, flips) = match parts {
             NdParts::Empty(shape) => {
                 // No memory to view: ndarray's safe constructor over an
                 // empty slice checks the shape itself.
-                return ndarray::ArrayViewD::from_shape(shape, &[])
-                    .map_err(|_| self.raw.overflow("ndarray refuses the shape"));
+                return ndarray::ArrayViewD::from_shape(shape, &[]).map_err(|_| {
+                    self.origin
+                        .error(method, self.raw.overflow("ndarray refuses the shape"))
+                });
             }
             NdParts::Strided(p) => p,
         };
@@ -563,6 +1160,676 @@ impl<T: Element> TensorRef<'_, T> {
     }
 }
 
+impl<T: Element> TensorRef<'_, T> {
+    /// The element at `index` (one entry per dimension). Works on unaligned
+    /// memory. Views of a fixed rank take an array instead
+    /// (`x.get([i, j])`), which is faster.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Index`] if `index` does not have `ndim()` entries
+    /// or an entry is out of bounds (Python's `IndexError`);
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory.
+    #[inline]
+    pub fn get(&self, index: &[usize]) -> Result<T, ViewError> {
+        match self.offset_dyn(index) {
+            Some(off) if self.fast.host => {
+                // SAFETY: `off` addresses an in-bounds element, inside the
+                // memory the import validated; `read_at` handles misalignment.
+                Ok(unsafe { T::read_at(self.data_ptr().offset(off)) })
+            }
+            _ => Err(self.index_error("get", index)),
+        }
+    }
+}
+
+impl<'a, T: Element, const N: usize> std::ops::Deref for TensorMut<'a, T, N> {
+    type Target = TensorRef<'a, T, N>;
+    fn deref(&self) -> &TensorRef<'a, T, N> {
+        &self.inner
+    }
+}
+
+impl<'a, T: Element, const N: usize> TensorMut<'a, T, N> {
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.inner.raw, self.inner.origin)
+    }
+
+    fn refresh(&mut self) {
+        self.inner.refresh();
+    }
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.inner.raw
+    }
+
+    /// A writable view of the C-order elements of `data` under `shape`
+    /// (host memory, owning nothing), for calling a `#[dlpack_fn]` body
+    /// from Rust without Python.
+    ///
+    /// ```
+    /// # use dlcast_runtime::TensorMut;
+    /// let mut data = [0u8; 6];
+    /// let mut out = TensorMut::<u8, 2>::from_slice_mut(&mut data, &[2, 3]).unwrap();
+    /// out.set([1, 2], 7).unwrap();
+    /// drop(out);
+    /// assert_eq!(data, [0, 0, 0, 0, 0, 7]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorRef::from_slice`].
+    pub fn from_slice_mut(data: &'a mut [T], shape: &[usize]) -> Result<Self, ViewError> {
+        let raw = rust_raw::<T, N>(data.as_mut_ptr(), Some(data.len()), shape, None, false)
+            .map_err(|k| Origin::RUST.error("from_slice_mut", k))?;
+        Ok(Self::wrap(raw))
+    }
+
+    /// A writable view of an `ndarray` mutable view's elements, same shape
+    /// and strides, owning nothing.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Rank`] if the array does not have `N` dimensions
+    /// (for a fixed `N`); [`ViewErrorKind::SelfOverlap`] if two indices
+    /// reach one element (ndarray's mutable views never do).
+    #[cfg(feature = "ndarray")]
+    pub fn from_ndarray_mut<D: ndarray::Dimension>(
+        mut array: ndarray::ArrayViewMut<'a, T, D>,
+    ) -> Result<Self, ViewError> {
+        let err = |k| Origin::RUST.error("from_ndarray_mut", k);
+        if layout::may_self_overlap(array.shape(), array.strides()) {
+            return Err(err(ViewErrorKind::SelfOverlap));
+        }
+        let shape = Dims::<usize>::from_slice(array.shape());
+        let strides = Dims::<isize>::from_slice(array.strides());
+        let raw = rust_raw::<T, N>(array.as_mut_ptr(), None, &shape, Some(&strides), false)
+            .map_err(err)?;
+        Ok(Self::wrap(raw))
+    }
+
+    fn wrap(raw: RawTensor) -> Self {
+        TensorMut {
+            inner: TensorRef::new(raw, Origin::RUST),
+        }
+    }
+
+    /// The view with its rank fixed to `M` (or made dynamic, `M` = [`DYN`]).
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Rank`] if the view does not have `M` dimensions.
+    pub fn into_rank<const M: usize>(self) -> Result<TensorMut<'a, T, M>, ViewError> {
+        Ok(TensorMut {
+            inner: self.inner.into_rank()?,
+        })
+    }
+
+    /// The view with a dynamic rank.
+    pub fn into_dyn(self) -> TensorMut<'a, T> {
+        TensorMut {
+            inner: self.inner.into_dyn(),
+        }
+    }
+
+    /// As [`TensorRef::reshape`], writable.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(self, shape: &[usize]) -> Result<TensorMut<'a, T>, ViewError> {
+        Ok(TensorMut {
+            inner: self.inner.reshape(shape)?,
+        })
+    }
+
+    /// Address of element 0, writable.
+    pub fn data_ptr_mut(&mut self) -> *mut T {
+        self.inner.raw.data.cast()
+    }
+
+    /// Writes `value` at the element of rank-`M` index `index`.
+    #[inline(always)]
+    fn write_n<const M: usize>(
+        &mut self,
+        method: &'static str,
+        index: &[usize; M],
+        value: T,
+    ) -> Result<(), ViewError> {
+        match self.inner.offset_n(index) {
+            Some(off) => {
+                // SAFETY: in-bounds element of writable, host-accessible
+                // memory validated at import (or a `&mut` slice); `&mut
+                // self` excludes every other Rust access.
+                unsafe { self.data_ptr_mut().offset(off).write_unaligned(value) };
+                Ok(())
+            }
+            None => Err(self.inner.index_error_n(method, *index)),
+        }
+    }
+
+    /// Writes `value` into every element.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory.
+    pub fn fill(&mut self, value: T) -> Result<(), ViewError> {
+        self.inner.host("fill")?;
+        let base = self.data_ptr_mut();
+        layout::for_each_offset(&self.inner.raw.shape, &self.inner.raw.strides, |off| {
+            // SAFETY: as in `set`, for every in-bounds element.
+            unsafe { base.offset(off).write_unaligned(value) };
+        })
+        .ok_or_else(|| {
+            self.inner.origin.error(
+                "fill",
+                self.inner.raw.overflow("an element offset overflows"),
+            )
+        })
+    }
+
+    /// Writes the elements of `src`, in C order, into the view, whatever
+    /// its strides: the inverse of [`TensorRef::to_vec`].
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Length`] if `src.len()` is not [`TensorRef::len`];
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory.
+    pub fn copy_from_slice(&mut self, src: &[T]) -> Result<(), ViewError> {
+        self.inner.host("copy_from_slice")?;
+        if src.len() != self.len() {
+            return Err(self.inner.origin.error(
+                "copy_from_slice",
+                ViewErrorKind::Length {
+                    shape: self.shape().to_vec(),
+                    expected: self.len(),
+                    got: src.len(),
+                },
+            ));
+        }
+        let base = self.data_ptr_mut();
+        let mut values = src.iter();
+        layout::for_each_offset(&self.inner.raw.shape, &self.inner.raw.strides, |off| {
+            if let Some(&v) = values.next() {
+                // SAFETY: as in `set`, for every in-bounds element.
+                unsafe { base.offset(off).write_unaligned(v) };
+            }
+        })
+        .ok_or_else(|| {
+            self.inner.origin.error(
+                "copy_from_slice",
+                self.inner.raw.overflow("an element offset overflows"),
+            )
+        })
+    }
+
+    /// The elements as a mutable slice in C order; `None` unless host-
+    /// accessible, C-contiguous, aligned and (for `bool`) valid.
+    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
+        let (ptr, len) = self.inner.slice_parts("as_slice_mut").ok()?;
+        // SAFETY: as in `as_slice`; in addition the memory is writable (not
+        // read-only, checked at import), C-contiguous so no two slice
+        // elements alias, and `&mut self` makes this the only live access.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast_mut(), len) })
+    }
+
+    /// A mutable `ndarray` view of dynamic rank with the same shape and
+    /// strides.
+    ///
+    /// # Errors
+    /// As [`TensorRef::as_ndarray`].
+    #[cfg(feature = "ndarray")]
+    pub fn as_ndarray_mut(&mut self) -> Result<ndarray::ArrayViewMutD<'_, T>, ViewError> {
+        self.ndarray_mut_in("as_ndarray_mut")
+    }
+
+    #[cfg(feature = "ndarray")]
+    fn ndarray_mut_in(
+        &mut self,
+        method: &'static str,
+    ) -> Result<ndarray::ArrayViewMutD<'_, T>, ViewError> {
+        self.inner.host(method)?;
+        self.inner.aligned(method)?;
+        self.inner.valid_values(method)?;
+        use ndarray::ShapeBuilder;
+        let origin = self.inner.origin;
+        let parts = ndarray_parts(&self.inner.raw, std::mem::size_of::<T>())
+            .map_err(|k| origin.error(method, k))?;
+        let (ptr, shape, strides, flips) = match parts {
+            NdParts::Empty(shape) => {
+                // As in `as_ndarray`: no memory, a view over `&mut []`
+                // (ndarray's debug checks refused the dangling pointer
+                // and zero strides this used to pass: kind 9).
+                return ndarray::ArrayViewMutD::from_shape(shape, &mut []).map_err(|_| {
+                    origin.error(method, self.inner.raw.overflow("ndarray refuses the shape"))
+                });
+            }
+            NdParts::Strided(p) => p,
+        };
+        // SAFETY: as in `as_ndarray`; the memory is writable, the import
+        // refused self-overlapping layouts for writable views, and
+        // `&mut self` makes this the only live access.
+        let mut view = unsafe {
+            ndarray::ArrayViewMutD::from_shape_ptr(shape.strides(strides), ptr.cast::<T>())
+        };
+        for axis in flips {
+            view.invert_axis(ndarray::Axis(axis));
+        }
+        Ok(view)
+    }
+}
+
+impl<T: Element> TensorMut<'_, T> {
+    /// Writes `value` at `index` (one entry per dimension). Views of a fixed
+    /// rank take an array instead (`out.set([i, j], v)`), which is faster.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Index`] if `index` does not have `ndim()` entries
+    /// or an entry is out of bounds (Python's `IndexError`);
+    /// [`ViewErrorKind::NotHostAccessible`] for device memory. Nothing is
+    /// written then.
+    #[must_use = "an index out of bounds writes nothing: handle the error (`?`)"]
+    #[inline]
+    pub fn set(&mut self, index: &[usize], value: T) -> Result<(), ViewError> {
+        match self.inner.offset_dyn(index) {
+            Some(off) if self.inner.fast.host => {
+                // SAFETY: in-bounds element of writable, host-accessible
+                // memory validated at import; `&mut self` excludes every
+                // other Rust access.
+                unsafe { self.data_ptr_mut().offset(off).write_unaligned(value) };
+                Ok(())
+            }
+            _ => Err(self.inner.index_error("set", index)),
+        }
+    }
+}
+
+/// The accessors of views whose rank the type fixes.
+macro_rules! ranked {
+    ($($n:literal $ix:ident),* $(,)?) => {$(
+        impl<T: Element> TensorRef<'_, T, $n> {
+            #[doc = concat!("The shape as an array of ", stringify!($n), " extents.")]
+            #[inline]
+            pub fn dims(&self) -> [usize; $n] {
+                // The rank is `N` (checked when the view was made).
+                std::array::from_fn(|k| self.fast.dims.get(k).copied().unwrap_or(0))
+            }
+
+            #[doc = concat!("The strides (elements) as an array of ", stringify!($n), ".")]
+            #[inline]
+            pub fn stride_array(&self) -> [isize; $n] {
+                std::array::from_fn(|k| self.fast.strides.get(k).copied().unwrap_or(0))
+            }
+
+            /// The element at `index`; no allocation, no panic. Works on
+            /// unaligned memory.
+            ///
+            /// # Errors
+            /// [`ViewErrorKind::Index`] if an entry is out of bounds
+            /// (Python's `IndexError`, naming the function, the parameter,
+            /// the index and the shape); [`ViewErrorKind::NotHostAccessible`]
+            /// for device memory.
+            #[inline]
+            pub fn get(&self, index: [usize; $n]) -> Result<T, ViewError> {
+                self.read_n("get", &index)
+            }
+
+            #[doc = concat!("An `ndarray` view of static rank (`ndarray::", stringify!($ix), "`) with the same shape and strides.")]
+            ///
+            /// # Errors
+            /// As [`TensorRef::as_ndarray`].
+            #[cfg(feature = "ndarray")]
+            pub fn as_array(&self) -> Result<ndarray::ArrayView<'_, T, ndarray::$ix>, ViewError> {
+                let a = self.ndarray_in("as_array")?;
+                a.into_dimensionality::<ndarray::$ix>().map_err(|_| {
+                    self.origin.error(
+                        "as_array",
+                        ViewErrorKind::Rank { expected: $n, shape: self.raw.shape.to_vec() },
+                    )
+                })
+            }
+        }
+
+        impl<T: Element> TensorMut<'_, T, $n> {
+            /// Writes `value` at `index`; no allocation, no panic.
+            ///
+            /// # Errors
+            /// [`ViewErrorKind::Index`] if an entry is out of bounds
+            /// (Python's `IndexError`); [`ViewErrorKind::NotHostAccessible`]
+            /// for device memory. Nothing is written then.
+            #[must_use = "an index out of bounds writes nothing: handle the error (`?`)"]
+            #[inline]
+            pub fn set(&mut self, index: [usize; $n], value: T) -> Result<(), ViewError> {
+                self.write_n("set", &index, value)
+            }
+
+            #[doc = concat!("A mutable `ndarray` view of static rank (`ndarray::", stringify!($ix), "`).")]
+            ///
+            /// # Errors
+            /// As [`TensorRef::as_ndarray`].
+            #[cfg(feature = "ndarray")]
+            pub fn as_array_mut(&mut self) -> Result<ndarray::ArrayViewMut<'_, T, ndarray::$ix>, ViewError> {
+                let origin = self.inner.origin;
+                let shape = self.inner.raw.shape.to_vec();
+                let a = self.ndarray_mut_in("as_array_mut")?;
+                a.into_dimensionality::<ndarray::$ix>().map_err(|_| {
+                    origin.error("as_array_mut", ViewErrorKind::Rank { expected: $n, shape })
+                })
+            }
+        }
+    )*};
+}
+ranked!(0 Ix0, 1 Ix1, 2 Ix2, 3 Ix3, 4 Ix4, 5 Ix5, 6 Ix6);
+
+/// The elements of a view by value, in C order ([`TensorRef::iter`]) or in
+/// memory order ([`TensorRef::iter_memory_order`]). Borrows the view.
+pub struct Iter<'v, T: Element> {
+    /// Element 0 of the view.
+    base: *const T,
+    /// Offset (elements) of the next element.
+    offset: isize,
+    /// The walk's dimensions, outermost first (extent-1 dimensions
+    /// dropped, contiguous ones merged).
+    shape: Dims<usize>,
+    strides: Dims<isize>,
+    index: Dims<usize>,
+    remaining: usize,
+    _marker: PhantomData<&'v T>,
+}
+
+impl<'v, T: Element> Iter<'v, T> {
+    /// The walk over `raw`'s elements (host memory, checked by the caller).
+    fn new(raw: &'v RawTensor, memory_order: bool) -> Self {
+        let remaining = layout::element_count(&raw.shape).unwrap_or(0);
+        // Dimensions that are stepped along, with their axis for ties.
+        let mut dims: Dims<(usize, isize, usize)> = Dims::new();
+        let mut offset: isize = 0;
+        if remaining > 0 {
+            for (axis, (&n, &s)) in raw.shape.iter().zip(&raw.strides).enumerate() {
+                if n > 1 {
+                    dims.push((n, s, axis));
+                }
+            }
+        }
+        if memory_order {
+            for d in dims.iter_mut() {
+                if d.1 < 0 {
+                    // Start at the last index along this axis: an element
+                    // offset of the validated layout (exact, see `offset_n`).
+                    offset = offset.wrapping_add(((d.0 - 1) as isize).wrapping_mul(d.1));
+                    // `s < 0` steps along a dimension of extent > 1, so its
+                    // byte extent bounds `|s|`: never `isize::MIN`.
+                    d.1 = d.1.wrapping_neg();
+                }
+            }
+            // Largest stride outermost; the axis breaks ties (broadcasts).
+            dims.sort_unstable_by_key(|&(_, s, axis)| (std::cmp::Reverse(s), axis));
+        }
+        // Merge a dimension into the next inner one where they form one
+        // contiguous run (long inner loops).
+        let mut shape: Dims<usize> = Dims::new();
+        let mut strides: Dims<isize> = Dims::new();
+        for &(n, s, _) in dims.iter().rev() {
+            if let (Some(inner_n), Some(&inner_s)) = (shape.last_mut(), strides.last()) {
+                let run = isize::try_from(*inner_n)
+                    .ok()
+                    .and_then(|m| m.checked_mul(inner_s));
+                if run == Some(s) {
+                    if let Some(total) = inner_n.checked_mul(n) {
+                        *inner_n = total;
+                        continue;
+                    }
+                }
+            }
+            shape.push(n);
+            strides.push(s);
+        }
+        shape.reverse();
+        strides.reverse();
+        let index = smallvec::smallvec![0; shape.len()];
+        Iter {
+            base: raw.data.cast(),
+            offset,
+            shape,
+            strides,
+            index,
+            remaining,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Moves to the next index (odometer, last dimension fastest).
+    fn step(&mut self) {
+        for d in (0..self.shape.len()).rev() {
+            let (n, s) = (self.shape[d], self.strides[d]);
+            // `index[d] < n`, so `+ 1` cannot overflow. Every offset reached
+            // is an element offset of the validated layout: exact.
+            if self.index[d] + 1 < n {
+                self.index[d] += 1;
+                self.offset = self.offset.wrapping_add(s);
+                return;
+            }
+            self.offset = self.offset.wrapping_sub(((n - 1) as isize).wrapping_mul(s));
+            self.index[d] = 0;
+        }
+    }
+}
+
+impl<T: Element> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // SAFETY: `offset` is the offset of an element of the view (the
+        // walk visits exactly `len()` indices), in host memory the import
+        // validated and the borrow of the view keeps alive; `read_at`
+        // handles misalignment.
+        let value = unsafe { T::read_at(self.base.offset(self.offset)) };
+        self.remaining -= 1;
+        if self.remaining > 0 {
+            self.step();
+        }
+        Some(value)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl<T: Element> ExactSizeIterator for Iter<'_, T> {}
+impl<T: Element> std::iter::FusedIterator for Iter<'_, T> {}
+
+impl<T: Element> fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("remaining", &self.remaining)
+            .finish()
+    }
+}
+
+impl<'a> TensorDyn<'a> {
+    layout_methods!();
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.raw, self.origin)
+    }
+
+    /// Untyped views keep no accessor cache.
+    fn refresh(&mut self) {}
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw
+    }
+
+    /// The same elements in C order under another shape with the same
+    /// element count; the view must be C-contiguous.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .reshape(shape)
+            .map_err(|k| origin.error("reshape", k))?;
+        Ok(self)
+    }
+
+    /// Address of element 0 (`data + byte_offset`), untyped.
+    pub fn data_ptr(&self) -> *const u8 {
+        self.raw.data
+    }
+
+    /// The typed view, if the data type is `T`'s; otherwise `self` back.
+    // Handing the view back by value is the point (like `Box::downcast`);
+    // it is moved once per dispatch step.
+    #[allow(clippy::result_large_err)]
+    pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorRef::new(self.raw, self.origin))
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl<'a> TensorDynMut<'a> {
+    layout_methods!();
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.raw, self.origin)
+    }
+
+    /// Untyped views keep no accessor cache.
+    fn refresh(&mut self) {}
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw
+    }
+
+    /// As [`TensorDyn::reshape`].
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .reshape(shape)
+            .map_err(|k| origin.error("reshape", k))?;
+        Ok(self)
+    }
+
+    /// Address of element 0 (`data + byte_offset`), untyped and writable.
+    pub fn data_ptr_mut(&mut self) -> *mut u8 {
+        self.raw.data
+    }
+
+    /// The typed writable view, if the data type is `T`'s; otherwise `self`.
+    #[allow(clippy::result_large_err)]
+    pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorMut {
+                inner: TensorRef::new(self.raw, self.origin),
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+macro_rules! debug_impl {
+    ($($t:ty),*) => {$(
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("shape", &self.raw.shape.as_slice())
+                    .field("strides", &self.raw.strides.as_slice())
+                    .field("dtype", &self.raw.dtype)
+                    .field("device", &self.raw.device)
+                    .finish()
+            }
+        }
+    )*};
+}
+debug_impl!(TensorDyn<'_>, TensorDynMut<'_>);
+
+impl<T: Element, const N: usize> fmt::Debug for TensorRef<'_, T, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
+            .field("dtype", &self.dtype())
+            .field("device", &self.device())
+            .finish()
+    }
+}
+
+impl<T: Element, const N: usize> fmt::Debug for TensorMut<'_, T, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TensorMut").field(&self.inner).finish()
+    }
+}
+
+/// The rank a view type fixes, for [`View::NDIM`].
+const fn ndim_of(n: usize) -> Option<usize> {
+    if n == DYN {
+        None
+    } else {
+        Some(n)
+    }
+}
+
+impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = false;
+    const NDIM: Option<usize> = ndim_of(N);
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        let origin = Origin::param(keep.spec, keep.index);
+        rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
+        Ok(TensorRef::new(raw, origin))
+    }
+}
+
+impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = true;
+    const NDIM: Option<usize> = ndim_of(N);
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorMut {
+            inner: TensorRef::from_raw(raw, keep)?,
+        })
+    }
+}
+
+impl<'a> View<'a> for TensorDyn<'a> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = false;
+    const NDIM: Option<usize> = None;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDyn {
+            raw,
+            origin: Origin::param(keep.spec, keep.index),
+            _marker: PhantomData,
+        })
+    }
+}
+
+impl<'a> View<'a> for TensorDynMut<'a> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = true;
+    const NDIM: Option<usize> = None;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDynMut {
+            raw,
+            origin: Origin::param(keep.spec, keep.index),
+            _marker: PhantomData,
+        })
+    }
+}
+
 /// What `ndarray` needs for a view: the shape alone for an empty array (a
 /// view over an empty slice), else a base pointer, shape, non-negative
 /// strides and the axes to invert afterwards to restore negative strides.
@@ -577,7 +1844,7 @@ pub(crate) enum NdParts {
 /// count within `isize::MAX`, non-negative strides (as `isize`), every
 /// offset in bytes within `isize`.
 #[cfg(feature = "ndarray")]
-pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewError> {
+pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewErrorKind> {
     if raw.shape.contains(&0) {
         return Ok(NdParts::Empty(ndarray::IxDyn(&raw.shape)));
     }
@@ -618,238 +1885,6 @@ pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts,
     )))
 }
 
-impl<'a, T: Element> std::ops::Deref for TensorMut<'a, T> {
-    type Target = TensorRef<'a, T>;
-    fn deref(&self) -> &TensorRef<'a, T> {
-        &self.inner
-    }
-}
-
-impl<T: Element> TensorMut<'_, T> {
-    transform_methods!(inner.raw);
-
-    /// The raw tensor, for export.
-    pub(crate) fn into_raw(self) -> RawTensor {
-        self.inner.raw
-    }
-
-    /// Address of element 0, writable.
-    pub fn data_ptr_mut(&mut self) -> *mut T {
-        self.inner.raw.data.cast()
-    }
-
-    /// Writes `value` at `index`; `false` (nothing written) if the index is
-    /// out of bounds or the memory is not host-accessible.
-    pub fn set(&mut self, index: &[usize], value: T) -> bool {
-        if self.inner.host().is_err() {
-            return false;
-        }
-        let Some(off) = layout::offset_of(self.shape(), self.strides(), index) else {
-            return false;
-        };
-        // SAFETY: in-bounds element of writable, host-accessible memory
-        // validated at import; `&mut self` excludes every other Rust access.
-        unsafe { self.data_ptr_mut().offset(off).write_unaligned(value) };
-        true
-    }
-
-    /// Writes `value` into every element.
-    ///
-    /// # Errors
-    /// [`ViewError::NotHostAccessible`] for device memory.
-    pub fn fill(&mut self, value: T) -> Result<(), ViewError> {
-        self.inner.host()?;
-        let base = self.data_ptr_mut();
-        layout::for_each_offset(&self.inner.raw.shape, &self.inner.raw.strides, |off| {
-            // SAFETY: as in `set`, for every in-bounds element.
-            unsafe { base.offset(off).write_unaligned(value) };
-        })
-        .ok_or_else(|| self.inner.raw.overflow("an element offset overflows"))
-    }
-
-    /// The elements as a mutable slice in C order; `None` unless host-
-    /// accessible, C-contiguous, aligned and (for `bool`) valid.
-    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
-        let (ptr, len) = self.inner.slice_parts().ok()?;
-        // SAFETY: as in `as_slice`; in addition the memory is writable (not
-        // read-only, checked at import), C-contiguous so no two slice
-        // elements alias, and `&mut self` makes this the only live access.
-        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast_mut(), len) })
-    }
-
-    /// A mutable `ndarray` view with the same shape and strides.
-    ///
-    /// # Errors
-    /// As [`TensorRef::as_ndarray`].
-    #[cfg(feature = "ndarray")]
-    pub fn as_ndarray_mut(&mut self) -> Result<ndarray::ArrayViewMutD<'_, T>, ViewError> {
-        self.inner.host()?;
-        self.inner.aligned()?;
-        self.inner.valid_values()?;
-        use ndarray::ShapeBuilder;
-        let (ptr, shape, strides, flips) =
-            match ndarray_parts(&self.inner.raw, std::mem::size_of::<T>())? {
-                NdParts::Empty(shape) => {
-                    // As in `as_ndarray`: no memory, a view over `&mut []`
-                    // (ndarray's debug checks refused the dangling pointer
-                    // and zero strides this used to pass: kind 9).
-                    return ndarray::ArrayViewMutD::from_shape(shape, &mut [])
-                        .map_err(|_| self.inner.raw.overflow("ndarray refuses the shape"));
-                }
-                NdParts::Strided(p) => p,
-            };
-        // SAFETY: as in `as_ndarray`; the memory is writable, the import
-        // refused self-overlapping layouts for writable views, and
-        // `&mut self` makes this the only live access.
-        let mut view = unsafe {
-            ndarray::ArrayViewMutD::from_shape_ptr(shape.strides(strides), ptr.cast::<T>())
-        };
-        for axis in flips {
-            view.invert_axis(ndarray::Axis(axis));
-        }
-        Ok(view)
-    }
-}
-
-impl<'a> TensorDyn<'a> {
-    layout_methods!();
-
-    /// The raw tensor, for export.
-    pub(crate) fn into_raw(self) -> RawTensor {
-        self.raw
-    }
-    transform_methods!(raw);
-
-    /// Address of element 0 (`data + byte_offset`), untyped.
-    pub fn data_ptr(&self) -> *const u8 {
-        self.raw.data
-    }
-
-    /// The typed view, if the data type is `T`'s; otherwise `self` back.
-    // Handing the view back by value is the point (like `Box::downcast`);
-    // it is moved once per dispatch step.
-    #[allow(clippy::result_large_err)]
-    pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
-        if self.raw.dtype == T::DTYPE {
-            Ok(TensorRef {
-                raw: self.raw,
-                _marker: PhantomData,
-            })
-        } else {
-            Err(self)
-        }
-    }
-}
-
-impl<'a> TensorDynMut<'a> {
-    layout_methods!();
-
-    /// The raw tensor, for export.
-    pub(crate) fn into_raw(self) -> RawTensor {
-        self.raw
-    }
-    transform_methods!(raw);
-
-    /// Address of element 0 (`data + byte_offset`), untyped and writable.
-    pub fn data_ptr_mut(&mut self) -> *mut u8 {
-        self.raw.data
-    }
-
-    /// The typed writable view, if the data type is `T`'s; otherwise `self`.
-    #[allow(clippy::result_large_err)]
-    pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
-        if self.raw.dtype == T::DTYPE {
-            Ok(TensorMut {
-                inner: TensorRef {
-                    raw: self.raw,
-                    _marker: PhantomData,
-                },
-            })
-        } else {
-            Err(self)
-        }
-    }
-}
-
-macro_rules! debug_impl {
-    ($($t:ty),*) => {$(
-        impl fmt::Debug for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($t))
-                    .field("shape", &self.raw.shape.as_slice())
-                    .field("strides", &self.raw.strides.as_slice())
-                    .field("dtype", &self.raw.dtype)
-                    .field("device", &self.raw.device)
-                    .finish()
-            }
-        }
-    )*};
-}
-debug_impl!(TensorDyn<'_>, TensorDynMut<'_>);
-
-impl<T: Element> fmt::Debug for TensorRef<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TensorRef")
-            .field("shape", &self.shape())
-            .field("strides", &self.strides())
-            .field("dtype", &self.dtype())
-            .field("device", &self.device())
-            .finish()
-    }
-}
-
-impl<T: Element> fmt::Debug for TensorMut<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("TensorMut").field(&self.inner).finish()
-    }
-}
-
-impl<'a, T: Element> View<'a> for TensorRef<'a, T> {
-    const DTYPE: Option<DType> = Some(T::DTYPE);
-    const WRITABLE: bool = false;
-    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
-        Ok(TensorRef {
-            raw,
-            _marker: PhantomData,
-        })
-    }
-}
-
-impl<'a, T: Element> View<'a> for TensorMut<'a, T> {
-    const DTYPE: Option<DType> = Some(T::DTYPE);
-    const WRITABLE: bool = true;
-    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
-        Ok(TensorMut {
-            inner: TensorRef {
-                raw,
-                _marker: PhantomData,
-            },
-        })
-    }
-}
-
-impl<'a> View<'a> for TensorDyn<'a> {
-    const DTYPE: Option<DType> = None;
-    const WRITABLE: bool = false;
-    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
-        Ok(TensorDyn {
-            raw,
-            _marker: PhantomData,
-        })
-    }
-}
-
-impl<'a> View<'a> for TensorDynMut<'a> {
-    const DTYPE: Option<DType> = None;
-    const WRITABLE: bool = true;
-    fn from_raw(raw: RawTensor, _: Keep<'a>) -> pyo3::PyResult<Self> {
-        Ok(TensorDynMut {
-            raw,
-            _marker: PhantomData,
-        })
-    }
-}
-
 mod sealed {
     pub trait Sealed {}
 }
@@ -883,8 +1918,8 @@ macro_rules! refuse_direct_extraction {
 }
 
 refuse_direct_extraction! {
-    impl[T: Element] TensorRef<'a, T>;
-    impl[T: Element] TensorMut<'a, T>;
+    impl[T: Element, const N: usize] TensorRef<'a, T, N>;
+    impl[T: Element, const N: usize] TensorMut<'a, T, N>;
     impl[] TensorDyn<'a>;
     impl[] TensorDynMut<'a>;
 }

@@ -205,11 +205,17 @@ def test_no_host_access_to_gpu_memory(balanced):
     for device_type, name in [(CUDA, "cuda:0"), (ROCM, "rocm:0")]:
         x = ext.FakeGpuArray(device_type)
         msg = f"the array is on {name}, not in memory the CPU can access"
+
+        def at(fn, method, param="x"):
+            # View errors name the function, the parameter and the method.
+            return f"{fn}(): argument '{param}': {method}(): {msg}"
+
         slice_none, get_none, to_vec, nd, ptr = ext.gpu_accessors(x)
         assert slice_none and get_none and ptr != 0
-        assert to_vec == msg and nd == msg
+        assert to_vec == at("gpu_accessors", "to_vec") and nd == at("gpu_accessors", "as_ndarray")
         slice_none, set_refused, fill, nd = ext.gpu_accessors_mut(x)
-        assert slice_none and set_refused and fill == msg and nd == msg
+        assert slice_none and set_refused
+        assert fill == at("gpu_accessors_mut", "fill") and nd == at("gpu_accessors_mut", "as_ndarray_mut")
 
 
 # ---------------------------------------------------------------------------

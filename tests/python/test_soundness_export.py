@@ -416,6 +416,67 @@ def check_export(out, expected_shape, model):
         assert arr.shape == tuple(expected_shape)
 
 
+def check_rank_typed_accessors(shape, strides, model, count):
+    """The rank-typed accessors and the iterators (tests/src/ranked.rs) on
+    a hostile layout: right values, or an `IndexError`/`TypeError`/..., never
+    a panic. Huge broadcasts are only iterated lazily."""
+    small = model is not None
+    first = None if count == 0 else expected_at(shape, strides, [0] * len(shape))
+
+    kind, out = call(ext.rk_iter, fresh(shape, strides))
+    assert kind == "ok"
+    if small:
+        assert out == model.ravel().tolist()
+    else:
+        assert len(out) == min(count, 10_000) and (count == 0 or out[0] == first)
+    kind, out = call(ext.rk_iter_memory, fresh(shape, strides))
+    assert kind == "ok" and len(out) == min(count, 10_000)
+    if small:
+        assert sorted(out) == sorted(model.ravel().tolist())
+    assert call(ext.rk_iter_len, fresh(shape, strides)) == ("ok", (count, count))
+
+    ndim = len(shape)
+    corners = ([0] * ndim, [max(n - 1, 0) for n in shape])
+    getters = {0: ext.rk_get0, 1: ext.rk_get1, 2: ext.rk_get2}
+    for rank, get in getters.items():
+        for index in corners:
+            if rank != ndim:
+                kind, out = call(get, fresh(shape, strides), *([0] * rank))
+                assert kind == "err" and isinstance(out, TypeError), out
+                assert f"expected an array of {rank} dimensions" in str(out)
+                continue
+            kind, out = call(get, fresh(shape, strides), *index)
+            if count == 0:
+                assert kind == "err" and isinstance(out, IndexError), out
+            else:
+                assert (kind, out) == ("ok", expected_at(shape, strides, index))
+        if rank == ndim and ndim:
+            # One past the end of the first dimension.
+            beyond = [shape[0]] + [0] * (ndim - 1)
+            kind, out = call(get, fresh(shape, strides), *beyond)
+            assert kind == "err" and isinstance(out, IndexError) and "out of bounds" in str(out)
+    if ndim != 2:
+        return
+    if small or count == 0:
+        kind, out = call(ext.rk_all2, fresh(shape, strides))
+        assert (kind, out) == ("ok", model.ravel().tolist() if small else [])
+    kind, out = call(ext.rk_as_array2, fresh(shape, strides))
+    if small:
+        assert (kind, out) == ("ok", (shape, model.ravel().tolist()))
+    elif kind == "err":
+        assert isinstance(out, ValueError), out
+    # Writable: refused at the boundary where indices alias (TypeError), else
+    # each write lands.
+    for fn, args in [
+        (ext.rk_set2, (0, 0, 5.0)),
+        (ext.rk_set2, (shape[0], 0, 5.0)),
+        (ext.rk_as_array_mut2, (5.0,)),
+    ] + ([(ext.rk_set_all2, (5.0,))] if small or count == 0 else []):
+        kind, out = call(fn, fresh(shape, strides), *args)
+        if kind == "err":
+            assert isinstance(out, (TypeError, IndexError, ValueError)), out
+
+
 @settings(
     max_examples=int(os.environ.get("DLCAST_HYPOTHESIS_EXAMPLES", "300")),
     deadline=None,
@@ -450,6 +511,8 @@ def test_kind9_every_accessor_survives_hostile_layouts(layout, data):
         assert out == (None if count == 0 else expected_at(shape, strides, index))
         if small:
             assert out == model[tuple(index)]
+
+    check_rank_typed_accessors(shape, strides, model, count)
 
     kind, out = call(ext.acc_as_slice, fresh(shape, strides))
     assert kind == "ok"

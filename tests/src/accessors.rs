@@ -5,11 +5,11 @@
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
 
-/// `x.get(index)`.
+/// `x.get(index)`; `None` for the errors (out of bounds).
 #[dlpack_fn]
 #[pyfunction]
 fn acc_get(x: TensorRef<'_, f64>, index: Vec<usize>) -> Option<f64> {
-    x.get(&index)
+    x.get(&index).ok()
 }
 
 /// `x.to_vec()`.
@@ -35,11 +35,11 @@ fn acc_as_ndarray(x: TensorRef<'_, f64>) -> PyResult<(Vec<usize>, Vec<f64>)> {
     Ok((a.shape().to_vec(), a.iter().take(10_000).copied().collect()))
 }
 
-/// `x.set(index, value)`.
+/// `x.set(index, value)`: whether it wrote.
 #[dlpack_fn]
 #[pyfunction]
 fn acc_set(mut x: TensorMut<'_, f64>, index: Vec<usize>, value: f64) -> bool {
-    x.set(&index, value)
+    x.set(&index, value).is_ok()
 }
 
 /// `x.fill(value)`.

@@ -80,7 +80,7 @@ fn sum_detached_slowly(py: Python<'_>, #[order(c)] x: TensorRef<'_, i64>) -> PyR
 #[pyfunction]
 fn copy_strided(mut dst: TensorMut<'_, f64>, #[shape(n)] src: TensorRef<'_, f64>) -> PyResult<()> {
     for (i, v) in src.to_vec()?.into_iter().enumerate() {
-        dst.set(&[i], v);
+        dst.set(&[i], v)?;
     }
     Ok(())
 }

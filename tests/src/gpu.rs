@@ -177,7 +177,7 @@ fn gpu_accessors(
         .unwrap_or_default();
     (
         x.as_slice().is_none(),
-        x.get(&[0]).is_none(),
+        x.get(&[0]).is_err(),
         to_vec,
         nd,
         x.data_ptr() as usize,
@@ -192,7 +192,7 @@ fn gpu_accessors_mut(
     #[device(cuda, rocm)] mut x: TensorMut<'_, f32>,
 ) -> (bool, bool, String, String) {
     let slice_none = x.as_slice_mut().is_none();
-    let set_refused = !x.set(&[0], 1.0);
+    let set_refused = x.set(&[0], 1.0).is_err();
     let fill = x.fill(1.0).err().map(|e| e.to_string()).unwrap_or_default();
     let nd = x
         .as_ndarray_mut()

@@ -15,6 +15,7 @@ mod gpu;
 mod native;
 mod ownership;
 mod producer;
+mod ranked;
 mod review;
 mod soundness;
 
@@ -69,19 +70,19 @@ fn points_len(
 #[dlpack_fn]
 #[pyfunction]
 fn centroid(
-    #[shape(n, 3)] points: TensorRef<'_, f32>,
-    #[shape(n)] weights: TensorRef<'_, f32>,
-) -> [f32; 3] {
+    #[shape(n, 3)] points: TensorRef<'_, f32, 2>,
+    #[shape(n)] weights: TensorRef<'_, f32, 1>,
+) -> PyResult<[f32; 3]> {
     let mut c = [0.0f32; 3];
     let mut total = 0.0f32;
-    for i in 0..points.shape()[0] {
-        let w = weights.get(&[i]).unwrap_or(0.0);
+    for i in 0..points.dims()[0] {
+        let w = weights.get([i])?;
         total += w;
         for (k, ck) in c.iter_mut().enumerate() {
-            *ck += w * points.get(&[i, k]).unwrap_or(0.0);
+            *ck += w * points.get([i, k])?;
         }
     }
-    c.map(|x| x / total)
+    Ok(c.map(|x| x / total))
 }
 
 /// Layout as seen by Rust: `(shape, strides, dtype, device, read_only,
@@ -201,7 +202,7 @@ fn bool_slice_ok(x: TensorRef<'_, bool>) -> bool {
 #[dlpack_fn]
 #[pyfunction]
 fn get_f64(x: TensorRef<'_, f64>, index: Vec<usize>) -> Option<f64> {
-    x.get(&index)
+    x.get(&index).ok()
 }
 
 /// `x.as_slice()` copied out, or `None`.
@@ -255,11 +256,11 @@ fn double_slice_f64(mut x: TensorMut<'_, f64>) -> bool {
     }
 }
 
-/// `x[index] = value` through `set`.
+/// `x[index] = value` through `set`: whether it wrote.
 #[dlpack_fn]
 #[pyfunction]
 fn set_f64(mut x: TensorMut<'_, f64>, index: Vec<usize>, value: f64) -> bool {
-    x.set(&index, value)
+    x.set(&index, value).is_ok()
 }
 
 /// Copies `src` into `dst` (same shape).
@@ -277,7 +278,7 @@ fn copy_into(#[shape(..)] src: TensorRef<'_, f64>, mut dst: TensorMut<'_, f64>) 
             idx[d] = f % shape[d];
             f /= shape[d];
         }
-        dst.set(&idx, it.next().unwrap_or(0.0));
+        dst.set(&idx, it.next().unwrap_or(0.0))?;
     }
     Ok(())
 }
@@ -317,8 +318,8 @@ fn needs_contiguous(#[order(contiguous)] x: TensorDyn<'_>) -> Vec<usize> {
 /// A 0-d array.
 #[dlpack_fn]
 #[pyfunction]
-fn scalar_f64(#[shape()] x: TensorRef<'_, f64>) -> Option<f64> {
-    x.get(&[])
+fn scalar_f64(#[shape()] x: TensorRef<'_, f64, 0>) -> Option<f64> {
+    x.get([]).ok()
 }
 
 /// `..` between fixed extents.
@@ -461,6 +462,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gpu::add(m)?;
     accessors::add(m)?;
     attack::add(m)?;
+    ranked::add(m)?;
     add_robustness_functions(m)
 }
 
@@ -851,7 +853,7 @@ fn scale_detached(
         v.into_iter().map(|e| e * k).collect()
     });
     for (i, e) in scaled.into_iter().enumerate() {
-        out.set(&[i], e);
+        out.set(&[i], e)?;
     }
     Ok(())
 }
@@ -881,8 +883,8 @@ fn swap_f64(#[shape(..)] mut a: TensorMut<'_, f64>, mut b: TensorMut<'_, f64>) -
             idx[d] = f % shape[d];
             f /= shape[d];
         }
-        a.set(&idx, y);
-        b.set(&idx, x);
+        a.set(&idx, y)?;
+        b.set(&idx, x)?;
     }
     Ok(())
 }
@@ -896,7 +898,7 @@ fn add_one_into(
 ) -> PyResult<()> {
     BODIES_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     for (i, v) in src.to_vec()?.into_iter().enumerate() {
-        dst.set(&[i], v + 1.0);
+        dst.set(&[i], v + 1.0)?;
     }
     Ok(())
 }

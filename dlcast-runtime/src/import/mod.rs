@@ -60,11 +60,13 @@ pub enum ImportPath {
     Buffer,
     /// `tf.experimental.dlpack.to_dlpack`.
     Tensorflow,
+    /// Not imported: a view over Rust data (`TensorRef::from_slice`, ...).
+    Rust,
 }
 
 impl ImportPath {
     /// A short name: `"numpy"`, `"exchange_api"`, `"capsule"`, `"dlpack"`,
-    /// `"buffer"`, `"tensorflow"`.
+    /// `"buffer"`, `"tensorflow"`, `"rust"`.
     pub fn name(self) -> &'static str {
         match self {
             ImportPath::Numpy => "numpy",
@@ -73,6 +75,7 @@ impl ImportPath {
             ImportPath::Dlpack => "dlpack",
             ImportPath::Buffer => "buffer",
             ImportPath::Tensorflow => "tensorflow",
+            ImportPath::Rust => "rust",
         }
     }
 }
@@ -102,6 +105,12 @@ pub(crate) enum Owner {
     /// Nothing yet: a tensor read in phase 2 of a call, whose owner stays
     /// with its [`Source`] until the view is made.
     None,
+    /// Memory borrowed from Rust data (a view made by `TensorRef::from_slice`
+    /// and friends): nothing to release, no Python object, no GIL needed;
+    /// Rust's borrow checker keeps the memory alive. Such a view is never
+    /// exported as is (its memory outlives no Python object): see
+    /// [`RawTensor::is_rust_data`].
+    Rust,
 }
 
 impl Drop for Owner {
@@ -133,7 +142,7 @@ impl Drop for Owner {
             // Released only here, with the GIL (see above).
             Owner::Buffer(view) => buffer::release(view),
             // The reference drops with the GIL held (see above).
-            Owner::Object(_) | Owner::Exchange { .. } | Owner::None => {}
+            Owner::Object(_) | Owner::Exchange { .. } | Owner::None | Owner::Rust => {}
         }
     }
 }
@@ -206,6 +215,12 @@ impl RawTensor {
             Owner::Exchange { original, .. } => Some(original),
             _ => None,
         }
+    }
+
+    /// Whether this describes Rust data borrowed by a view (see
+    /// [`Owner::Rust`]): it must be copied, never exported in place.
+    pub(crate) fn is_rust_data(&self) -> bool {
+        matches!(self.owner, Owner::Rust)
     }
 
     /// Hands the view its owner (see [`into_owner`]).
