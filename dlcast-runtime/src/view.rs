@@ -405,10 +405,11 @@ fn rank_fits<const N: usize>(raw: &RawTensor) -> Result<(), ViewErrorKind> {
 /// # Ok::<(), ViewError>(())
 /// ```
 pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
-    raw: RawTensor,
+    raw: Held,
     origin: Origin,
     fast: Fast,
-    _marker: PhantomData<(&'a (), *const T)>,
+    _marker: PhantomData<(&'a (), fn() -> T)>,
+    _gil: StaysWithTheGil,
 }
 
 /// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
@@ -421,16 +422,54 @@ pub struct TensorMut<'a, T: Element, const N: usize = DYN> {
 /// A read-only view whose element type is read at run time, for functions
 /// that dispatch on [`TensorDyn::dtype`] themselves.
 pub struct TensorDyn<'a> {
-    raw: RawTensor,
+    raw: Held,
     origin: Origin,
     _marker: PhantomData<&'a ()>,
+    _gil: StaysWithTheGil,
 }
 
 /// A writable view whose element type is read at run time.
 pub struct TensorDynMut<'a> {
-    raw: RawTensor,
+    raw: Held,
     origin: Origin,
     _marker: PhantomData<&'a ()>,
+    _gil: StaysWithTheGil,
+}
+
+/// Named in the compiler's error when a view is moved into `py.detach`, a
+/// thread or a `static`: views stay on the thread that holds the GIL (their
+/// producer's memory is released with it). Take a slice (`as_slice()`,
+/// `as_array()`) or declare the parameter as `&[T]` / an `ndarray` view,
+/// which are `Send`, and move that instead.
+pub trait TakeASliceOrNdarrayViewBeforeLeavingTheGil {}
+
+/// What makes a view neither `Send` nor `Sync`: the only part of it that is
+/// not, so that the compiler's error names the rule above and nothing else.
+type StaysWithTheGil = PhantomData<dyn TakeASliceOrNdarrayViewBeforeLeavingTheGil>;
+
+/// A view's read. `Send` and `Sync` only so that a view's auto traits come
+/// from [`StaysWithTheGil`] alone (one short error); see the `SAFETY` notes.
+struct Held(RawTensor);
+
+// SAFETY: `Held` is a private field type of the four view types only, and
+// each of them also holds `StaysWithTheGil`, which is neither `Send` nor
+// `Sync`: no view, and so no `Held`, ever reaches another thread, and the
+// read's owner is released on the thread that holds the GIL, as before.
+unsafe impl Send for Held {}
+// SAFETY: as above: no `&Held` is reachable from another thread.
+unsafe impl Sync for Held {}
+
+impl std::ops::Deref for Held {
+    type Target = RawTensor;
+    fn deref(&self) -> &RawTensor {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut RawTensor {
+        &mut self.0
+    }
 }
 
 /// Layout transforms, the same for every view: they change which elements
@@ -769,7 +808,7 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
 
     /// The raw tensor, for export.
     pub(crate) fn into_raw(self) -> RawTensor {
-        self.raw
+        self.raw.0
     }
 
     /// Whether the view borrows Rust data (export copies it).
@@ -779,16 +818,17 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
 
     /// The same view with rank parameter `M` (the caller checked it).
     fn with_rank<const M: usize>(self) -> TensorRef<'a, T, M> {
-        TensorRef::new(self.raw, self.origin)
+        TensorRef::new(self.raw.0, self.origin)
     }
 
     /// A view of `raw` (whose rank the caller checked).
     fn new(raw: RawTensor, origin: Origin) -> Self {
         TensorRef {
             fast: Fast::of(&raw),
-            raw,
+            raw: Held(raw),
             origin,
             _marker: PhantomData,
+            _gil: PhantomData,
         }
     }
 
@@ -1202,7 +1242,7 @@ impl<'a, T: Element, const N: usize> TensorMut<'a, T, N> {
 
     /// The raw tensor, for export.
     pub(crate) fn into_raw(self) -> RawTensor {
-        self.inner.raw
+        self.inner.raw.0
     }
 
     /// A writable view of the C-order elements of `data` under `shape`
@@ -1660,7 +1700,7 @@ impl<'a> TensorDyn<'a> {
 
     /// The raw tensor, for export.
     pub(crate) fn into_raw(self) -> RawTensor {
-        self.raw
+        self.raw.0
     }
 
     /// The same elements in C order under another shape with the same
@@ -1687,7 +1727,7 @@ impl<'a> TensorDyn<'a> {
     #[allow(clippy::result_large_err)]
     pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
         if self.raw.dtype == T::DTYPE {
-            Ok(TensorRef::new(self.raw, self.origin))
+            Ok(TensorRef::new(self.raw.0, self.origin))
         } else {
             Err(self)
         }
@@ -1707,7 +1747,7 @@ impl<'a> TensorDynMut<'a> {
 
     /// The raw tensor, for export.
     pub(crate) fn into_raw(self) -> RawTensor {
-        self.raw
+        self.raw.0
     }
 
     /// As [`TensorDyn::reshape`].
@@ -1732,7 +1772,7 @@ impl<'a> TensorDynMut<'a> {
     pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
         if self.raw.dtype == T::DTYPE {
             Ok(TensorMut {
-                inner: TensorRef::new(self.raw, self.origin),
+                inner: TensorRef::new(self.raw.0, self.origin),
             })
         } else {
             Err(self)
@@ -1810,9 +1850,10 @@ impl<'a> View<'a> for TensorDyn<'a> {
     const NDIM: Option<usize> = None;
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorDyn {
-            raw,
+            raw: Held(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
+            _gil: PhantomData,
         })
     }
 }
@@ -1823,9 +1864,10 @@ impl<'a> View<'a> for TensorDynMut<'a> {
     const NDIM: Option<usize> = None;
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorDynMut {
-            raw,
+            raw: Held(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
+            _gil: PhantomData,
         })
     }
 }
