@@ -157,7 +157,7 @@ pub use view::TensorMut;
 /// }
 /// ```
 pub use view::TensorDyn;
-pub use view::{Iter, ViewErrorKind, DYN};
+pub use view::{Iter, TakeASliceOrNdarrayViewBeforeLeavingTheGil, ViewErrorKind, DYN};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
