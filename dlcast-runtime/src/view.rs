@@ -408,7 +408,7 @@ pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
     raw: Held,
     origin: Origin,
     fast: Fast,
-    _marker: PhantomData<(&'a (), fn() -> T)>,
+    _marker: PhantomData<&'a fn() -> T>,
     _gil: StaysWithTheGil,
 }
 
