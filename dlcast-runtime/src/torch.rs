@@ -11,8 +11,13 @@
 //! plain `torch.Tensor` over the same storage, which holds that storage
 //! alive, and which no one else has a reference to. Every PyTorch call of
 //! phase 1 goes through `TensorBase`'s own C attributes with torch-function
-//! handling disabled, so no `__torch_function__` mode or subclass override
-//! sees the alias, runs, or answers for PyTorch. Phase 2 checks that the
+//! and Python dispatch disabled, so no `__torch_function__` or
+//! `__torch_dispatch__` mode or subclass override sees the alias, runs, or
+//! answers for PyTorch. The regions are skipped only where they change
+//! nothing: a tensor whose type is exactly `torch.Tensor` while both mode
+//! stacks are empty, for which PyTorch's C code calls no Python code
+//! anyway (see `plain`); that saves two context objects entered and exited
+//! per argument. Phase 2 checks that the
 //! alias is still private all the same (reference count 1, no weak
 //! references) and reads it through PyTorch's own exchange table, which
 //! runs no Python code.
@@ -25,8 +30,12 @@
 //!
 //! The values: a tensor with its negative or conjugate bit set holds the
 //! raw memory of a lazily negated / conjugated tensor, which reads wrong;
-//! both bits are asked of the alias (Python method calls) and such tensors
-//! refused. Writable parameters refuse tensors that require grad (autograd
+//! such tensors are refused. Both bits, and the Python dispatch key (also
+//! refused), are read in one call, `torch._C._dispatch_keys(x)`, whose raw
+//! integer holds every key (`is_neg()` and `is_conj()` are tests of those
+//! bits in PyTorch), from the caller's tensor just before the alias is
+//! made from it (a shallow copy that keeps both bits).
+//! Writable parameters refuse tensors that require grad (autograd
 //! cannot see the writes) and inference tensors outside
 //! `torch.inference_mode()` (PyTorch forbids in-place writes to them), and
 //! bump the caller's tensor's version counter once every check passed.
@@ -259,12 +268,39 @@ pub(crate) fn requires_grad(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = obj.py();
     let h = handles(py)
         .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C.TensorBase is missing"))?;
-    let _off = NoTorchFunction::enter(py, h)
-        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing"))?;
-    h.requires_grad
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,))?
-        .is_truthy()
+    let missing = |_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing");
+    // No region where it changes nothing (see `plain`).
+    let _off = if plain(obj, h).map_err(missing)? {
+        None
+    } else {
+        Some(NoTorchFunction::enter(py, h).map_err(missing)?)
+    };
+    get(&h.requires_grad, obj)?.is_truthy()
+}
+
+/// `descr.__get__(obj, type(obj))` for one of `TensorBase`'s own getters
+/// (`data`, `requires_grad`): through the descriptor type's
+/// `tp_descr_get` slot where the full API allows it (no bound
+/// `__get__` method-wrapper is made), else the `__get__` method.
+fn get<'py>(descr: &Py<PyAny>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `descr` is a live object (held by `Handles`); its type's
+        // slot is read under the GIL.
+        let slot = unsafe { (*pyo3::ffi::Py_TYPE(descr.as_ptr())).tp_descr_get };
+        if let Some(get) = slot {
+            // SAFETY: the slot's contract (`__get__(instance, owner)`):
+            // borrowed `descr`, `obj` and its type, all live; it returns a
+            // new reference, or NULL with an exception set, which
+            // `from_owned_ptr_or_err` takes.
+            return unsafe {
+                let owner = pyo3::ffi::Py_TYPE(obj.as_ptr()).cast();
+                Bound::from_owned_ptr_or_err(py, get(descr.as_ptr(), obj.as_ptr(), owner))
+            };
+        }
+    }
+    descr.bind(py).call_method1(intern!(py, "__get__"), (obj,))
 }
 
 /// What phase 1 made of a PyTorch tensor.
@@ -315,11 +351,7 @@ pub(crate) fn prepare(
     let bump = writable && guard_write(obj, h, keys)?;
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
-    let alias = h
-        .data
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,))
-        .map_err(|e| producer_error("x.data", e, py))?;
+    let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
     if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
         return Err(ImportError::Unreadable(format!(
             "x.data gave {}, not a plain tensor",
@@ -450,11 +482,7 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles, keys: Keys) -> Result<bool, 
         v.and_then(|v| v.is_truthy())
             .map_err(|e| producer_error(what, e, py))
     };
-    let grad = h
-        .requires_grad
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,));
-    if truthy(grad, "x.requires_grad")? {
+    if truthy(get(&h.requires_grad, obj), "x.requires_grad")? {
         return Err(ImportError::Param(
             "the tensor requires grad, and autograd cannot see writes through a writable \
              parameter; pass x.detach() to write into its data"
