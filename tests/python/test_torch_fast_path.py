@@ -225,3 +225,21 @@ def test_parameter_takes_the_regions_and_reads_right():
     q = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
     with pytest.raises(TypeError, match="requires grad"):
         ext.fill_f64(q, 1.0)
+
+
+def test_pytorch_ignores_a_patched_tensor_torch_function_for_exact_tensors():
+    # The premise of skipping the regions for an exact torch.Tensor whatever
+    # `torch.Tensor.__torch_function__` is: PyTorch's C attributes do not
+    # consult it for exact tensors, only for subclass instances.
+    class Plain(torch.Tensor):
+        pass
+
+    seen = []
+    x = torch.ones(2, dtype=torch.float64)
+    with patched_torch_function(seen):
+        x.data, x.requires_grad, x.is_inference(), x.is_neg()
+        assert ext.values(x) == [1.0, 1.0]
+    assert seen == []
+    with patched_torch_function(seen):
+        x.as_subclass(Plain).is_neg()
+    assert seen
