@@ -80,6 +80,9 @@ enum KeyMasks {
     /// `has(X)` / `has_all(DispatchKeySet(X))` / `has_any(...)` of a
     /// one-key set are a test of that bit.
     Raw {
+        /// `DispatchKeySet.raw_repr`'s own function (its `__func__`),
+        /// called with the set: no bound method is made.
+        raw_repr: Py<PyAny>,
         python: u64,
         negative: u64,
         conjugate: u64,
@@ -129,7 +132,13 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
                     }
                     Ok(m)
                 };
+                let method = keyset.getattr("__dict__")?.get_item("raw_repr")?;
+                let raw_repr = match method.getattr("__func__") {
+                    Ok(f) => f.unbind(),
+                    Err(_) => method.unbind(),
+                };
                 KeyMasks::Raw {
+                    raw_repr,
                     python: mask("Python")?,
                     negative: mask("Negative")?,
                     conjugate: mask("Conjugate")?,
@@ -179,13 +188,15 @@ fn keys_of(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Keys, ImportError> {
     let set = h.dispatch_keys.bind(py).call1((obj,)).map_err(err)?;
     match &h.keys {
         KeyMasks::Raw {
+            raw_repr,
             python,
             negative,
             conjugate,
             inplace_or_view,
         } => {
-            let raw: u64 = set
-                .call_method0(intern!(py, "raw_repr"))
+            let raw: u64 = raw_repr
+                .bind(py)
+                .call1((&set,))
                 .and_then(|r| r.extract())
                 .map_err(err)?;
             Ok(Keys {
@@ -318,7 +329,7 @@ pub(crate) struct Prepared {
 /// The fast path: when `obj` is exactly a `torch.Tensor` and no
 /// `__torch_function__` or `__torch_dispatch__` mode is on the stacks, the
 /// calls below run no Python code without the disabled regions either, so
-/// they are not entered (see [`plain`]).
+/// they are not entered (see [`plain`], [`keys_and_region`]).
 pub(crate) fn prepare(
     obj: &Bound<'_, PyAny>,
     flags: TypeFlags,
@@ -334,19 +345,11 @@ pub(crate) fn prepare(
     // check above): such tensors are refused. The same keys hold the lazy
     // negative and conjugate bits, which the alias copies (`x.data` copies
     // every key but Python dispatch's), so they are refused here too.
-    let keys = keys_of(obj, h)?;
+    let (keys, off) = keys_and_region(obj, h)?;
     if keys.python {
         return Err(py_dispatch_refusal());
     }
     refuse_lazy_bits(keys)?;
-    // From here to the alias, nothing allocates before PyTorch's calls
-    // when no region is entered, so the answer of `plain` still holds when
-    // they run.
-    let off = if plain(obj, h)? {
-        None
-    } else {
-        Some(NoTorchFunction::enter(py, h)?)
-    };
     // Inference tensors track no version: they are not bumped.
     let bump = writable && guard_write(obj, h, keys)?;
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
@@ -400,19 +403,48 @@ pub(crate) fn prepare(
     }
 }
 
-/// Whether phase 1 may skip the disabled regions for `obj`: its type is
+/// The dispatch keys of `obj`, and the disabled regions unless [`plain`]
+/// says they change nothing.
+///
+/// Between the read of the keys (inside `_dispatch_keys`) and the alias
+/// made from the same tensor, no Python code can run, so the keys checked
+/// are the alias's: the calls are vectorcalls (no argument tuples, no
+/// bound methods), what they allocate (the `DispatchKeySet`, an `int`,
+/// small integers and bools) is not tracked by the garbage collector, so
+/// no collection and no finalizer can start, and PyTorch's calls run no
+/// Python code (no mode, or the regions). The fast path reads the keys
+/// before asking for the modes all the same; the slow path reads them
+/// inside the regions (entering them allocates tracked objects).
+fn keys_and_region<'py>(
+    obj: &Bound<'py, PyAny>,
+    h: &Handles,
+) -> Result<(Keys, Option<NoTorchFunction<'py>>), ImportError> {
+    let py = obj.py();
+    if exchange::is_exactly_torch_tensor(obj) {
+        let keys = keys_of(obj, h)?;
+        if no_modes(py, h)? {
+            return Ok((keys, None));
+        }
+    }
+    let off = NoTorchFunction::enter(py, h)?;
+    Ok((keys_of(obj, h)?, Some(off)))
+}
+
+/// Whether the disabled regions may be skipped for `obj`: its type is
 /// exactly `torch.Tensor` and no mode is on either stack ([`no_modes`]).
 ///
 /// Why this is the same as being inside them: PyTorch's C attributes ask
 /// `check_has_torch_function(obj)` before doing their work, which is true
 /// only if a torch-function mode is enabled (stack non-empty, not all
 /// disabled) or the type is *not* exactly `Tensor`/`Parameter` and has a
-/// `__torch_function__` — so for an exact `torch.Tensor` with an empty
+/// `__torch_function__`; so for an exact `torch.Tensor` with an empty
 /// stack it is false whatever `torch.Tensor.__torch_function__` has been
 /// set to, and whatever `DisableTorchFunction(Subclass)` state is current.
 /// `x.data` (`shallow_copy_and_detach`) calls Python only if a dispatch
 /// mode is on the stack or the tensor has the Python dispatch key (refused
-/// before). `_dispatch_keys` handles neither.
+/// before). `_dispatch_keys` handles neither. Nothing between this check
+/// and PyTorch's calls allocates an object the garbage collector tracks,
+/// so no finalizer can enter a mode in between.
 fn plain(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     Ok(exchange::is_exactly_torch_tensor(obj) && no_modes(obj.py(), h)?)
 }
