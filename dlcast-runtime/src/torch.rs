@@ -11,8 +11,13 @@
 //! plain `torch.Tensor` over the same storage, which holds that storage
 //! alive, and which no one else has a reference to. Every PyTorch call of
 //! phase 1 goes through `TensorBase`'s own C attributes with torch-function
-//! handling disabled, so no `__torch_function__` mode or subclass override
-//! sees the alias, runs, or answers for PyTorch. Phase 2 checks that the
+//! and Python dispatch disabled, so no `__torch_function__` or
+//! `__torch_dispatch__` mode or subclass override sees the alias, runs, or
+//! answers for PyTorch. The regions are skipped only where they change
+//! nothing: a tensor whose type is exactly `torch.Tensor` while both mode
+//! stacks are empty, for which PyTorch's C code calls no Python code
+//! anyway (see `plain`); that saves two context objects entered and exited
+//! per argument. Phase 2 checks that the
 //! alias is still private all the same (reference count 1, no weak
 //! references) and reads it through PyTorch's own exchange table, which
 //! runs no Python code.
@@ -25,14 +30,17 @@
 //!
 //! The values: a tensor with its negative or conjugate bit set holds the
 //! raw memory of a lazily negated / conjugated tensor, which reads wrong;
-//! both bits are asked of the alias (Python method calls) and such tensors
-//! refused. Writable parameters refuse tensors that require grad (autograd
+//! such tensors are refused. Both bits, and the Python dispatch key (also
+//! refused), are read in one call, `torch._C._dispatch_keys(x)`, whose raw
+//! integer holds every key (`is_neg()` and `is_conj()` are tests of those
+//! bits in PyTorch), from the caller's tensor just before the alias is
+//! made from it (a shallow copy that keeps both bits).
+//! Writable parameters refuse tensors that require grad (autograd
 //! cannot see the writes) and inference tensors outside
 //! `torch.inference_mode()` (PyTorch forbids in-place writes to them), and
 //! bump the caller's tensor's version counter once every check passed.
 
 use crate::device::kind;
-use crate::dtype::code;
 use crate::import::{
     capsule, exchange, exchange::TypeFlags, producer_error, type_name, ImportError, ImportPath,
     Source, StreamCx,
@@ -42,23 +50,62 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 /// PyTorch's own C-level attributes, looked up once: `TensorBase`'s `data`
-/// and `requires_grad` getters, `is_neg`, `is_conj`, `is_inference`
-/// (`TensorBase` is a C type, so these cannot be replaced from Python), and
-/// the `DisableTorchFunction` context: under it, neither a
-/// `__torch_function__` mode nor a subclass override sees dlcast's calls, so
-/// they run no Python code and cannot be lied to.
+/// and `requires_grad` getters and `is_inference` (`TensorBase` is a C
+/// type, so these cannot be replaced from Python), the
+/// `DisableTorchFunction` context (under it, neither a `__torch_function__`
+/// mode nor a subclass override sees dlcast's calls, so they run no Python
+/// code and cannot be lied to), and what reads a tensor's dispatch keys.
 struct Handles {
     data: Py<PyAny>,
     requires_grad: Py<PyAny>,
-    is_neg: Py<PyAny>,
-    is_conj: Py<PyAny>,
     is_inference: Py<PyAny>,
     is_inference_mode_enabled: Py<PyAny>,
     increment_version: Py<PyAny>,
     disable: Py<PyAny>,
     disable_dispatch: Py<PyAny>,
     dispatch_keys: Py<PyAny>,
-    python_key: Py<PyAny>,
+    keys: KeyMasks,
+    /// `torch._C._len_torch_function_stack` and `_len_torch_dispatch_stack`
+    /// (C functions without arguments); `None` in a PyTorch without them,
+    /// which then always takes the disabled regions.
+    mode_stacks: Option<(Py<PyAny>, Py<PyAny>)>,
+}
+
+/// How the dispatch keys dlcast asks about are read from a
+/// `DispatchKeySet`: bit masks of its raw integer (`raw_repr()`), or, in a
+/// PyTorch without it, the keys themselves for `.has(...)`.
+enum KeyMasks {
+    /// Each mask is `DispatchKeySet(DispatchKey.X).raw_repr()`: a
+    /// functionality key is one bit of the raw integer, and PyTorch's
+    /// `has(X)` / `has_all(DispatchKeySet(X))` / `has_any(...)` of a
+    /// one-key set are a test of that bit.
+    Raw {
+        /// `DispatchKeySet.raw_repr`'s own function (its `__func__`),
+        /// called with the set: no bound method is made.
+        raw_repr: Py<PyAny>,
+        python: u64,
+        negative: u64,
+        conjugate: u64,
+        inplace_or_view: u64,
+    },
+    /// `DispatchKey.Python`, `.Negative`, `.Conjugate`, `.ADInplaceOrView`.
+    Has([Py<PyAny>; 4]),
+}
+
+/// What a tensor's dispatch keys (`TensorImpl::key_set()`, all of PyTorch's
+/// `is_neg()`, `is_conj()` and Python dispatch come from) say.
+#[derive(Clone, Copy)]
+struct Keys {
+    /// `DispatchKey::Python`: PyTorch calls Python code for the tensor.
+    python: bool,
+    /// `is_neg()` (`key_set_.has_all(DispatchKeySet(Negative))`).
+    negative: bool,
+    /// `is_conj()` (`key_set_.has_all(DispatchKeySet(Conjugate))`).
+    conjugate: bool,
+    /// `ADInplaceOrView`: `is_inference()` is
+    /// `!has_any(ADInplaceOrView) && !has_any(autograd keys)`, so a tensor
+    /// with this key is not an inference tensor.
+    inplace_or_view: bool,
 }
 
 fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
@@ -69,11 +116,52 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             let base = c.getattr("TensorBase")?;
             let dict = base.getattr("__dict__")?;
             let get = |name: &str| -> PyResult<Py<PyAny>> { Ok(dict.get_item(name)?.unbind()) };
+            let key = |name: &str| c.getattr("DispatchKey").and_then(|k| k.getattr(name));
+            let keyset = c.getattr("DispatchKeySet")?;
+            let keys = if keyset.hasattr("raw_repr")? {
+                let mask = |name: &str| -> PyResult<u64> {
+                    let m: u64 = keyset
+                        .call1((key(name)?,))?
+                        .call_method0("raw_repr")?
+                        .extract()?;
+                    // One functionality key is one bit (see `KeyMasks`).
+                    if m.count_ones() != 1 {
+                        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                            "DispatchKeySet(DispatchKey.{name}) is not one bit"
+                        )));
+                    }
+                    Ok(m)
+                };
+                let method = keyset.getattr("__dict__")?.get_item("raw_repr")?;
+                let raw_repr = match method.getattr("__func__") {
+                    Ok(f) => f.unbind(),
+                    Err(_) => method.unbind(),
+                };
+                KeyMasks::Raw {
+                    raw_repr,
+                    python: mask("Python")?,
+                    negative: mask("Negative")?,
+                    conjugate: mask("Conjugate")?,
+                    inplace_or_view: mask("ADInplaceOrView")?,
+                }
+            } else {
+                KeyMasks::Has([
+                    key("Python")?.unbind(),
+                    key("Negative")?.unbind(),
+                    key("Conjugate")?.unbind(),
+                    key("ADInplaceOrView")?.unbind(),
+                ])
+            };
+            let mode_stacks = match (
+                c.getattr("_len_torch_function_stack"),
+                c.getattr("_len_torch_dispatch_stack"),
+            ) {
+                (Ok(f), Ok(d)) => Some((f.unbind(), d.unbind())),
+                _ => None,
+            };
             Ok(Handles {
                 data: get("data")?,
                 requires_grad: get("requires_grad")?,
-                is_neg: base.getattr("is_neg")?.unbind(),
-                is_conj: base.getattr("is_conj")?.unbind(),
                 is_inference: base.getattr("is_inference")?.unbind(),
                 is_inference_mode_enabled: py
                     .import("torch")?
@@ -83,10 +171,75 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
                 disable: c.getattr("DisableTorchFunction")?.unbind(),
                 disable_dispatch: c.getattr("_DisableTorchDispatch")?.unbind(),
                 dispatch_keys: c.getattr("_dispatch_keys")?.unbind(),
-                python_key: c.getattr("DispatchKey")?.getattr("Python")?.unbind(),
+                keys,
+                mode_stacks,
             })
         })
         .map_err(|e| producer_error("PyTorch's C API (torch._C)", e, py))
+}
+
+/// The dispatch keys of `obj` (a tensor): `torch._C._dispatch_keys`, a
+/// pybind11 function that handles no `__torch_function__` or
+/// `__torch_dispatch__` (it returns `TensorImpl::key_set()`), so it answers
+/// the same inside and outside the disabled regions.
+fn keys_of(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Keys, ImportError> {
+    let py = obj.py();
+    let err = |e| producer_error("torch._C._dispatch_keys", e, py);
+    let set = h.dispatch_keys.bind(py).call1((obj,)).map_err(err)?;
+    match &h.keys {
+        KeyMasks::Raw {
+            raw_repr,
+            python,
+            negative,
+            conjugate,
+            inplace_or_view,
+        } => {
+            let raw: u64 = raw_repr
+                .bind(py)
+                .call1((&set,))
+                .and_then(|r| r.extract())
+                .map_err(err)?;
+            Ok(Keys {
+                python: raw & python != 0,
+                negative: raw & negative != 0,
+                conjugate: raw & conjugate != 0,
+                inplace_or_view: raw & inplace_or_view != 0,
+            })
+        }
+        KeyMasks::Has(keys) => {
+            let has = |k: &Py<PyAny>| {
+                set.call_method1(intern!(py, "has"), (k,))
+                    .and_then(|v| v.is_truthy())
+                    .map_err(err)
+            };
+            Ok(Keys {
+                python: has(&keys[0])?,
+                negative: has(&keys[1])?,
+                conjugate: has(&keys[2])?,
+                inplace_or_view: has(&keys[3])?,
+            })
+        }
+    }
+}
+
+/// Whether no `__torch_function__` mode and no `__torch_dispatch__` mode is
+/// on this thread's stacks (`torch._C._len_torch_function_stack() == 0`
+/// and `_len_torch_dispatch_stack() == 0`: the stacks PyTorch's C code
+/// consults, infrastructure modes included). `false` where PyTorch cannot
+/// say. Allocates nothing (small integers are shared), so no Python code
+/// runs in it.
+fn no_modes(py: Python<'_>, h: &Handles) -> Result<bool, ImportError> {
+    let Some((function, dispatch)) = &h.mode_stacks else {
+        return Ok(false);
+    };
+    let empty = |f: &Py<PyAny>| {
+        f.bind(py)
+            .call0()
+            .and_then(|n| n.extract::<i64>())
+            .map(|n| n == 0)
+            .map_err(|e| producer_error("torch._C._len_torch_function_stack", e, py))
+    };
+    Ok(empty(function)? && empty(dispatch)?)
 }
 
 /// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
@@ -126,12 +279,39 @@ pub(crate) fn requires_grad(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = obj.py();
     let h = handles(py)
         .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C.TensorBase is missing"))?;
-    let _off = NoTorchFunction::enter(py, h)
-        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing"))?;
-    h.requires_grad
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,))?
-        .is_truthy()
+    let missing = |_| pyo3::exceptions::PyRuntimeError::new_err("torch._C is missing");
+    // No region where it changes nothing (see `plain`).
+    let _off = if plain(obj, h).map_err(missing)? {
+        None
+    } else {
+        Some(NoTorchFunction::enter(py, h).map_err(missing)?)
+    };
+    get(&h.requires_grad, obj)?.is_truthy()
+}
+
+/// `descr.__get__(obj, type(obj))` for one of `TensorBase`'s own getters
+/// (`data`, `requires_grad`): through the descriptor type's
+/// `tp_descr_get` slot where the full API allows it (no bound
+/// `__get__` method-wrapper is made), else the `__get__` method.
+fn get<'py>(descr: &Py<PyAny>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `descr` is a live object (held by `Handles`); its type's
+        // slot is read under the GIL.
+        let slot = unsafe { (*pyo3::ffi::Py_TYPE(descr.as_ptr())).tp_descr_get };
+        if let Some(get) = slot {
+            // SAFETY: the slot's contract (`__get__(instance, owner)`):
+            // borrowed `descr`, `obj` and its type, all live; it returns a
+            // new reference, or NULL with an exception set, which
+            // `from_owned_ptr_or_err` takes.
+            return unsafe {
+                let owner = pyo3::ffi::Py_TYPE(obj.as_ptr()).cast();
+                Bound::from_owned_ptr_or_err(py, get(descr.as_ptr(), obj.as_ptr(), owner))
+            };
+        }
+    }
+    descr.bind(py).call_method1(intern!(py, "__get__"), (obj,))
 }
 
 /// What phase 1 made of a PyTorch tensor.
@@ -145,6 +325,11 @@ pub(crate) struct Prepared {
 /// Phase 1 for a tensor (any object whose type comes from the `torch`
 /// package): the checks that need Python code, then the private alias,
 /// which phase 2 reads (see the module documentation).
+///
+/// The fast path: when `obj` is exactly a `torch.Tensor` and no
+/// `__torch_function__` or `__torch_dispatch__` mode is on the stacks, the
+/// calls below run no Python code without the disabled regions either, so
+/// they are not entered (see [`plain`], [`keys_and_region`]).
 pub(crate) fn prepare(
     obj: &Bound<'_, PyAny>,
     flags: TypeFlags,
@@ -155,50 +340,39 @@ pub(crate) fn prepare(
     refuse_py_dispatch(flags)?;
     let api = exchange::torch_table(py);
     let h = handles(py)?;
-    let off = NoTorchFunction::enter(py, h)?;
     // The tensor's own dispatch keys decide whether PyTorch runs Python
     // code for it (a class can hide its `__torch_dispatch__` from the type
-    // check above): such tensors are refused.
-    let python_key = h
-        .dispatch_keys
-        .bind(py)
-        .call1((obj,))
-        .and_then(|k| k.call_method1(intern!(py, "has"), (&h.python_key,)))
-        .and_then(|v| v.is_truthy())
-        .map_err(|e| producer_error("torch._C._dispatch_keys", e, py))?;
-    if python_key {
+    // check above): such tensors are refused. The same keys hold the lazy
+    // negative and conjugate bits, which the alias copies (`x.data` copies
+    // every key but Python dispatch's), so they are refused here too.
+    let (keys, off) = keys_and_region(obj, h)?;
+    if keys.python {
         return Err(py_dispatch_refusal());
     }
+    refuse_lazy_bits(keys)?;
     // Inference tensors track no version: they are not bumped.
-    let bump = writable && guard_write(obj, h)?;
+    let bump = writable && guard_write(obj, h, keys)?;
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
-    let alias = h
-        .data
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,))
-        .map_err(|e| producer_error("x.data", e, py))?;
+    let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
     if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
         return Err(ImportError::Unreadable(format!(
             "x.data gave {}, not a plain tensor",
             type_name(&alias)
         )));
     }
-    torch_bit(&alias, TorchBit::Negative, h)?;
     let bump = bump.then(|| obj.clone().unbind());
     let Some(api) = api else {
         // A PyTorch without the exchange API: the alias's own `__dlpack__`.
         drop(off);
-        return via_dlpack(alias, None, sx, bump, h);
+        return via_dlpack(alias, None, sx, bump);
     };
-    // A look at the alias (no Python code): its device, and whether it is
-    // complex (only complex tensors can have the conjugate bit).
-    let probe = exchange::read_with(&alias, api)?;
-    let (device, complex) = (probe.device, probe.dtype.code == code::COMPLEX);
-    drop(probe);
-    if complex {
-        torch_bit(&alias, TorchBit::Conjugate, h)?;
-    }
+    // A look at the alias's device (no Python code).
+    let Some(device) = exchange::device_of(&alias, api)? else {
+        return Err(ImportError::Invalid(
+            "the exchange API cannot describe a tensor".into(),
+        ));
+    };
     drop(off);
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
@@ -225,8 +399,54 @@ pub(crate) fn prepare(
             },
             bump,
         }),
-        None => via_dlpack(alias, Some(device), sx, bump, h),
+        None => via_dlpack(alias, Some(device), sx, bump),
     }
+}
+
+/// The dispatch keys of `obj`, and the disabled regions unless [`plain`]
+/// says they change nothing.
+///
+/// Between the read of the keys (inside `_dispatch_keys`) and the alias
+/// made from the same tensor, no Python code can run, so the keys checked
+/// are the alias's: the calls are vectorcalls (no argument tuples, no
+/// bound methods), what they allocate (the `DispatchKeySet`, an `int`,
+/// small integers and bools) is not tracked by the garbage collector, so
+/// no collection and no finalizer can start, and PyTorch's calls run no
+/// Python code (no mode, or the regions). The fast path reads the keys
+/// before asking for the modes all the same; the slow path reads them
+/// inside the regions (entering them allocates tracked objects).
+fn keys_and_region<'py>(
+    obj: &Bound<'py, PyAny>,
+    h: &Handles,
+) -> Result<(Keys, Option<NoTorchFunction<'py>>), ImportError> {
+    let py = obj.py();
+    if exchange::is_exactly_torch_tensor(obj) {
+        let keys = keys_of(obj, h)?;
+        if no_modes(py, h)? {
+            return Ok((keys, None));
+        }
+    }
+    let off = NoTorchFunction::enter(py, h)?;
+    Ok((keys_of(obj, h)?, Some(off)))
+}
+
+/// Whether the disabled regions may be skipped for `obj`: its type is
+/// exactly `torch.Tensor` and no mode is on either stack ([`no_modes`]).
+///
+/// Why this is the same as being inside them: PyTorch's C attributes ask
+/// `check_has_torch_function(obj)` before doing their work, which is true
+/// only if a torch-function mode is enabled (stack non-empty, not all
+/// disabled) or the type is *not* exactly `Tensor`/`Parameter` and has a
+/// `__torch_function__`; so for an exact `torch.Tensor` with an empty
+/// stack it is false whatever `torch.Tensor.__torch_function__` has been
+/// set to, and whatever `DisableTorchFunction(Subclass)` state is current.
+/// `x.data` (`shallow_copy_and_detach`) calls Python only if a dispatch
+/// mode is on the stack or the tensor has the Python dispatch key (refused
+/// before). `_dispatch_keys` handles neither. Nothing between this check
+/// and PyTorch's calls allocates an object the garbage collector tracks,
+/// so no finalizer can enter a mode in between.
+fn plain(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
+    Ok(exchange::is_exactly_torch_tensor(obj) && no_modes(obj.py(), h)?)
 }
 
 /// The alias through its `__dlpack__` (device memory that needs a stream
@@ -237,7 +457,6 @@ fn via_dlpack(
     device: Option<crate::device::Device>,
     sx: StreamCx,
     bump: Option<Py<PyAny>>,
-    h: &Handles,
 ) -> Result<Prepared, ImportError> {
     let device = match device {
         Some(d) => Some(d),
@@ -251,10 +470,6 @@ fn via_dlpack(
     let cap = capsule::call_dlpack(&alias, stream)?
         .ok_or_else(|| ImportError::NotAnArray(type_name(&alias)))?;
     let owner = capsule::take(&cap)?;
-    if capsule::read(&owner, ImportPath::Dlpack).is_ok_and(|r| r.dtype.code == code::COMPLEX) {
-        let _off = NoTorchFunction::enter(alias.py(), h)?;
-        torch_bit(&alias, TorchBit::Conjugate, h)?;
-    }
     Ok(Prepared {
         source: Source::Managed {
             owner,
@@ -293,24 +508,22 @@ fn py_dispatch_refusal() -> ImportError {
 /// inference tensor outside `torch.inference_mode()` (PyTorch refuses
 /// in-place writes to it there). `Ok(false)` for an inference tensor, whose
 /// version PyTorch does not track.
-fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
+fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles, keys: Keys) -> Result<bool, ImportError> {
     let py = obj.py();
     let truthy = |v: PyResult<Bound<'_, PyAny>>, what: &'static str| {
         v.and_then(|v| v.is_truthy())
             .map_err(|e| producer_error(what, e, py))
     };
-    let grad = h
-        .requires_grad
-        .bind(py)
-        .call_method1(intern!(py, "__get__"), (obj,));
-    if truthy(grad, "x.requires_grad")? {
+    if truthy(get(&h.requires_grad, obj), "x.requires_grad")? {
         return Err(ImportError::Param(
             "the tensor requires grad, and autograd cannot see writes through a writable \
              parameter; pass x.detach() to write into its data"
                 .into(),
         ));
     }
-    if truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
+    // A tensor with the ADInplaceOrView key is not an inference tensor
+    // (see `Keys::inplace_or_view`); only one without is asked.
+    if !keys.inplace_or_view && truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
         let in_mode = truthy(
             h.is_inference_mode_enabled.bind(py).call0(),
             "torch.is_inference_mode_enabled",
@@ -328,38 +541,22 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError>
     Ok(true)
 }
 
-/// The lazy bits PyTorch keeps on a tensor: its memory does not hold its
-/// values. The exchange API hands out the raw memory, and so does
-/// `__dlpack__` for the negative bit (it refuses only the conjugate bit).
-#[derive(Clone, Copy)]
-pub(crate) enum TorchBit {
-    /// `is_neg()`: any dtype (`z.conj().imag`).
-    Negative,
-    /// `is_conj()`: complex tensors only.
-    Conjugate,
-}
-
-/// Refuses `obj` if the tensor has `bit` set: `TensorBase`'s own method
-/// (about 100 ns of PyTorch's argument parsing), the price of reading
-/// PyTorch tensors correctly.
-fn torch_bit(obj: &Bound<'_, PyAny>, bit: TorchBit, h: &Handles) -> Result<(), ImportError> {
-    let py = obj.py();
-    let (method, what) = match bit {
-        TorchBit::Negative => (&h.is_neg, "negative"),
-        TorchBit::Conjugate => (&h.is_conj, "conjugate"),
+/// Refuses a tensor with one of the lazy bits PyTorch keeps on a tensor
+/// (`is_neg()`: any dtype, `z.conj().imag`; `is_conj()`: complex only): its
+/// memory does not hold its values. The exchange API hands out the raw
+/// memory, and so does `__dlpack__` for the negative bit (it refuses only
+/// the conjugate bit).
+fn refuse_lazy_bits(keys: Keys) -> Result<(), ImportError> {
+    let what = match (keys.negative, keys.conjugate) {
+        (false, false) => return Ok(()),
+        (true, false) => "negative",
+        (false, true) => "conjugate",
+        (true, true) => "negative and conjugate",
     };
-    let set = method
-        .bind(py)
-        .call1((obj,))
-        .and_then(|v| v.is_truthy())
-        .map_err(|e| producer_error("is_conj/is_neg", e, py))?;
-    if set {
-        return Err(ImportError::Unreadable(format!(
-            "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
-             does not hold its values; pass x.resolve_conj().resolve_neg()"
-        )));
-    }
-    Ok(())
+    Err(ImportError::Unreadable(format!(
+        "the tensor has its {what} bit set (PyTorch's lazy {what}), so its memory \
+         does not hold its values; pass x.resolve_conj().resolve_neg()"
+    )))
 }
 
 /// Bumps the version counter of each tensor a writable parameter took
