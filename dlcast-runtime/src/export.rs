@@ -1847,6 +1847,14 @@ impl Framework {
                 Some(out) => Ok(out),
                 None => from_dlpack.call1((arr,)),
             },
+            // Below abi3-py311 `dlcast.Array` has no buffer protocol: the
+            // memoryview is NumPy's, over the same memory (NumPy keeps the
+            // array alive as its base).
+            Framework::Memoryview if !BUFFER_PROTOCOL => {
+                let np = py.import(pyo3::intern!(py, "numpy"))?;
+                let view = np.call_method1(pyo3::intern!(py, "asarray"), (arr,))?;
+                from_dlpack.call1((view,))
+            }
             _ => from_dlpack.call1((arr,)),
         }
     }

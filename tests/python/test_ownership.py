@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import dlcast_testext as ext
+from conftest import buffer_of
 
 
 def collect():
@@ -257,7 +258,7 @@ def test_read_only_tensor_numpy():
     assert arr.read_only
     assert not np.asarray(arr).flags.writeable
     assert not np.from_dlpack(arr).flags.writeable
-    assert memoryview(arr).readonly
+    assert buffer_of(arr).readonly
 
 
 def test_read_only_tensor_versioned_capsule_flag():
@@ -486,7 +487,7 @@ def test_returns_memoryview():
 def test_memoryview_of_a_buffer_view_keeps_the_object():
     m = ext.Matrix4f()
     w = weakref.ref(m)
-    mv = memoryview(m.data())
+    mv = buffer_of(m.data())
     del m
     collect()
     assert w() is not None
