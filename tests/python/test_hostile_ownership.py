@@ -1,0 +1,330 @@
+"""Hostile tests of ownership (ArrayBuffer, Tensor::from_static,
+Tensor::from_raw_parts, into_read_only, returns = memoryview | mlx | paddle)
+and of rank-typed views (TensorRef<'_, T, N>, views over Rust data).
+
+`test_finding_*` tests fail today: each is a bug report (input, expected
+behaviour). `test_held_*` tests are attacks that the code withstood.
+The Rust side is tests/src/attack2.rs.
+"""
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+
+
+def collect():
+    for _ in range(3):
+        gc.collect()
+
+
+def run_child(code):
+    """Runs `code` in a fresh interpreter (a crash must not take pytest down)."""
+    src = "import numpy as np, torch, jax, dlcast_testext as ext\n" + textwrap.dedent(code)
+    return subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", src],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
+    )
+
+
+# --- findings -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        # NumPy re-exports its read-only array with DLPack's READ_ONLY flag,
+        # which PyTorch ignores.
+        "a = ext.a2_static_numpy(); t = torch.from_dlpack(a)",
+        # The same through returns = memoryview and numpy.frombuffer.
+        "a = np.frombuffer(ext.a2_static_memoryview(), np.float32); t = torch.from_dlpack(a)",
+        # JAX takes 64-byte aligned static data without a copy and re-exports
+        # it as a legacy capsule, with no read-only mark at all.
+        "a = ext.a2_static_aligned_jax(); t = torch.from_dlpack(a)",
+    ],
+    ids=["numpy", "memoryview", "jax"],
+)
+def test_finding_static_data_reaches_pytorch_through_a_reexporting_consumer(route):
+    # Tensor::from_static hands a Rust static (in read-only pages) to NumPy,
+    # memoryview and JAX without a copy; they hand it on to PyTorch, which
+    # writes: SIGSEGV. Expected: no crash (PyTorch gets a copy, or an error).
+    code = route + "\nt.fill_(7)\nprint('alive')\n"
+    p = run_child(code)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    assert "alive" in p.stdout
+
+
+def test_finding_read_only_foreign_memory_written_by_pytorch_through_numpy():
+    # Tensor::from_raw_parts(.., read_only = true, ..) (the README's mmap
+    # example): `returns = numpy` gives NumPy a read-only array over the
+    # memory; torch.from_dlpack(a) writes it in place (for a read-only
+    # mapping, SIGSEGV). Expected: memory that must never be written is
+    # never handed to a consumer that can pass it on writable.
+    a = ext.a2_counted_numpy(4, read_only=True)
+    assert not a.flags.writeable
+    t = torch.from_dlpack(a)
+    t.fill_(7.0)
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_finding_bool_buffer_gives_rust_invalid_bools():
+    # ArrayBuffer<bool> exported writable; Python writes the byte 2 (NumPy:
+    # True) through a uint8 view. ArrayBuffer::read() then hands safe Rust
+    # a &[bool] holding 2, and ArrayBuffer::get() reads it with
+    # `ptr.read()`: undefined behaviour; in practice Rust sees `false`.
+    # Expected: Rust sees True (as TensorRef<bool>::get does via read_at)
+    # or gets an error.
+    b = ext.BoolBuf(3)
+    a = b.data()
+    a.view(np.uint8)[1] = 2
+    assert bool(a[1]) is True
+    try:
+        got = b.get_byte(1)
+    except ValueError:
+        got = None
+    assert got in (1, None), got
+    try:
+        got = list(b.read_bytes())
+    except ValueError:
+        got = None
+    assert got in ([0, 1, 0], None), got
+
+
+def test_finding_bool_buffer_as_mut_slice_invalid_bools():
+    # The same byte left behind after the export is gone: as_mut_slice()
+    # gives safe Rust a &mut [bool] holding 2.
+    b = ext.BoolBuf(2)
+    a = b.data()
+    a.view(np.uint8)[0] = 2
+    del a
+    collect()
+    try:
+        got = list(b.mut_bytes())
+    except ValueError:
+        got = None
+    assert got in ([1, 0], None), got
+
+
+@pytest.mark.parametrize("method", ["frozen", "frozen2"])
+def test_finding_jax_array_over_a_buffer_changes_after_creation(method):
+    # A read-only ArrayBuffer view goes to JAX without a copy; the object
+    # (ArrayBuffer::set) and writable exports still write the memory, so an
+    # "immutable" JAX array changes value. Expected: JAX gets a copy (as it
+    # does for data that is not 64-byte aligned), or returns = jax of a
+    # buffer view is refused.
+    o = ext.JaxBuf()
+    j = getattr(o, method)()
+    before = np.asarray(j).copy()
+    o.set(3, 5.0)
+    assert np.array_equal(np.asarray(j), before)
+
+
+def test_finding_returns_mlx_negative_strides_error_names_nothing():
+    # returns = mlx of a negatively strided tensor: MLX's own
+    # "ValueError: Cannot convert DLPack arrays with negative strides to mlx
+    # array." without the function; torch and paddle get a BufferError from
+    # dlcast naming the problem and the fix, JAX gets a copy. Expected: a
+    # copy (MLX copies anyway) or dlcast's BufferError.
+    pytest.importorskip("mlx.core")
+    try:
+        r = ext.a2_counted_mlx(4, reversed=True)
+    except BufferError as e:
+        assert "negative stride" in str(e)
+        return
+    except ValueError as e:
+        pytest.fail(f"MLX's own error leaked: {e}")
+    assert np.array(r).tolist() == [3.0, 2.0, 1.0, 0.0]
+
+
+def test_finding_empty_rust_view_with_huge_extent_error_contradicts_itself():
+    # An empty view over Rust data with an extent beyond i64::MAX, returned:
+    # the copy's error says "shape [0, 9223372036854775808] holds 0
+    # elements, but the data has 0". Expected: the real reason (an extent
+    # exceeds i64::MAX / cannot be exported).
+    with pytest.raises(ValueError) as e:
+        ext.a2_rust_empty([0, 2**63])
+    assert "holds 0 elements, but the data has 0" not in str(e.value)
+
+
+def test_finding_buffer_zeros_overflow_error_is_misleading():
+    # ArrayBuffer::zeros(&[usize::MAX, 2]) (and Tensor::zeros): "shape
+    # [18446744073709551615, 2] holds 18446744073709551615 elements, but the
+    # data has 0": no data was given; the element count overflows.
+    # Expected: a message saying the element count overflows (and
+    # MemoryError, as for any size that cannot be allocated).
+    kind, msg = ext.a2_buffer_zeros_error([2**64 - 1, 2])
+    assert "data has 0" not in msg
+    assert kind == "MemoryError"
+
+
+def test_finding_buffer_get_wrong_length_index_says_out_of_bounds():
+    # ArrayBuffer::get(&[1]) on a (4, 4) buffer: "index [1] is out of bounds
+    # for a buffer of shape [4, 4]"; the view accessors say "index (1,) has
+    # 1 entry, the array 2 dimensions". Expected: the same wording.
+    msg = ext.a2_buffer_get_error([1])
+    assert "out of bounds" not in msg and "entr" in msg
+
+
+# --- attacks that held ------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "numpy", "memoryview", "mlx", "paddle", ""])
+@pytest.mark.parametrize("kw", [{}, {"read_only": True}, {"reversed": True}])
+def test_held_foreign_owner_dropped_exactly_once(framework, kw):
+    if framework == "mlx":
+        pytest.importorskip("mlx.core")
+    if framework == "paddle":
+        pytest.importorskip("paddle")
+    f = getattr(ext, "a2_counted_" + framework if framework else "a2_counted")
+    collect()
+    made0, dropped0 = ext.a2_counted_stats()
+    try:
+        r = f(5, **kw)
+    except (BufferError, ValueError):
+        r = None
+    if r is not None:
+        vals = (r.numpy() if framework == "paddle" else np.asarray(r)).tolist()
+        expected = [4.0, 3.0, 2.0, 1.0, 0.0] if kw.get("reversed") else [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert vals == expected
+        made, dropped = ext.a2_counted_stats()
+        assert made - made0 == 1
+    del r
+    collect()
+    made, dropped = ext.a2_counted_stats()
+    assert (made - made0, dropped - dropped0) == (1, 1)
+
+
+def test_held_static_memoryview_and_numpy_stay_read_only():
+    mv = ext.a2_static_memoryview()
+    assert mv.readonly
+    a = np.frombuffer(mv, np.float32)
+    with pytest.raises(ValueError):
+        a.setflags(write=True)
+    b = ext.a2_static_numpy()
+    with pytest.raises(ValueError):
+        b.setflags(write=True)
+    with pytest.raises(BufferError):
+        ext.a2_static_paddle()
+    assert ext.a2_static_first() == 1.0
+
+
+def test_held_static_jax_unaligned_is_copied():
+    j = ext.a2_static_jax()
+    t = torch.from_dlpack(j)
+    t.fill_(7.0)
+    assert ext.a2_static_first() == 1.0
+
+
+def test_held_bool_buffer_valid_bytes_round_trip():
+    b = ext.BoolBuf(3)
+    a = b.data()
+    a[2] = True
+    assert list(b.read_bytes()) == [0, 0, 1]
+    assert b.get_byte(2) == 1
+
+
+def test_held_buffer_object_collected_while_torch_tensor_lives():
+    m = ext.Matrix4f()
+    t = m.data_torch()
+    del m
+    collect()
+    t.add_(2.0)
+    assert float(t.sum()) == 32.0
+
+
+def test_held_set_refused_under_a_read_guard_reentrantly():
+    m = ext.Mutable()
+    seen = []
+
+    def cb():
+        try:
+            m.mutate()
+        except BufferError as e:
+            seen.append(str(e))
+
+    assert m.read_around(cb) == 15
+    assert len(seen) == 1 and "in use" in seen[0]
+    assert ext.live_borrows() == 0
+
+
+def test_held_buffer_zeros_huge_is_memory_error():
+    kind, _ = ext.a2_buffer_zeros_error([2**61])
+    assert kind == "MemoryError"
+    assert ext.a2_buffer_zeros_error([2**62, 0]) is None
+
+
+def test_held_seven_d_get_and_iter_with_negative_strides():
+    x = np.arange(2.0**7).reshape((2,) * 7)[:, ::-1, :, ::-1, :, :, ::-1]
+    idx = [1, 0, 1, 0, 1, 1, 0]
+    assert ext.a2_get_dyn(x, idx) == x[tuple(idx)]
+    with pytest.raises(IndexError, match="a2_get_dyn.*'x'.*out of bounds"):
+        ext.a2_get_dyn(x, idx[:-1] + [2])
+    with pytest.raises(IndexError, match="has 3 entries, the array 7 dimensions"):
+        ext.a2_get_dyn(x, [1, 0, 1])
+    assert ext.a2_iter7(x) == x.ravel().tolist()
+    assert ext.live_borrows() == 0
+
+
+def test_held_into_rank_and_reshape():
+    with pytest.raises(TypeError, match=r"a2_into_rank2\(\): argument 'x': into_rank\(\): expected an array of 2 dimensions, got shape \(3,\)"):
+        ext.a2_into_rank2(np.zeros(3))
+    x = np.arange(6.0)
+    assert ext.a2_reshape_get(x, [2, 3], 1, 2) == x.reshape(2, 3)[1, 2]
+    assert ext.a2_reshape_get(x, [3, 2], 2, 1) == x.reshape(3, 2)[2, 1]
+    with pytest.raises(IndexError):
+        ext.a2_reshape_get(x, [3, 2], 1, 2)
+    with pytest.raises(ValueError, match="reshape"):
+        ext.a2_reshape_get(x[::2], [1, 3], 0, 0)
+    assert ext.live_borrows() == 0
+
+
+def test_held_copy_into_flipped_transpose_and_set_after_slice():
+    o = np.zeros((2, 3))
+    ext.a2_copy_into_flipped_t(o, [float(i) for i in range(6)])
+    expected = np.zeros((2, 3))
+    expected.T[::-1].flat[:] = np.arange(6.0)
+    assert np.array_equal(o, expected)
+    with pytest.raises(ValueError, match="copy_from_slice"):
+        ext.a2_copy_into_flipped_t(o, [1.0] * 5)
+    o = np.zeros((4, 3))
+    with pytest.raises(IndexError, match=r"index \(2, 0\) is out of bounds for shape \(2, 3\)"):
+        ext.a2_set_after_slice(o, 2, 2, 0, 1.0)
+    assert not o.any()
+    ext.a2_set_after_slice(o, 2, 1, 2, 1.0)
+    assert o[1, 2] == 1.0 and o.sum() == 1.0
+    assert ext.live_borrows() == 0
+
+
+def test_held_as_array_of_a_permuted_strided_view():
+    x = np.arange(24.0).reshape(2, 3, 4)[:, ::-1, ::2]
+    shape, total = ext.a2_as_array_permuted(x)
+    assert shape == list(np.transpose(x, (2, 0, 1)).shape)
+    assert total == x.sum()
+
+
+def test_held_rust_data_views_are_copied():
+    grid = np.arange(6.0).reshape(2, 3)
+    f = ext.a2_rust_flipped()
+    assert np.array_equal(f, grid[::-1, ::-1])
+    assert f.flags.writeable
+    f[0, 0] = 100.0  # a copy: the static stays as it was
+    assert np.array_equal(ext.a2_rust_flipped(), grid[::-1, ::-1])
+    b = ext.a2_rust_broadcast(4)
+    assert np.array_equal(b, np.broadcast_to(grid[0], (4, 3)))
+    h = ext.VecHolder(4)
+    v = h.view()
+    h.fill(9.0)
+    h.clear()
+    collect()
+    assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(MemoryError):
+        ext.a2_rust_broadcast(2**60)
