@@ -87,6 +87,21 @@ fn a2_static_aligned_jax() -> PyResult<Tensor<f32>> {
     Ok(Tensor::from_static(&ALIGNED.0, &[16])?)
 }
 
+/// The aligned static to MLX.
+#[dlpack_fn(returns = mlx)]
+#[pyfunction]
+fn a2_static_aligned_mlx() -> PyResult<Tensor<f32>> {
+    Ok(Tensor::from_static(&ALIGNED.0, &[16])?)
+}
+
+/// The first element of the aligned static.
+#[pyfunction]
+fn a2_static_aligned_first() -> f32 {
+    let p: *const f32 = &ALIGNED.0[0];
+    // SAFETY: `p` points to a live, aligned, initialised static f32.
+    unsafe { p.read_volatile() }
+}
+
 /// Static data to a memoryview.
 #[dlpack_fn(returns = memoryview)]
 #[pyfunction]
@@ -187,6 +202,35 @@ counted_to!(
     a2_counted_paddle => paddle;
 );
 
+/// Counted "device" memory (never read) to a memoryview: refused, the
+/// owner dropped once.
+#[dlpack_fn(returns = memoryview)]
+#[pyfunction]
+fn a2_counted_device_memoryview(n: usize) -> PyResult<Tensor<f64>> {
+    counted_tensor(n, false, false, Device { device_type: 2, device_id: 0 })
+}
+
+/// Counted "device" memory to NumPy: refused, the owner dropped once.
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn a2_counted_device_numpy(n: usize) -> PyResult<Tensor<f64>> {
+    counted_tensor(n, false, false, Device { device_type: 2, device_id: 0 })
+}
+
+/// A bfloat16 tensor (no buffer-protocol format) to a memoryview.
+#[dlpack_fn(returns = memoryview)]
+#[pyfunction]
+fn a2_mv_bf16(n: usize) -> PyResult<Tensor<half::bf16>> {
+    Ok(Tensor::from_vec(vec![half::bf16::from_f32(1.5); n], &[n])?)
+}
+
+/// A broadcast of `rows` x 3 over 3 elements (stride 0) to a memoryview.
+#[dlpack_fn(returns = memoryview)]
+#[pyfunction]
+fn a2_mv_broadcast(rows: usize) -> PyResult<Tensor<f64>> {
+    Ok(Tensor::from_vec_strides(vec![1.0, 2.0, 3.0], &[rows, 3], &[0, 1])?)
+}
+
 /// Counted foreign memory as `dlcast.Array`.
 #[pyfunction]
 #[pyo3(signature = (n, read_only = false, reversed = false))]
@@ -233,6 +277,18 @@ impl JaxBuf {
     #[dlpack_fn(returns = jax)]
     fn frozen2(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
         Ok(slf.try_borrow()?.data.view(slf)?.into_read_only())
+    }
+
+    /// The read-only view to MLX.
+    #[dlpack_fn(returns = mlx)]
+    fn frozen_mlx(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
+        slf.try_borrow()?.data.view_read_only(slf)
+    }
+
+    /// `x.get([i, j])` of a 2-d view, in a method (error names).
+    #[staticmethod]
+    fn peek(x: TensorRef<'_, f32, 2>, i: usize, j: usize) -> PyResult<f32> {
+        Ok(x.get([i, j])?)
     }
 
     /// Rust writes element `i` (allowed while views live).
@@ -418,6 +474,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add!(
         a2_static_jax,
         a2_static_aligned_jax,
+        a2_static_aligned_mlx,
+        a2_static_aligned_first,
         a2_static_numpy,
         a2_static_memoryview,
         a2_static_mlx,
@@ -431,6 +489,10 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         a2_counted_paddle,
         a2_counted,
         a2_counted_stats,
+        a2_counted_device_memoryview,
+        a2_counted_device_numpy,
+        a2_mv_bf16,
+        a2_mv_broadcast,
         a2_buffer_zeros_error,
         a2_buffer_get_error,
         a2_get_dyn,
