@@ -488,3 +488,99 @@ def test_held_memoryview_refusals_free_the_owner_once():
         ext.a2_mv_broadcast(2**61)
     mv = ext.a2_mv_broadcast(2)
     assert mv.tolist() == [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]] and mv.strides == (0, 8)
+
+
+def _park(target, *args):
+    """Runs `target(*args)` on a thread and waits until it is parked inside
+    py.detach holding its borrow; gives (thread, results)."""
+    import threading
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(target(*args)))
+    t.start()
+    while not ext.a2_held():
+        if not t.is_alive():
+            raise AssertionError("the parked call ended early", out)
+        __import__("time").sleep(0.001)
+    return t, out
+
+
+def test_held_read_guard_across_threads_refuses_writers():
+    o = ext.JaxBuf()
+    a = np.asarray(o.view())  # exported before the guard
+    t, out = _park(o.hold_read)
+    try:
+        with pytest.raises(BufferError, match="in use"):
+            o.set(0, 1.0)  # ArrayBuffer::set from another thread
+        with pytest.raises(BufferError, match=r"ArrayBuffer\.read"):
+            ext.increment_f32(a)  # a dlcast TensorMut of the exported memory
+        with pytest.raises(BufferError, match="in use"):
+            o.view()  # a new writable export
+        assert o.total() == 0.0  # readers share
+    finally:
+        ext.a2_release()
+        t.join()
+    assert out == [0.0]
+    assert ext.live_borrows() == 0
+    o.set(0, 1.0)
+    assert a[0] == 1.0
+
+
+def test_held_detached_writer_excludes_buffer_readers_and_writers():
+    o = ext.JaxBuf()
+    a = np.asarray(o.view())
+    t, _ = _park(ext.a2_hold_mut, a)
+    try:
+        with pytest.raises(BufferError):
+            o.total()  # read guard vs a live &mut [f32] on another thread
+        with pytest.raises(BufferError):
+            o.set(1, 2.0)
+        with pytest.raises(BufferError):
+            o.view()
+    finally:
+        ext.a2_release()
+        t.join()
+    assert o.total() == 16.0
+    assert ext.live_borrows() == 0
+
+
+def test_held_paddle_view_keeps_the_object_alive():
+    pytest.importorskip("paddle")
+    import weakref
+
+    o = ext.JaxBuf()
+    p = o.to_paddle()
+    w = weakref.ref(o)
+    o.set(1, 3.0)
+    assert p.numpy()[:3].tolist() == [0.0, 3.0, 0.0]
+    del o
+    collect()
+    assert w() is not None
+    import paddle
+
+    p.add_(paddle.ones([16]))  # in place: the object's memory
+    assert w().total() == 19.0
+    del p
+    collect()
+    assert w() is None
+
+
+def test_held_extent_one_dims_with_extreme_strides():
+    from conftest import capsule
+
+    m = -(2**63)
+    a = np.arange(3.0)
+    assert ext.rk_get2(capsule(a.reshape(1, 3), strides=[m, 1]), 0, 2) == 2.0
+    with pytest.raises(IndexError, match=r"index \(1, 0\) is out of bounds for shape \(1, 3\)"):
+        ext.rk_get2(capsule(a.reshape(1, 3), strides=[m, 1]), 1, 0)
+    assert ext.rk_iter(capsule(a.reshape(1, 3), strides=[m, 1])) == [0.0, 1.0, 2.0]
+    assert ext.rk_iter_memory(capsule(a.reshape(3, 1), strides=[1, m])) == [0.0, 1.0, 2.0]
+    assert ext.rk_as_array2(capsule(a.reshape(3, 1), strides=[1, m])) == ([3, 1], [0.0, 1.0, 2.0])
+    empty = lambda: capsule(np.zeros(0), shape=[0, 2**62], strides=[m, 2**62])  # noqa: E731
+    assert ext.rk_iter(empty()) == []
+    assert ext.rk_as_array2(empty()) == ([0, 2**62], [])
+    with pytest.raises(IndexError):
+        ext.rk_get_dyn(empty(), [0, 0])
+    assert ext.a2_as_array_permuted(capsule(a.reshape(3, 1, 1), strides=[1, m, 2**62])) == ([1, 3, 1], 3.0)
+    assert np.asarray(ext.rk_first_rows_flipped(capsule(a.reshape(1, 3), strides=[m, 1]), 1)).tolist() == [[2.0, 1.0, 0.0]]
+    assert ext.live_borrows() == 0

@@ -207,14 +207,30 @@ counted_to!(
 #[dlpack_fn(returns = memoryview)]
 #[pyfunction]
 fn a2_counted_device_memoryview(n: usize) -> PyResult<Tensor<f64>> {
-    counted_tensor(n, false, false, Device { device_type: 2, device_id: 0 })
+    counted_tensor(
+        n,
+        false,
+        false,
+        Device {
+            device_type: 2,
+            device_id: 0,
+        },
+    )
 }
 
 /// Counted "device" memory to NumPy: refused, the owner dropped once.
 #[dlpack_fn(returns = numpy)]
 #[pyfunction]
 fn a2_counted_device_numpy(n: usize) -> PyResult<Tensor<f64>> {
-    counted_tensor(n, false, false, Device { device_type: 2, device_id: 0 })
+    counted_tensor(
+        n,
+        false,
+        false,
+        Device {
+            device_type: 2,
+            device_id: 0,
+        },
+    )
 }
 
 /// A bfloat16 tensor (no buffer-protocol format) to a memoryview.
@@ -228,7 +244,11 @@ fn a2_mv_bf16(n: usize) -> PyResult<Tensor<half::bf16>> {
 #[dlpack_fn(returns = memoryview)]
 #[pyfunction]
 fn a2_mv_broadcast(rows: usize) -> PyResult<Tensor<f64>> {
-    Ok(Tensor::from_vec_strides(vec![1.0, 2.0, 3.0], &[rows, 3], &[0, 1])?)
+    Ok(Tensor::from_vec_strides(
+        vec![1.0, 2.0, 3.0],
+        &[rows, 3],
+        &[0, 1],
+    )?)
 }
 
 /// Counted foreign memory as `dlcast.Array`.
@@ -251,7 +271,7 @@ fn a2_counted_stats() -> (usize, usize) {
 
 /// An object whose data goes to JAX (immutable arrays) and to NumPy
 /// (writable) from the same buffer.
-#[pyclass(module = "dlcast_testext")]
+#[pyclass(module = "dlcast_testext", weakref)]
 pub struct JaxBuf {
     data: ArrayBuffer<f32>,
 }
@@ -279,6 +299,27 @@ impl JaxBuf {
         Ok(slf.try_borrow()?.data.view(slf)?.into_read_only())
     }
 
+    /// A writable view (dlcast.Array).
+    fn view(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
+        slf.try_borrow()?.data.view(slf)
+    }
+
+    /// The sum read through a guard.
+    fn total(&self, py: Python<'_>) -> PyResult<f32> {
+        Ok(self.data.read(py)?.iter().sum())
+    }
+
+    /// The writable view to PaddlePaddle.
+    #[dlpack_fn(returns = paddle)]
+    fn to_paddle(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
+        slf.try_borrow()?.data.view(slf)
+    }
+
+    /// Live exports.
+    fn exports(&self) -> usize {
+        self.data.exports()
+    }
+
     /// The read-only view to MLX.
     #[dlpack_fn(returns = mlx)]
     fn frozen_mlx(slf: &Bound<'_, Self>) -> PyResult<Tensor<f32>> {
@@ -291,10 +332,57 @@ impl JaxBuf {
         Ok(x.get([i, j])?)
     }
 
+    /// Holds a read guard (`ArrayBuffer::read`) while the GIL is released,
+    /// until `a2_release()`; `a2_held()` is true meanwhile. Gives the sum
+    /// read after.
+    fn hold_read(&self, py: Python<'_>) -> PyResult<f32> {
+        let r = self.data.read(py)?;
+        HELD.store(true, Ordering::SeqCst);
+        py.detach(|| {
+            while !RELEASE.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        HELD.store(false, Ordering::SeqCst);
+        RELEASE.store(false, Ordering::SeqCst);
+        Ok(r.iter().sum())
+    }
+
     /// Rust writes element `i` (allowed while views live).
     fn set(&self, py: Python<'_>, i: usize, v: f32) -> PyResult<()> {
         self.data.set(py, &[i], v)
     }
+}
+
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RELEASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a body is parked inside `py.detach` holding a borrow.
+#[pyfunction]
+fn a2_held() -> bool {
+    HELD.load(Ordering::SeqCst)
+}
+
+/// Lets the parked body go.
+#[pyfunction]
+fn a2_release() {
+    RELEASE.store(true, Ordering::SeqCst);
+}
+
+/// Holds `&mut [f32]` of `x` while the GIL is released, until
+/// `a2_release()`, then adds 1 to every element.
+#[dlpack_fn]
+#[pyfunction]
+fn a2_hold_mut(py: Python<'_>, x: &mut [f32]) {
+    HELD.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        while !RELEASE.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        x.iter_mut().for_each(|v| *v += 1.0);
+    });
+    HELD.store(false, Ordering::SeqCst);
+    RELEASE.store(false, Ordering::SeqCst);
 }
 
 // --- ArrayBuffer errors -------------------------------------------------------
@@ -489,6 +577,9 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         a2_counted_paddle,
         a2_counted,
         a2_counted_stats,
+        a2_held,
+        a2_release,
+        a2_hold_mut,
         a2_counted_device_memoryview,
         a2_counted_device_numpy,
         a2_mv_bf16,
