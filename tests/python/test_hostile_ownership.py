@@ -46,8 +46,13 @@ def run_child(code):
         # JAX takes 64-byte aligned static data without a copy and re-exports
         # it as a legacy capsule, with no read-only mark at all.
         "a = ext.a2_static_aligned_jax(); t = torch.from_dlpack(a)",
+        # returns = tensorflow passes a legacy capsule with copied = false
+        # (export.rs, Framework::Tensorflow), skipping the copy that
+        # __dlpack__ makes of never-written memory; TensorFlow re-exports it.
+        "import tensorflow as tf\n"
+        "a = ext.a2_static_tensorflow(); t = torch.from_dlpack(tf.experimental.dlpack.to_dlpack(a))",
     ],
-    ids=["numpy", "memoryview", "jax"],
+    ids=["numpy", "memoryview", "jax", "tensorflow"],
 )
 def test_finding_static_data_reaches_pytorch_through_a_reexporting_consumer(route):
     # Tensor::from_static hands a Rust static (in read-only pages) to NumPy,

@@ -102,6 +102,13 @@ fn a2_static_aligned_first() -> f32 {
     unsafe { p.read_volatile() }
 }
 
+/// Static data to TensorFlow.
+#[dlpack_fn(returns = tensorflow)]
+#[pyfunction]
+fn a2_static_tensorflow() -> PyResult<Tensor<f32>> {
+    Ok(Tensor::from_static(&TABLE2, &[2, 3])?)
+}
+
 /// Static data to a memoryview.
 #[dlpack_fn(returns = memoryview)]
 #[pyfunction]
@@ -561,6 +568,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     add!(
         a2_static_jax,
+        a2_static_tensorflow,
         a2_static_aligned_jax,
         a2_static_aligned_mlx,
         a2_static_aligned_first,
