@@ -618,3 +618,78 @@ def test_held_extent_one_dims_with_extreme_strides():
     assert ext.a2_as_array_permuted(capsule(a.reshape(3, 1, 1), strides=[1, m, 2**62])) == ([1, 3, 1], 3.0)
     assert np.asarray(ext.rk_first_rows_flipped(capsule(a.reshape(1, 3), strides=[m, 1]), 1)).tolist() == [[2.0, 1.0, 0.0]]
     assert ext.live_borrows() == 0
+
+
+# --- ArrayBuffer and rust-numpy ---------------------------------------------
+
+RNP_SCENARIO = """
+import sys
+import numpy as np
+import dlcast_rnp as rnp
+import dlcast_testext as ext
+
+if sys.argv[1] == "rust-numpy first":
+    # A rust-numpy extension borrows an array before dlcast meets its first
+    # NumPy array: rust-numpy's own table holds rust-numpy's borrows.
+    rnp.hold_ref_and_call(np.zeros(3), lambda: None)
+else:
+    ext.hold_ref_and_call(np.zeros(3), lambda: None)
+o = ext.F64Buf(4)
+a = o.data()  # a writable NumPy array over the object's ArrayBuffer
+results = {}
+
+def attempt(name, f):
+    try:
+        f()
+        results[name] = "allowed"
+    except (BufferError, TypeError) as e:
+        results[name] = "refused: " + str(e)
+
+# A: rust-numpy holds &mut of `a`; the object reads its buffer (&[f64]).
+attempt("read under rnp &mut", lambda: rnp.hold_mut_and_call(a, lambda: o.sum_around(lambda: None)))
+# B: the object holds &[f64]; rust-numpy takes &mut of `a`.
+attempt("rnp &mut under read", lambda: o.sum_around(lambda: rnp.hold_mut_and_call(a, lambda: None)))
+# C: rust-numpy holds &mut; the object writes an element (ArrayBuffer::set).
+attempt("set under rnp &mut", lambda: rnp.hold_mut_and_call(a, lambda: o.set0(5.0)))
+# D: rust-numpy holds & (its view must not change); the object writes.
+attempt("set under rnp &", lambda: rnp.hold_ref_and_call(a, lambda: o.set0(7.0)))
+print(repr(results))
+assert ext.live_borrows() == 0
+"""
+
+
+def rnp_scenario(order):
+    import ast
+
+    from conftest import run_py
+
+    r = run_py(RNP_SCENARIO.replace("sys.argv[1]", repr(order)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+
+def test_finding_buffer_guards_unseen_by_rust_numpys_own_table():
+    # When rust-numpy's own borrow table is in use (a rust-numpy extension
+    # borrowed first), ArrayBuffer::read / set are registered in dlcast's
+    # registry only: a rust-numpy PyReadwriteArray of an array exported from
+    # the buffer and the object's own &[f64] (or element writes) coexist, an
+    # aliasing &mut / & pair in safe Rust, and writes under rust-numpy's
+    # shared view. Expected: refused both ways, as in the other order.
+    results = rnp_scenario("rust-numpy first")
+    allowed = [k for k, v in results.items() if v == "allowed"]
+    assert not allowed, results
+
+
+def test_held_buffer_guards_meet_rust_numpy_borrows_through_dlcasts_table():
+    results = rnp_scenario("dlcast first")
+    assert all(v.startswith("refused") for v in results.values()), results
+
+
+def test_finding_buffer_conflict_with_rust_numpy_names_an_empty_argument():
+    # The refusal reads "cannot read: the buffer's memory is in use by a
+    # writable borrow that is still live (argument '' of <rust-numpy>())".
+    # Expected: "... borrowed by a rust-numpy extension", as dlcast's views
+    # say, not an empty argument name.
+    results = rnp_scenario("dlcast first")
+    text = results["read under rnp &mut"]
+    assert "argument ''" not in text and "rust-numpy extension" in text, text

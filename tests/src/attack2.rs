@@ -392,6 +392,43 @@ fn a2_hold_mut(py: Python<'_>, x: &mut [f32]) {
     RELEASE.store(false, Ordering::SeqCst);
 }
 
+/// An `ArrayBuffer<f64>` (rust-numpy's test functions take float64).
+#[pyclass(module = "dlcast_testext")]
+pub struct F64Buf {
+    data: ArrayBuffer<f64>,
+}
+
+#[dlpack_fn]
+#[pymethods]
+impl F64Buf {
+    #[new]
+    fn new(n: usize) -> PyResult<Self> {
+        Ok(F64Buf {
+            data: ArrayBuffer::zeros(&[n])?,
+        })
+    }
+
+    /// A writable NumPy view.
+    #[dlpack_fn(returns = numpy)]
+    fn data(slf: &Bound<'_, Self>) -> PyResult<Tensor<f64>> {
+        slf.try_borrow()?.data.view(slf)
+    }
+
+    /// Holds `read()`'s `&[f64]` while calling `f()`; gives the sums read
+    /// before and after.
+    fn sum_around(&self, py: Python<'_>, f: Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+        let r = self.data.read(py)?;
+        let before: f64 = r.iter().sum();
+        f.call0()?;
+        Ok((before, r.iter().sum()))
+    }
+
+    /// `ArrayBuffer::set` of element 0.
+    fn set0(&self, py: Python<'_>, v: f64) -> PyResult<()> {
+        self.data.set(py, &[0], v)
+    }
+}
+
 // --- ArrayBuffer errors -------------------------------------------------------
 
 /// The error `ArrayBuffer::<f64>::zeros(shape)` gives, as
@@ -563,6 +600,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BoolBuf>()?;
     m.add_class::<JaxBuf>()?;
     m.add_class::<VecHolder>()?;
+    m.add_class::<F64Buf>()?;
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
