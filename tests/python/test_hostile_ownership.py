@@ -693,3 +693,20 @@ def test_finding_buffer_conflict_with_rust_numpy_names_an_empty_argument():
     results = rnp_scenario("dlcast first")
     text = results["read under rnp &mut"]
     assert "argument ''" not in text and "rust-numpy extension" in text, text
+
+
+def test_held_dlcast_bodies_and_buffer_access_exclude_each_other():
+    o = ext.F64Buf(4)
+    a = o.data()
+    # A dlcast body reading `a` (&[f64]) calls back into the object.
+    with pytest.raises(BufferError, match="cannot write the buffer"):
+        ext.hold_ref_and_call(a, lambda: o.set0(1.0))
+    # A dlcast body writing `a` (&mut [f64]) calls back into the object.
+    with pytest.raises(BufferError, match="cannot read"):
+        ext.hold_mut_and_call(a, lambda: o.sum_around(lambda: None))
+    # The object reads; a dlcast body asks to write `a`.
+    with pytest.raises(BufferError):
+        o.sum_around(lambda: ext.hold_mut_and_call(a, lambda: None))
+    assert ext.live_borrows() == 0
+    # Only the second body ran (it fills with 1.0 before its callback).
+    assert a.tolist() == [1.0] * 4
