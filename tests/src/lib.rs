@@ -10,6 +10,7 @@ use pyo3::types::PyComplex;
 mod accessors;
 mod api;
 mod attack;
+mod attack2;
 mod borrows;
 mod gpu;
 mod native;
@@ -462,6 +463,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gpu::add(m)?;
     accessors::add(m)?;
     attack::add(m)?;
+    attack2::add(m)?;
     ranked::add(m)?;
     add_robustness_functions(m)
 }
