@@ -150,10 +150,10 @@ impl<T: Element> ArrayBuffer<T> {
     /// [`ShapeError::Length`] if the element count overflows,
     /// [`ShapeError::OutOfMemory`] (`MemoryError`) if it cannot be allocated.
     pub fn zeros(shape: &[usize]) -> Result<Self, ShapeError> {
-        let count = layout::element_count(shape).ok_or_else(|| ShapeError::Length {
+        // An element count beyond `usize` cannot be allocated either.
+        let count = layout::element_count(shape).ok_or_else(|| ShapeError::OutOfMemory {
             shape: shape.to_vec(),
-            expected: usize::MAX,
-            got: 0,
+            bytes: usize::MAX,
         })?;
         let oom = || ShapeError::OutOfMemory {
             shape: shape.to_vec(),
@@ -223,6 +223,32 @@ impl<T: Element> ArrayBuffer<T> {
         Some(unsafe { std::slice::from_raw_parts_mut(s.ptr.as_ptr(), s.len) })
     }
 
+    /// For element types with invalid bit patterns (`bool`): every element
+    /// holds a valid value. Python may write any byte into an exported
+    /// `bool` array (`a.view(np.uint8)[0] = 2`), and a Rust `bool` must be
+    /// 0 or 1, so anything that hands out `bool`s checks first.
+    ///
+    /// # Errors
+    /// `ValueError` naming the first invalid element.
+    fn check_values(&self) -> PyResult<()> {
+        if T::ALL_BIT_PATTERNS_VALID {
+            return Ok(());
+        }
+        let s = &*self.storage;
+        for i in 0..s.len {
+            // SAFETY: `i < len`: inside the live allocation; `is_valid_at`
+            // reads the element's bytes without forming a `T`.
+            if !unsafe { T::is_valid_at(s.ptr.as_ptr().add(i)) } {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "element {i} (C order) of the buffer holds a byte that is not a valid \
+                     {} (a bool must be 0 or 1): written from Python through a view",
+                    T::DTYPE
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn in_use(&self, what: &str) -> PyErr {
         let n = self.exports();
         PyBufferError::new_err(format!(
@@ -242,6 +268,7 @@ impl<T: Element> ArrayBuffer<T> {
         if Arc::get_mut(&mut self.storage).is_none() {
             return Err(self.in_use("write the buffer from Rust"));
         }
+        self.check_values()?;
         self.exclusive_slice()
             .ok_or_else(|| PyBufferError::new_err("the buffer is in use"))
     }
@@ -269,6 +296,7 @@ impl<T: Element> ArrayBuffer<T> {
     /// `MemoryError` if the registry cannot grow.
     pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
         let borrow = self.register(py, false, "read")?;
+        self.check_values()?;
         let s = &*self.storage;
         // SAFETY: the storage holds `len` initialised, aligned elements and
         // stays allocated while `self` (whose `Arc` the guard borrows)
@@ -297,9 +325,19 @@ impl<T: Element> ArrayBuffer<T> {
     pub fn get(&self, py: Python<'_>, index: &[usize]) -> PyResult<T> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
         let _borrow = self.register(py, false, "read the buffer")?;
-        // SAFETY: `at < len`, inside the live allocation (this `Arc`), an
-        // initialised, aligned `T`; no registered writer exists (checked).
-        Ok(unsafe { self.storage.ptr.as_ptr().add(at).read() })
+        let ptr = self.storage.ptr.as_ptr().wrapping_add(at);
+        // SAFETY: `at < len`: `ptr` is inside the live allocation (this
+        // `Arc`); `is_valid_at` reads its bytes without forming a `T`.
+        if !T::ALL_BIT_PATTERNS_VALID && !unsafe { T::is_valid_at(ptr) } {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "element {index:?} of the buffer holds a byte that is not a valid {} \
+                 (a bool must be 0 or 1)",
+                T::DTYPE
+            )));
+        }
+        // SAFETY: as above, an initialised, aligned `T` holding a valid
+        // value (checked); no registered writer exists (checked).
+        Ok(unsafe { ptr.read() })
     }
 
     /// Writes element `index` without forming a Rust reference: allowed
@@ -322,9 +360,17 @@ impl<T: Element> ArrayBuffer<T> {
     }
 
     fn index_error(&self, index: &[usize]) -> PyErr {
+        let shape = self.shape.as_slice();
+        if index.len() != shape.len() {
+            return pyo3::exceptions::PyIndexError::new_err(format!(
+                "index {index:?} has {} entr{}, the buffer {} dimensions (shape {shape:?})",
+                index.len(),
+                if index.len() == 1 { "y" } else { "ies" },
+                shape.len()
+            ));
+        }
         pyo3::exceptions::PyIndexError::new_err(format!(
-            "index {index:?} is out of bounds for a buffer of shape {:?}",
-            self.shape.as_slice()
+            "index {index:?} is out of bounds for a buffer of shape {shape:?}"
         ))
     }
 

@@ -1124,7 +1124,9 @@ impl<const N: usize> CallCx<N> {
                         param,
                         format_args!(
                             "a writable array must not reach one element from two indices, \
-                             got shape {} with strides {}",
+                             and dlcast cannot rule that out for shape {} with strides {} \
+                             (its test is conservative for interleaved strides); pass a \
+                             compact copy, e.g. numpy.ascontiguousarray(x)",
                             TupleDisplay(&raw.shape),
                             TupleDisplay(&raw.strides)
                         ),

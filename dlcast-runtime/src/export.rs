@@ -449,7 +449,13 @@ impl<T: Element> Tensor<T> {
     pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self, ShapeError> {
         let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
         Self::check_len(&data, shape)?;
-        layout::fill_c_strides(shape, &mut strides).ok_or_else(|| Self::len_error(&data, shape))?;
+        // The count fits (checked), so only an empty shape with a huge
+        // extent can overflow its strides: no consumer could be told them.
+        layout::fill_c_strides(shape, &mut strides).ok_or_else(|| ShapeError::Unrepresentable {
+            shape: shape.to_vec(),
+            strides: Vec::new(),
+            why: "the compact strides of an extent overflow isize",
+        })?;
         Self::from_vec_strides(data, shape, &strides)
     }
 
@@ -1145,8 +1151,20 @@ fn register_atexit(py: Python<'_>) {
 }
 
 impl Array {
-    fn new(py: Python<'_>, inner: Exported) -> PyResult<Bound<'_, Array>> {
+    fn new(py: Python<'_>, mut inner: Exported) -> PyResult<Bound<'_, Array>> {
         register_atexit(py);
+        // Read-only host memory that must never be written (static data,
+        // read-only foreign memory) goes out as one aligned copy, made here:
+        // every route to a consumer (NumPy's or JAX's re-export, a legacy
+        // capsule for TensorFlow, the buffer protocol) may end at PyTorch,
+        // which ignores READ_ONLY and writes. The copy stays read-only, and
+        // `__dlpack__` still copies it again for each DLPack consumer.
+        if inner.never_written && inner.device.is_host_accessible() {
+            let mut copy = inner.aligned_copy()?;
+            copy.read_only = true;
+            copy.never_written = true;
+            inner = copy;
+        }
         Bound::new(py, Array { inner })
     }
 }
@@ -1831,12 +1849,18 @@ impl Framework {
             Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
             // MLX arrays are immutable: read-only data goes to it like to JAX.
             Framework::Mlx => {
-                let array = arr.cast::<Array>()?;
+                let mut array = arr.cast::<Array>()?.clone();
+                // MLX takes no negative strides: those go as a C-order copy.
+                let e = &array.get().inner;
+                if e.device.is_host_accessible() && e.strides.iter().any(|&s| s < 0) {
+                    let copy = e.aligned_copy()?;
+                    array = Array::new(py, copy)?;
+                }
                 if array.get().inner.read_only {
                     let consumer = ImmutableConsumer(array.clone().unbind());
                     from_dlpack.call1((Bound::new(py, consumer)?,))
                 } else {
-                    from_dlpack.call1((arr,))
+                    from_dlpack.call1((array,))
                 }
             }
             Framework::Paddle => {
@@ -1845,6 +1869,14 @@ impl Framework {
             }
             Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
                 Some(out) => Ok(out),
+                None if !arr.cast::<Array>()?.get().inner.device.is_host_accessible() => {
+                    Err(PyBufferError::new_err(format!(
+                        "returns = numpy: the array is on {}, and NumPy reads host memory \
+                         only; return it to a framework of that device (returns = torch, \
+                         cupy, ...) or copy it to the host first",
+                        arr.cast::<Array>()?.get().inner.device
+                    )))
+                }
                 None => from_dlpack.call1((arr,)),
             },
             // Below abi3-py311 `dlcast.Array` has no buffer protocol: the
@@ -1993,7 +2025,10 @@ fn jax_from_array<'py>(
     let compact =
         layout::is_c_contiguous(&shape, &strides) || layout::is_f_contiguous(&shape, &strides);
     let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
-    if e.device.is_host_accessible() && !(compact && aligned) {
+    // JAX arrays are immutable: memory an object may still write (an
+    // `ArrayBuffer`'s) goes as a copy.
+    let shared = e.py_owner.is_some();
+    if e.device.is_host_accessible() && (shared || !(compact && aligned)) {
         array = Array::new(py, e.aligned_copy()?)?;
     }
     if array.get().inner.read_only {
