@@ -173,52 +173,30 @@ fn sum_columns(s: &[f64], n: usize) -> f64 {
 
 // ---------------------------------------------- dlcast: indexed access
 
-/// Rank-typed indexing, **stand-in until it lands in main**.
-///
-/// The rank-typed views (`TensorRef<'_, f32, 2>` with
-/// `get([i, j]) -> Result<T, _>`) are being added in another branch. Until
-/// they are merged these functions use today's dynamic-rank
-/// `get(&[i, j]) -> Option<T>` and `set(&[i, j], v) -> bool`, which check
-/// the index against the rank at run time. To switch: change the parameter
-/// types to `TensorRef<'_, f32, 2>` / `TensorMut<'_, f32, 2>`, `at(&x, &[..])`
-/// to `x.get([..])?` and `put` to the new setter; the bench rows
-/// ("indexed") and their Python names stay.
+/// Rank-typed indexing: `TensorRef<'_, f32, 2>` with `get([i, j])?`, whose
+/// out-of-range failure is an `IndexError` naming the parameter.
 mod rank_typed {
     use super::*;
-    use pyo3::exceptions::PyIndexError;
-
-    fn at<T: Element>(x: &TensorRef<'_, T>, index: &[usize]) -> PyResult<T> {
-        x.get(index)
-            .ok_or_else(|| PyIndexError::new_err("index out of bounds"))
-    }
-
-    fn put<T: Element>(x: &mut TensorMut<'_, T>, index: &[usize], v: T) -> PyResult<()> {
-        if x.set(index, v) {
-            Ok(())
-        } else {
-            Err(PyIndexError::new_err("index out of bounds"))
-        }
-    }
 
     #[dlpack_fn]
     #[pyfunction]
     pub fn dlcast_conv5_indexed(
-        #[shape(h, w)] img: TensorRef<'_, f32>,
-        #[shape(5, 5)] k: TensorRef<'_, f32>,
-        #[shape(oh, ow)] mut out: TensorMut<'_, f32>,
+        #[shape(h, w)] img: TensorRef<'_, f32, 2>,
+        #[shape(5, 5)] k: TensorRef<'_, f32, 2>,
+        #[shape(oh, ow)] mut out: TensorMut<'_, f32, 2>,
     ) -> PyResult<()> {
-        let (h, w) = (img.shape()[0], img.shape()[1]);
-        let (oh, ow) = (out.shape()[0], out.shape()[1]);
+        let [h, w] = img.dims();
+        let [oh, ow] = out.dims();
         check_conv(h, w, oh, ow)?;
         for i in 0..oh {
             for j in 0..ow {
                 let mut acc = 0.0f32;
                 for di in 0..5 {
                     for dj in 0..5 {
-                        acc += at(&img, &[i + di, j + dj])? * at(&k, &[di, dj])?;
+                        acc += img.get([i + di, j + dj])? * k.get([di, dj])?;
                     }
                 }
-                put(&mut out, &[i, j], acc)?;
+                out.set([i, j], acc)?;
             }
         }
         Ok(())
@@ -226,12 +204,12 @@ mod rank_typed {
 
     #[dlpack_fn]
     #[pyfunction]
-    pub fn dlcast_sum_indexed(#[shape(n, m)] x: TensorRef<'_, f64>) -> PyResult<f64> {
-        let (n, m) = (x.shape()[0], x.shape()[1]);
+    pub fn dlcast_sum_indexed(#[shape(n, m)] x: TensorRef<'_, f64, 2>) -> PyResult<f64> {
+        let [n, m] = x.dims();
         let mut acc = 0.0f64;
         for i in 0..n {
             for j in 0..m {
-                acc += at(&x, &[i, j])?;
+                acc += x.get([i, j])?;
             }
         }
         Ok(acc)
