@@ -63,12 +63,13 @@ abi3-check:
 ## The test extension built for the lowest abi3 level (abi3-py39), where
 ## dlcast takes its fallbacks for what the limited API lacks, into a target
 ## dir of its own (kept between runs) and target/abi3/site, not the
-## virtualenv; then the pytest suite against it (PYTHONPATH puts it first),
+## virtualenv; then the pytest suite against it (PYTHONPATH puts it first;
+## the other test modules come from `make ext`),
 ## less the leak tests but the buffer import's (the fallback's; the others
 ## take two minutes and exercise no code that differs by abi3 level).
 ABI3_LOWEST := abi3-py39
 ABI3_PYTEST_ARGS ?= -k "not test_leaks or test_import_path_does_not_leak and buffer"
-abi3: venv abi3-check
+abi3: ext abi3-check
 	rm -rf target/abi3/wheels target/abi3/site
 	CARGO_TARGET_DIR=target/abi3 maturin build -q --profile dev -m tests/Cargo.toml \
 		-F pyo3/$(ABI3_LOWEST) -i $(PY) --out target/abi3/wheels
