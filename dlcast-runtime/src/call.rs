@@ -528,26 +528,8 @@ impl<const N: usize> CallCx<N> {
                     }
                     // The conversion reads the memory: not while a writable
                     // view of another call holds it.
-                    if let Some(e) = raw.extent {
-                        let base = raw.data as usize;
-                        if let (Some(lo), Some(hi)) =
-                            (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
-                        {
-                            let req = crate::borrow::request(
-                                raw.device,
-                                lo,
-                                hi,
-                                base,
-                                &raw.shape,
-                                &raw.strides,
-                                raw.dtype.itemsize().unwrap_or(1),
-                                false,
-                                self.call,
-                                self.spec.name,
-                                param.name,
-                            );
-                            self.probe(param, &req)?;
-                        }
+                    if let Some(req) = self.view_request(param, &raw, false) {
+                        self.probe(param, &req)?;
                     }
                     let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
                     let shape = SmallVec::from_slice(&raw.shape);
@@ -861,6 +843,37 @@ impl<const N: usize> CallCx<N> {
         }
     }
 
+    /// The borrow-registry request for a view of `raw`: `None` for an empty
+    /// array (it touches no memory) and for a span that wraps (the import
+    /// checked that host spans do not; a device span that wraps describes
+    /// no real memory).
+    fn view_request(
+        &self,
+        param: &ParamSpec,
+        raw: &RawTensor,
+        writable: bool,
+    ) -> Option<crate::borrow::BorrowReq> {
+        let e = raw.extent?;
+        let base = raw.data as usize;
+        let (lo, hi) = (
+            base.checked_add_signed(e.lo)?,
+            base.checked_add_signed(e.hi)?,
+        );
+        Some(crate::borrow::request(
+            raw.device,
+            lo,
+            hi,
+            base,
+            &raw.shape,
+            &raw.strides,
+            raw.dtype.itemsize().unwrap_or(1),
+            writable,
+            self.call,
+            self.spec.name,
+            param.name,
+        ))
+    }
+
     /// Enters the view of `raw` in the borrow registry (see
     /// [`crate::borrow`]): refused if it meets a writable borrow, or is
     /// writable and meets any borrow, of this call's other arguments
@@ -873,29 +886,9 @@ impl<const N: usize> CallCx<N> {
         raw: &mut RawTensor,
         writable: bool,
     ) -> PyResult<()> {
-        let Some(e) = raw.extent else {
+        let Some(req) = self.view_request(param, raw, writable) else {
             return Ok(());
         };
-        let base = raw.data as usize;
-        // The import checked that host spans do not wrap; a device span
-        // that wraps describes no real memory: not entered.
-        let (Some(lo), Some(hi)) = (base.checked_add_signed(e.lo), base.checked_add_signed(e.hi))
-        else {
-            return Ok(());
-        };
-        let req = crate::borrow::request(
-            raw.device,
-            lo,
-            hi,
-            base,
-            &raw.shape,
-            &raw.strides,
-            raw.dtype.itemsize().unwrap_or(1),
-            writable,
-            self.call,
-            self.spec.name,
-            param.name,
-        );
         // Looked up before this call's first read; a cached load here.
         let api = crate::borrow::api(py)?;
         match crate::borrow::acquire_with(api, &req) {
