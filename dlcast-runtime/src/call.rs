@@ -97,12 +97,22 @@ impl<const N: usize> Drop for CallCx<N> {
     fn drop(&mut self) {
         // The reads kept here (slices, ndarray views) and every owner not
         // handed to a view are released now, not at the end of an enclosing
-        // call's body (see `import::undeferred`).
-        import::undeferred(|| {
-            for slot in &mut self.slots {
-                *slot = Slot::absent();
-            }
+        // call's body (see `import::undeferred`). Only reads whose release
+        // runs a producer's code are ever held back: without one, the slots
+        // drop as they are.
+        let defers = self.slots.iter_mut().any(|s| {
+            s.raw
+                .get_mut()
+                .as_ref()
+                .is_some_and(RawTensor::defers_release)
         });
+        if defers {
+            import::undeferred(|| {
+                for slot in &mut self.slots {
+                    *slot = Slot::absent();
+                }
+            });
+        }
     }
 }
 
@@ -215,6 +225,10 @@ pub struct CallCx<const N: usize> {
     /// Whether [`CallCx::finish`] succeeded: from then on no argument is
     /// prepared again, and views may be taken.
     finished: bool,
+    /// Whether a view of this call, dropped in the body, would run a
+    /// producer's code (see [`RawTensor::defers_release`]): only then does
+    /// the body need a [`import::BodyGuard`]. Set by `finish`.
+    defers: bool,
 }
 
 impl<const N: usize> CallCx<N> {
@@ -238,6 +252,7 @@ impl<const N: usize> CallCx<N> {
             bump: SmallVec::new(),
             bumped: false,
             finished: false,
+            defers: false,
         })
     }
 
@@ -428,6 +443,7 @@ impl<const N: usize> CallCx<N> {
                     for slot in &mut self.slots {
                         if let Some(raw) = slot.raw.get_mut() {
                             raw.set_owner(import::into_owner(&mut slot.source));
+                            self.defers |= raw.defers_release();
                         }
                     }
                     self.finished = true;
@@ -794,6 +810,13 @@ impl<const N: usize> CallCx<N> {
     /// nest strictly, whatever the caller does).
     #[inline(always)]
     pub fn body<R>(&self, f: impl FnOnce() -> R) -> R {
+        // Without a view whose drop runs a producer's code, a guard would
+        // hold back nothing: the body's views are this call's (views are made
+        // by call contexts only, or over Rust data, which releases nothing),
+        // and a nested call's own body has its own guard.
+        if !self.defers {
+            return f();
+        }
         let _guard = import::BodyGuard::enter();
         f()
     }

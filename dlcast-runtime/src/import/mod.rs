@@ -249,6 +249,18 @@ impl RawTensor {
         self.owner = owner;
     }
 
+    /// Whether dropping this read runs a producer's code (a deleter, a
+    /// buffer release), which [`Drop`] holds back while a body runs (see
+    /// [`BodyGuard`]). A NumPy array or PyTorch alias reference is never
+    /// the last one while a call runs, and Rust data has nothing to release.
+    #[inline(always)]
+    pub(crate) fn defers_release(&self) -> bool {
+        matches!(
+            self.owner,
+            Owner::Legacy(_) | Owner::Versioned(_) | Owner::Buffer(_)
+        )
+    }
+
     /// Before a view is exported (returned to Python): its borrow ends; a
     /// tensor read through PyTorch's exchange table takes ownership (`managed_tensor_from_py_object_no_sync`, on the
     /// private alias), checked against the view's dtype and memory, so that
@@ -382,10 +394,7 @@ impl Drop for RawTensor {
         // A NumPy array or PyTorch alias reference is not the last one
         // (the caller's arguments hold theirs; a converted temporary is
         // held by the call), and dropping the alias runs no Python code.
-        if !matches!(
-            self.owner,
-            Owner::Legacy(_) | Owner::Versioned(_) | Owner::Buffer(_)
-        ) {
+        if !self.defers_release() {
             return;
         }
         let owner = std::mem::replace(&mut self.owner, Owner::None);
