@@ -223,7 +223,12 @@ pub(crate) fn expand_callable(
     let call_args = &a.call_args;
     // The body runs inside the call context's `body`, which holds back the
     // release of views dropped in it until it returns.
-    let body_call = quote!(__dlcast.body(move || #body_path(#(#call_args),*)));
+    // The views are taken inside it, as the body's arguments: each is built
+    // where the body reads it, not moved into a closure first.
+    let body_call = quote!(__dlcast.body(|| -> #rt::pyo3::PyResult<_> {
+        #(#takes)*
+        ::core::result::Result::Ok(#body_path(#(#call_args),*))
+    })?);
     let body_call = if returns_result(&sig.output) {
         quote!(#body_call?)
     } else {
@@ -268,7 +273,6 @@ pub(crate) fn expand_callable(
     let run = quote! {
         #(#prepares)*
         __dlcast.finish()?;
-        #(#takes)*
         #result
     };
     // A dtype-generic function: peek at each deciding argument, then one

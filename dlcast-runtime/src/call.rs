@@ -210,17 +210,19 @@ impl From<PyErr> for Stop {
 /// in place (a fixed array of `N` slots: no copy of unused ones).
 #[doc(hidden)]
 pub struct CallCx<const N: usize> {
-    spec: &'static FnSpec,
+    /// The function and this call's id; the checks and errors are its
+    /// methods (reached through `Deref`).
+    who: Who,
     names: SmallVec<[Option<Binding>; 4]>,
-    /// This call's id in the borrow registry (see [`crate::borrow`]).
-    call: u64,
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
     /// the generated code before the first `prepare`.
     stream: StreamRequest,
     slots: [Slot; N],
     /// PyTorch tensors taken by writable parameters: their version counters
     /// are bumped once every argument has passed its checks.
-    bump: SmallVec<[Py<PyAny>; 1]>,
+    /// (A `Vec`: empty, as for every call without such a parameter, it
+    /// allocates nothing and drops in a test.)
+    bump: Vec<Py<PyAny>>,
     bumped: bool,
     /// Whether [`CallCx::finish`] succeeded: from then on no argument is
     /// prepared again, and views may be taken.
@@ -229,6 +231,13 @@ pub struct CallCx<const N: usize> {
     /// producer's code (see [`RawTensor::defers_release`]): only then does
     /// the body need a [`import::BodyGuard`]. Set by `finish`.
     defers: bool,
+}
+
+impl<const N: usize> std::ops::Deref for CallCx<N> {
+    type Target = Who;
+    fn deref(&self) -> &Who {
+        &self.who
+    }
 }
 
 impl<const N: usize> CallCx<N> {
@@ -244,12 +253,14 @@ impl<const N: usize> CallCx<N> {
             return Err(misuse());
         }
         Ok(CallCx {
-            spec,
+            who: Who {
+                spec,
+                call: crate::borrow::new_call_id(),
+            },
             names: smallvec::smallvec![None; spec.dim_names.len()],
-            call: crate::borrow::new_call_id(),
             stream: StreamRequest::Producer,
             slots: [const { Slot::absent() }; N],
-            bump: SmallVec::new(),
+            bump: Vec::new(),
             bumped: false,
             finished: false,
             defers: false,
@@ -417,6 +428,11 @@ impl<const N: usize> CallCx<N> {
         let (source, bump) = prepared.map_err(|e| self.import_error(py, param, e))?;
         self.slots[index].source = source;
         if let Some(t) = bump {
+            if self.bump.try_reserve(1).is_err() {
+                return Err(pyo3::exceptions::PyMemoryError::new_err(
+                    "dlcast: no memory for the call's version counters",
+                ));
+            }
             self.bump.push(t);
         }
         Ok(())
@@ -489,26 +505,34 @@ impl<const N: usize> CallCx<N> {
     /// One pass of phase 2 over every argument.
     fn read_pass(&mut self) -> Result<(), Stop> {
         let py = self.py();
-        self.names.iter_mut().for_each(|n| *n = None);
-        for index in 0..self.slots.len() {
-            let slot = &self.slots[index];
+        // The checks are `who`'s (a copy), so that each read is built and
+        // checked in its slot, never moved (see `import::read_into`). A read
+        // left in a slot by a pass that stops is dropped by `clear_reads`.
+        let who = self.who;
+        let names = &mut self.names;
+        names.iter_mut().for_each(|n| *n = None);
+        for (index, slot) in self.slots.iter_mut().enumerate() {
             if slot.obj.is_none() {
                 continue;
             }
-            let param = &self.spec.params[index];
+            let param = &who.spec.params[index];
             let (dtype, writable) = (slot.dtype, slot.writable);
-            let mut raw = match import::read(py, &slot.source) {
-                Ok(raw) => raw,
+            let out = slot.raw.get_mut();
+            match import::read_into(py, &slot.source, out) {
+                Ok(()) => {}
                 Err(ImportError::NeedsDlpack) if !slot.via_dlpack => {
                     return Err(Stop::Work(index, Work::Dlpack))
                 }
                 Err(e @ ImportError::Invalid(_))
                     if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
                 {
-                    let e = self.import_error(py, param, e);
+                    let e = who.import_error(py, param, e);
                     return Err(Stop::Work(index, Work::ViaNumpy(e)));
                 }
-                Err(e) => return Err(Stop::Error(self.import_error(py, param, e))),
+                Err(e) => return Err(Stop::Error(who.import_error(py, param, e))),
+            }
+            let Some(raw) = out.as_mut() else {
+                return Err(Stop::Error(misuse()));
             };
             if let Some((_, shape)) = &slot.converted {
                 // Writes into the temporary would never reach the caller's
@@ -517,7 +541,7 @@ impl<const N: usize> CallCx<N> {
                 raw.converted = Some(raw.read_only);
                 raw.read_only = true;
                 if raw.shape.as_slice() != shape.as_slice() {
-                    return Err(Stop::Error(self.fail(
+                    return Err(Stop::Error(who.fail(
                         param,
                         format_args!(
                             "converting it gave shape {}, not {}",
@@ -527,12 +551,12 @@ impl<const N: usize> CallCx<N> {
                     )));
                 }
             }
-            match self.check(index, param, &raw, dtype, writable) {
+            match who.check(names, index, param, raw, dtype, writable) {
                 Ok(()) => {}
                 Err(Refusal::Error(e)) => return Err(Stop::Error(e)),
                 Err(Refusal::Convert(target, what)) => {
-                    if self.slots[index].converted.is_some() {
-                        return Err(Stop::Error(self.fail(
+                    if slot.converted.is_some() {
+                        return Err(Stop::Error(who.fail(
                             param,
                             format_args!(
                                 "{what}; its converted copy has dtype {} with strides {}, \
@@ -544,13 +568,13 @@ impl<const N: usize> CallCx<N> {
                     }
                     // The conversion reads the memory: not while a writable
                     // view of another call holds it.
-                    if let Some(req) = self.view_request(param, &raw, false) {
-                        self.probe(param, &req)?;
+                    if let Some(req) = who.view_request(param, raw, false) {
+                        who.probe(param, &req)?;
                     }
                     let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
                     let shape = SmallVec::from_slice(&raw.shape);
-                    drop(raw);
-                    self.slots[index].converted = Some((py.None(), shape));
+                    *out = None;
+                    slot.converted = Some((py.None(), shape));
                     let work = Work::Convert {
                         target,
                         what,
@@ -560,7 +584,7 @@ impl<const N: usize> CallCx<N> {
                     return Err(Stop::Work(index, work));
                 }
             }
-            self.register(py, param, &mut raw, writable)?;
+            who.register(py, param, raw, writable)?;
             // A Rust reference to a `bool` must see 0 or 1: checked in phase
             // 2, once the memory is this call's, before any version counter
             // is bumped.
@@ -569,14 +593,14 @@ impl<const N: usize> CallCx<N> {
                     format!(
                         "{}(): argument '{}': the array holds bytes that are not valid bool \
                      values (a bool must be 0 or 1)",
-                        self.spec.name, param.name
+                        who.spec.name, param.name
                     ),
                 )));
             }
             if let Some(shared) = crate::borrow::rnp::foreign() {
-                self.hold_rust_numpy(shared, index, &raw, writable)?;
+                let source = (&slot.source, slot.converted.is_some());
+                who.hold_rust_numpy(shared, index, source, raw, writable)?;
             }
-            *self.slots[index].raw.get_mut() = Some(raw);
         }
         Ok(())
     }
@@ -721,57 +745,6 @@ impl<const N: usize> CallCx<N> {
         Ok(())
     }
 
-    /// Refuses (as [`CallCx::register`] would a read-only view) a NumPy
-    /// array whose bytes, `numpy.lib.array_utils.byte_bounds(obj)`, meet a
-    /// writable view's: for arrays DLPack cannot describe, before NumPy
-    /// reads them to convert them.
-    #[cold]
-    fn probe_bytes(&self, obj: &Bound<'_, PyAny>, param: &ParamSpec) -> PyResult<()> {
-        let py = obj.py();
-        let utils = py.import(pyo3::intern!(py, "numpy.lib.array_utils"))?;
-        let (lo, hi): (usize, usize) = utils
-            .call_method1(pyo3::intern!(py, "byte_bounds"), (obj,))?
-            .extract()?;
-        if hi <= lo {
-            return Ok(());
-        }
-        let req = crate::borrow::request(
-            Device::CPU,
-            lo,
-            hi,
-            lo,
-            &[hi - lo],
-            &[1],
-            1,
-            false,
-            self.call,
-            self.spec.name,
-            param.name,
-        );
-        self.probe(param, &req)
-    }
-
-    /// Whether a read-only view of `req` could be entered in the borrow
-    /// registry now, ignoring this call's own entries (a conversion runs
-    /// before any view of this call exists): `BufferError` if a writable
-    /// view of another call holds the memory.
-    #[cold]
-    fn probe(&self, param: &ParamSpec, req: &crate::borrow::BorrowReq) -> PyResult<()> {
-        let api = crate::borrow::api(self.py())?;
-        match crate::borrow::acquire_with(api, req) {
-            Ok(b) => {
-                drop(b);
-                Ok(())
-            }
-            Err(crate::borrow::Refused::Conflict(other))
-                if crate::borrow::same_call(req, &other) =>
-            {
-                Ok(())
-            }
-            Err(refused) => Err(self.borrow_error(param, req, refused)),
-        }
-    }
-
     /// Hands the view of parameter `index` its read (which owns what keeps
     /// the memory alive). Call after [`CallCx::finish`] succeeded, once per
     /// parameter; the view borrows the context, so it cannot outlive it.
@@ -827,6 +800,78 @@ impl<const N: usize> CallCx<N> {
             self.take(index).map(Some)
         } else {
             Ok(None)
+        }
+    }
+}
+
+/// What a call's errors and registry entries name: the function, and this
+/// call's id in the borrow registry. Copied out of the call context in phase
+/// 2, so that the checks run while a slot's read is borrowed in place.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub struct Who {
+    spec: &'static FnSpec,
+    /// This call's id in the borrow registry (see [`crate::borrow`]).
+    call: u64,
+}
+
+impl Who {
+    /// As [`CallCx::py`].
+    fn py(&self) -> Python<'static> {
+        // SAFETY: a `Who` is used only inside the call context's methods,
+        // which the generated code calls inside the PyO3 function it wraps,
+        // where the GIL is held; the token is used for this call only.
+        unsafe { Python::assume_attached() }
+    }
+
+    /// Refuses (as [`CallCx::register`] would a read-only view) a NumPy
+    /// array whose bytes, `numpy.lib.array_utils.byte_bounds(obj)`, meet a
+    /// writable view's: for arrays DLPack cannot describe, before NumPy
+    /// reads them to convert them.
+    #[cold]
+    fn probe_bytes(&self, obj: &Bound<'_, PyAny>, param: &ParamSpec) -> PyResult<()> {
+        let py = obj.py();
+        let utils = py.import(pyo3::intern!(py, "numpy.lib.array_utils"))?;
+        let (lo, hi): (usize, usize) = utils
+            .call_method1(pyo3::intern!(py, "byte_bounds"), (obj,))?
+            .extract()?;
+        if hi <= lo {
+            return Ok(());
+        }
+        let req = crate::borrow::request(
+            Device::CPU,
+            lo,
+            hi,
+            lo,
+            &[hi - lo],
+            &[1],
+            1,
+            false,
+            self.call,
+            self.spec.name,
+            param.name,
+        );
+        self.probe(param, &req)
+    }
+
+    /// Whether a read-only view of `req` could be entered in the borrow
+    /// registry now, ignoring this call's own entries (a conversion runs
+    /// before any view of this call exists): `BufferError` if a writable
+    /// view of another call holds the memory.
+    #[cold]
+    fn probe(&self, param: &ParamSpec, req: &crate::borrow::BorrowReq) -> PyResult<()> {
+        let api = crate::borrow::api(self.py())?;
+        match crate::borrow::acquire_with(api, req) {
+            Ok(b) => {
+                drop(b);
+                Ok(())
+            }
+            Err(crate::borrow::Refused::Conflict(other))
+                if crate::borrow::same_call(req, &other) =>
+            {
+                Ok(())
+            }
+            Err(refused) => Err(self.borrow_error(param, req, refused)),
         }
     }
 
@@ -902,6 +947,7 @@ impl<const N: usize> CallCx<N> {
     /// writable and meets any borrow, of this call's other arguments
     /// (`TypeError`) or of another call still running (`BufferError`).
     /// Empty arrays touch no memory and are not entered.
+    #[inline(always)]
     fn register(
         &self,
         py: Python<'_>,
@@ -986,13 +1032,11 @@ impl<const N: usize> CallCx<N> {
         &self,
         shared: &'static crate::borrow::rnp::Shared,
         index: usize,
+        (source, converted): (&Source, bool),
         raw: &RawTensor,
         writable: bool,
     ) -> PyResult<()> {
-        let slot = &self.slots[index];
-        let (Source::Numpy(array), None, Some(borrow)) =
-            (&slot.source, &slot.converted, &raw.borrow)
-        else {
+        let (Source::Numpy(array), false, Some(borrow)) = (source, converted, &raw.borrow) else {
             return Ok(());
         };
         crate::borrow::rnp::hold(shared, array.bind(self.py()), writable, borrow)
@@ -1092,8 +1136,10 @@ impl<const N: usize> CallCx<N> {
         }
     }
 
+    #[inline(always)]
     fn check(
-        &mut self,
+        &self,
+        names: &mut [Option<Binding>],
         index: usize,
         param: &ParamSpec,
         raw: &RawTensor,
@@ -1104,7 +1150,7 @@ impl<const N: usize> CallCx<N> {
             return Err(self.device_error(param, raw.device).into());
         }
         if let Some(dims) = param.shape {
-            self.check_shape(index, param, dims, &raw.shape)?;
+            self.check_shape(names, index, param, dims, &raw.shape)?;
         }
         let dtype_ok = dtype.is_none_or(|want| raw.dtype == want);
         let order_ok = match param.order {
@@ -1255,14 +1301,14 @@ impl<const N: usize> CallCx<N> {
     }
 
     fn check_shape(
-        &mut self,
+        &self,
+        names: &mut [Option<Binding>],
         index: usize,
         param: &ParamSpec,
         dims: &'static [crate::spec::Dim],
         shape: &[usize],
     ) -> PyResult<()> {
         let mut conflict: Option<(u8, Binding, usize)> = None;
-        let names = &mut self.names;
         let fits = match_shape(dims, shape, |k, n| match names[k as usize] {
             None => {
                 names[k as usize] = Some(Binding {

@@ -332,6 +332,7 @@ struct Fast {
 }
 
 impl Fast {
+    #[inline(always)]
     fn of(raw: &RawTensor) -> Fast {
         Fast {
             dims: std::array::from_fn(|k| raw.shape.get(k).copied().unwrap_or(0)),
@@ -822,6 +823,7 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
     }
 
     /// A view of `raw` (whose rank the caller checked).
+    #[inline(always)]
     fn new(raw: RawTensor, origin: Origin) -> Self {
         TensorRef {
             fast: Fast::of(&raw),
@@ -1826,6 +1828,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
     const NDIM: Option<usize> = ndim_of(N);
+    #[inline(always)]
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
         let origin = Origin::param(keep.spec, keep.index);
         rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
@@ -1837,6 +1840,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
     const NDIM: Option<usize> = ndim_of(N);
+    #[inline(always)]
     fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorMut {
             inner: TensorRef::from_raw(raw, keep)?,

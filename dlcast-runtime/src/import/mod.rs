@@ -666,11 +666,36 @@ pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
     }
 }
 
+/// As [`read`], into `out` (which it replaces): a NumPy array's read is
+/// built in place (see [`numpy::read_into`]), others are moved there.
+///
+/// # Errors
+/// As [`read`]; `out` is then `None` or what it held before.
+pub(crate) fn read_into(
+    py: Python<'_>,
+    source: &Source,
+    out: &mut Option<RawTensor>,
+) -> Result<(), ImportError> {
+    if let Source::Numpy(obj) = source {
+        return if numpy::read_into(obj.bind(py), out) {
+            Ok(())
+        } else {
+            Err(ImportError::NeedsDlpack)
+        };
+    }
+    *out = Some(read(py, source)?);
+    Ok(())
+}
+
 /// Phase 2: the raw read of a prepared source and its validation. Runs no
 /// Python code. The view's owner stays with `source` (see [`into_owner`]).
 pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportError> {
     match source {
-        Source::Numpy(obj) => numpy::read(obj.bind(py)).ok_or(ImportError::NeedsDlpack),
+        Source::Numpy(obj) => {
+            let mut out = None;
+            numpy::read_into(obj.bind(py), &mut out);
+            out.ok_or(ImportError::NeedsDlpack)
+        }
         Source::Torch {
             tensor,
             api,

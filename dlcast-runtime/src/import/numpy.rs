@@ -138,8 +138,17 @@ fn numpy_dtype(type_num: c_int) -> Option<DType> {
 /// cannot describe, byte-swapped data, byte strides that are not whole
 /// elements, sizes or spans that overflow. Those go the generic way, which
 /// gives NumPy's own `BufferError` or dlcast's error for the layout.
+///
+/// The read is written into `out` (`false`, and `out` untouched, where this
+/// path does not take the array), so that a call's read is built where it is
+/// kept: no copy of the whole [`RawTensor`].
 #[inline(always)]
-pub(crate) fn read(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
+pub(crate) fn read_into(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> bool {
+    read_fields(obj, out).is_some()
+}
+
+#[inline(always)]
+fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()> {
     if !is_ndarray(obj) {
         return None;
     }
@@ -220,8 +229,8 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
         }
         Some(ByteExtent { lo, hi })
     };
-    // Built where it is returned, then filled: no copy of its inline dims.
-    let mut raw = RawTensor::new(
+    // Built where it is kept, then filled: no copy of its inline dims.
+    let raw = out.insert(RawTensor::new(
         arr.data,
         zeros(ndim),
         zeros(ndim),
@@ -229,13 +238,17 @@ pub(crate) fn read(obj: &Bound<'_, PyAny>) -> Option<RawTensor> {
         arr.flags & NPY_WRITEABLE == 0,
         extent,
         ImportPath::Numpy,
-    );
+    ));
     let shift = item.trailing_zeros();
-    for (i, (&n, &s)) in dims.iter().zip(byte_strides).enumerate() {
-        raw.shape[i] = n as usize;
-        raw.strides[i] = s >> shift;
+    for ((&n, &s), (shape, stride)) in dims
+        .iter()
+        .zip(byte_strides)
+        .zip(raw.shape.iter_mut().zip(raw.strides.iter_mut()))
+    {
+        *shape = n as usize;
+        *stride = s >> shift;
     }
-    Some(raw)
+    Some(())
 }
 
 /// `ndim` zeros (inline up to [`INLINE_DIMS`]: a fixed-size fill,
