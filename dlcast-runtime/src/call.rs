@@ -915,6 +915,7 @@ impl Who {
     /// array (it touches no memory) and for a span that wraps (the import
     /// checked that host spans do not; a device span that wraps describes
     /// no real memory).
+    #[inline(always)]
     fn view_request(
         &self,
         param: &ParamSpec,
@@ -934,7 +935,13 @@ impl Who {
             base,
             &raw.shape,
             &raw.strides,
-            raw.dtype.itemsize().unwrap_or(1),
+            // The bytes of one element as DLPack counts them, `bits * lanes`
+            // rounded up to whole bytes: `DType::itemsize` for every dtype
+            // dlcast names, without the lookup of the name, and the true
+            // element size of the others a `TensorDyn` may read.
+            (usize::from(raw.dtype.bits) * usize::from(raw.dtype.lanes))
+                .div_ceil(8)
+                .max(1),
             writable,
             self.call,
             self.spec.name,
