@@ -385,7 +385,7 @@ pub(crate) fn expand_callable(
                 params: &[#(#param_specs),*],
             };
             #like_prelude
-            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident)?;
+            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
             #stream_setup
             #(#peeks)*
             #dispatch

@@ -242,17 +242,13 @@ impl<const N: usize> std::ops::Deref for CallCx<N> {
 
 impl<const N: usize> CallCx<N> {
     /// Starts a call of the function described by `spec`, which has `N`
-    /// array parameters.
-    ///
-    /// # Errors
-    /// `BufferError` if `spec` does not describe `N` parameters (only code
-    /// that drives the context by hand can get this wrong).
+    /// array parameters. Infallible, so that the context is built where the
+    /// generated code keeps it: a `spec` that does not describe `N`
+    /// parameters (only code that drives the context by hand can get this
+    /// wrong) is refused by every `prepare`, `peek` and `finish`.
     #[inline(always)]
-    pub fn new(spec: &'static FnSpec) -> PyResult<Self> {
-        if spec.params.len() != N {
-            return Err(misuse());
-        }
-        Ok(CallCx {
+    pub fn new(spec: &'static FnSpec) -> Self {
+        CallCx {
             who: Who {
                 spec,
                 call: crate::borrow::new_call_id(),
@@ -264,7 +260,15 @@ impl<const N: usize> CallCx<N> {
             bumped: false,
             finished: false,
             defers: false,
-        })
+        }
+    }
+
+    /// Whether the context may still prepare and read arguments: not after
+    /// `finish` succeeded, nor for a spec that does not describe `N`
+    /// parameters (every index below `N` then names one of its parameters).
+    #[inline(always)]
+    fn open(&self) -> bool {
+        !self.finished && self.spec.params.len() == N
     }
 
     /// Sets the stream request of this call, from `#[dlpack_fn(stream =
@@ -308,7 +312,7 @@ impl<const N: usize> CallCx<N> {
         index: usize,
         obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        if self.finished {
+        if !self.open() {
             return Err(misuse());
         }
         let slot = &mut self.slots[index];
@@ -356,7 +360,7 @@ impl<const N: usize> CallCx<N> {
         obj: &Bound<'_, PyAny>,
         writable: bool,
     ) -> PyResult<Peeked> {
-        if self.finished {
+        if !self.open() {
             return Err(misuse());
         }
         self.slots[index].obj = Some(obj.clone().unbind());
@@ -381,7 +385,9 @@ impl<const N: usize> CallCx<N> {
     /// its `#[dtype(..)]`.
     #[cold]
     pub fn unlisted_dtype(&self, index: usize, peeked: &Peeked) -> PyErr {
-        let param = &self.spec.params[index];
+        let Some(param) = self.spec.params.get(index) else {
+            return misuse();
+        };
         let mut names: Vec<String> = param.dtypes.iter().map(|d| d.to_string()).collect();
         let last = names.pop().unwrap_or_default();
         let listed = if names.is_empty() {
@@ -442,7 +448,7 @@ impl<const N: usize> CallCx<N> {
     /// borrow registry; see the module documentation. Call after every
     /// `prepare`, before the body.
     pub fn finish(&mut self) -> PyResult<()> {
-        if self.finished {
+        if !self.open() {
             return Err(misuse());
         }
         #[cfg(Py_GIL_DISABLED)]

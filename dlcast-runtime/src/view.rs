@@ -334,10 +334,12 @@ struct Fast {
 impl Fast {
     #[inline(always)]
     fn of(raw: &RawTensor) -> Fast {
+        // The slices once (a `SmallVec` dereference tests where it lives).
+        let (shape, strides) = (raw.shape.as_slice(), raw.strides.as_slice());
         Fast {
-            dims: std::array::from_fn(|k| raw.shape.get(k).copied().unwrap_or(0)),
-            strides: std::array::from_fn(|k| raw.strides.get(k).copied().unwrap_or(0)),
-            ndim: raw.shape.len(),
+            dims: std::array::from_fn(|k| shape.get(k).copied().unwrap_or(0)),
+            strides: std::array::from_fn(|k| strides.get(k).copied().unwrap_or(0)),
+            ndim: shape.len(),
             host: raw.device.is_host_accessible(),
         }
     }

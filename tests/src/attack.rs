@@ -333,7 +333,7 @@ static EVIL_ALIAS: FnSpec = FnSpec {
 /// returns `(address of a, address of b, b[0] read after the write)`.
 #[pyfunction]
 fn evil_alias(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<(usize, usize, f64)> {
-    let mut cx = CallCx::<2>::new(&EVIL_ALIAS)?;
+    let mut cx = CallCx::<2>::new(&EVIL_ALIAS);
     cx.prepare::<&[f64]>(0, a)?;
     cx.prepare::<&[f64]>(1, b)?;
     cx.finish()?;
@@ -351,7 +351,7 @@ fn evil_alias(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<(usize, us
 /// Returns what the view reads (eight times the bytes the array has).
 #[pyfunction]
 fn evil_retype(x: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE)?;
+    let mut cx = CallCx::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, u8>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
@@ -362,7 +362,7 @@ fn evil_retype(x: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
 /// `TensorMut<f64>`, then writes 7.0 everywhere, unless `take` refuses.
 #[pyfunction]
 fn evil_write_read_only(x: &Bound<'_, PyAny>) -> PyResult<()> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE)?;
+    let mut cx = CallCx::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let mut v: TensorMut<'_, f64> = cx.take(0)?;
@@ -384,7 +384,7 @@ thread_local! {
 /// thread-local after the call returns.
 #[pyfunction]
 fn evil_leak_slice(x: &Bound<'_, PyAny>) -> PyResult<()> {
-    let cx: &'static mut CallCx<1> = Box::leak(Box::new(CallCx::<1>::new(&EVIL_ONE)?));
+    let cx: &'static mut CallCx<1> = Box::leak(Box::new(CallCx::<1>::new(&EVIL_ONE)));
     cx.prepare::<&[f64]>(0, x)?;
     cx.finish()?;
     let cx: &'static CallCx<1> = cx;
@@ -405,7 +405,7 @@ fn evil_leaked_values() -> Option<Vec<f64>> {
 /// "deferred owners" state is restored each time.
 #[pyfunction]
 fn evil_guards_out_of_order(x: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE)?;
+    let mut cx = CallCx::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
@@ -422,7 +422,7 @@ fn evil_guards_out_of_order(x: &Bound<'_, PyAny>) -> PyResult<f64> {
 /// leaked, never freed early).
 #[pyfunction]
 fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE)?;
+    let mut cx = CallCx::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
