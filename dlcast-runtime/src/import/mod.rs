@@ -671,6 +671,7 @@ pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
 ///
 /// # Errors
 /// As [`read`]; `out` is then `None` or what it held before.
+#[inline(always)]
 pub(crate) fn read_into(
     py: Python<'_>,
     source: &Source,
@@ -683,6 +684,17 @@ pub(crate) fn read_into(
             Err(ImportError::NeedsDlpack)
         };
     }
+    read_other_into(py, source, out)
+}
+
+/// [`read_into`] for the sources other than NumPy's fields (apart, so that
+/// the NumPy read, inlined where it is called, does not share their frame).
+#[inline(never)]
+fn read_other_into(
+    py: Python<'_>,
+    source: &Source,
+    out: &mut Option<RawTensor>,
+) -> Result<(), ImportError> {
     *out = Some(read(py, source)?);
     Ok(())
 }
