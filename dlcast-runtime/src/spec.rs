@@ -150,34 +150,25 @@ pub(crate) fn match_shape(
     shape: &[usize],
     mut bind: impl FnMut(u8, usize) -> bool,
 ) -> bool {
-    let rest = dims.iter().position(|d| *d == Dim::Rest);
-    let (head, tail) = match rest {
-        Some(r) => (&dims[..r], &dims[r + 1..]),
-        None => (dims, &[][..]),
+    let mut fits = |d: &Dim, n: usize| match *d {
+        Dim::Fixed(want) => want == n,
+        Dim::Any | Dim::Rest => true,
+        Dim::Named(k) => bind(k, n),
     };
-    let fits_ndim = match rest {
-        Some(_) => shape.len() >= head.len() + tail.len(),
-        None => shape.len() == dims.len(),
+    let Some(rest) = dims.iter().position(|d| *d == Dim::Rest) else {
+        // The common case: one extent per dimension.
+        return shape.len() == dims.len() && dims.iter().zip(shape).all(|(d, &n)| fits(d, n));
     };
-    if !fits_ndim {
+    let (head, tail) = (&dims[..rest], &dims[rest + 1..]);
+    if shape.len() < head.len() + tail.len() {
         return false;
     }
     let tail_start = shape.len() - tail.len();
-    let pairs = head
-        .iter()
-        .zip(&shape[..head.len()])
-        .chain(tail.iter().zip(&shape[tail_start..]));
-    for (d, &n) in pairs {
-        let ok = match *d {
-            Dim::Fixed(want) => want == n,
-            Dim::Any | Dim::Rest => true,
-            Dim::Named(k) => bind(k, n),
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
+    head.iter().zip(shape).all(|(d, &n)| fits(d, n))
+        && tail
+            .iter()
+            .zip(&shape[tail_start..])
+            .all(|(d, &n)| fits(d, n))
 }
 
 #[cfg(test)]

@@ -1904,7 +1904,9 @@ pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts,
     let item = isize::try_from(itemsize).map_err(|_| raw.overflow("the itemsize overflows"))?;
     let mut ptr = raw.data;
     let mut flips = Vec::new();
-    let mut strides = Vec::with_capacity(raw.strides.len());
+    // Inline up to `INLINE_DIMS` dimensions, as the read's own strides: no
+    // allocation for the view of an ordinary array.
+    let mut strides: crate::import::Dims<usize> = smallvec::SmallVec::new();
     for (axis, (&n, &s)) in raw.shape.iter().zip(&raw.strides).enumerate() {
         if n <= 1 {
             // Never stepped along: any stride will do, and 0 is one ndarray
