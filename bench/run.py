@@ -1025,10 +1025,10 @@ def main() -> None:
         "- dlcast slices: `#[order(c)]` parameters and `as_slice()` / `as_slice_mut()` "
         "(`strided_sum`: `#[order(c)]`, where the boundary copies the transposed input to C "
         "order, and `#[order(f)]`, where the body reads the transpose `x.t().as_slice()`);",
-        "- dlcast indexed: `get` / `set` per element — **today's dynamic-rank "
-        "`get(&[i, j]) -> Option<T>`, a stand-in** for the rank-typed `TensorRef<'_, T, 2>` "
-        "and `get([i, j])` that another branch is adding (bench/rust/src/body.rs, module "
-        "`rank_typed`, says how to switch);",
+        "- dlcast indexed: rank-typed `TensorRef<'_, T, 2>` / `TensorMut<'_, T, 2>` "
+        "parameters, `get([i, j])?` / `set([i, j], v)?` per element (an out-of-range index "
+        "is an `IndexError` naming the parameter; bench/rust/src/body.rs, module "
+        "`rank_typed`);",
         "- dlcast ndarray: `ArrayView2` / `ArrayViewMut2` parameters, `x[[i, j]]`;",
         "- rust-numpy: `PyReadonlyArray2::as_array()` / `PyReadwriteArray2::as_array_mut()`, "
         "the same `ndarray` body; nanobind: `nb::ndarray<..., nb::ndim<2>>` and `.view()`, "
