@@ -255,7 +255,7 @@ impl<const N: usize> CallCx<N> {
             },
             names: smallvec::smallvec![None; spec.dim_names.len()],
             stream: StreamRequest::Producer,
-            slots: [const { Slot::absent() }; N],
+            slots: std::array::from_fn(|_| Slot::absent()),
             bump: Vec::new(),
             bumped: false,
             finished: false,
