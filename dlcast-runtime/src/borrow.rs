@@ -119,6 +119,11 @@ fn entries() -> std::sync::MutexGuard<'static, Vec<Entry>> {
 }
 
 fn gcd(mut a: usize, mut b: usize) -> usize {
+    // The first stride of a request meets `a == 0`: no division for it (a
+    // one-dimensional view then needs none).
+    if a == 0 {
+        return b;
+    }
     while b != 0 {
         (a, b) = (b, a % b);
     }
