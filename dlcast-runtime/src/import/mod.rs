@@ -770,6 +770,7 @@ fn not_private() -> ImportError {
 
 /// The owner of the memory a [`read`] of `source` describes, for the view
 /// (`source` is left [`Source::Empty`]).
+#[inline]
 pub(crate) fn into_owner(source: &mut Source) -> Owner {
     match std::mem::replace(source, Source::Empty) {
         Source::Numpy(obj) => Owner::Object(obj),
