@@ -30,11 +30,12 @@
 //!
 //! The values: a tensor with its negative or conjugate bit set holds the
 //! raw memory of a lazily negated / conjugated tensor, which reads wrong;
-//! such tensors are refused. Both bits, and the Python dispatch key (also
-//! refused), are read in one call, `torch._C._dispatch_keys(x)`, whose raw
-//! integer holds every key (`is_neg()` and `is_conj()` are tests of those
-//! bits in PyTorch), from the caller's tensor just before the alias is
-//! made from it (a shallow copy that keeps both bits).
+//! such tensors are refused (the conjugate bit only where the dtype is
+//! complex: a real number is its own conjugate). The bits are asked of the
+//! alias itself (`is_neg()`, `is_conj()`), which no one else can change.
+//! The Python dispatch key (also refused) is read from the caller's tensor
+//! (`_python_dispatch`) just before the alias is made from it: `x.data`
+//! itself would run the tensor's `__torch_dispatch__`.
 //! Writable parameters refuse tensors that require grad (autograd
 //! cannot see the writes) and inference tensors outside
 //! `torch.inference_mode()` (PyTorch forbids in-place writes to them), and
@@ -49,12 +50,12 @@ use crate::stream::{self, StreamKind, StreamRequest};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-/// PyTorch's own C-level attributes, looked up once: `TensorBase`'s `data`
-/// and `requires_grad` getters and `is_inference` (`TensorBase` is a C
-/// type, so these cannot be replaced from Python), the
-/// `DisableTorchFunction` context (under it, neither a `__torch_function__`
-/// mode nor a subclass override sees dlcast's calls, so they run no Python
-/// code and cannot be lied to), and what reads a tensor's dispatch keys.
+/// PyTorch's own C-level attributes, looked up once: `TensorBase`'s `data`,
+/// `requires_grad` and `_python_dispatch` getters and its `is_inference`,
+/// `is_neg` and `is_conj` methods (`TensorBase` is a C type, so these
+/// cannot be replaced from Python), the `DisableTorchFunction` context
+/// (under it, neither a `__torch_function__` mode nor a subclass override
+/// sees dlcast's calls, so they run no Python code and cannot be lied to).
 struct Handles {
     data: Py<PyAny>,
     requires_grad: Py<PyAny>,
@@ -63,49 +64,16 @@ struct Handles {
     increment_version: Py<PyAny>,
     disable: Py<PyAny>,
     disable_dispatch: Py<PyAny>,
-    dispatch_keys: Py<PyAny>,
-    keys: KeyMasks,
+    /// `TensorBase._python_dispatch`'s getter (`is_python_dispatch()`).
+    python_dispatch: Py<PyAny>,
+    /// `TensorBase.is_neg` and `TensorBase.is_conj` (C methods without
+    /// arguments).
+    is_neg: Py<PyAny>,
+    is_conj: Py<PyAny>,
     /// `torch._C._len_torch_function_stack` and `_len_torch_dispatch_stack`
     /// (C functions without arguments); `None` in a PyTorch without them,
     /// which then always takes the disabled regions.
     mode_stacks: Option<(Py<PyAny>, Py<PyAny>)>,
-}
-
-/// How the dispatch keys dlcast asks about are read from a
-/// `DispatchKeySet`: bit masks of its raw integer (`raw_repr()`), or, in a
-/// PyTorch without it, the keys themselves for `.has(...)`.
-enum KeyMasks {
-    /// Each mask is `DispatchKeySet(DispatchKey.X).raw_repr()`: a
-    /// functionality key is one bit of the raw integer, and PyTorch's
-    /// `has(X)` / `has_all(DispatchKeySet(X))` / `has_any(...)` of a
-    /// one-key set are a test of that bit.
-    Raw {
-        /// `DispatchKeySet.raw_repr`'s own function (its `__func__`),
-        /// called with the set: no bound method is made.
-        raw_repr: Py<PyAny>,
-        python: u64,
-        negative: u64,
-        conjugate: u64,
-        inplace_or_view: u64,
-    },
-    /// `DispatchKey.Python`, `.Negative`, `.Conjugate`, `.ADInplaceOrView`.
-    Has([Py<PyAny>; 4]),
-}
-
-/// What a tensor's dispatch keys (`TensorImpl::key_set()`, all of PyTorch's
-/// `is_neg()`, `is_conj()` and Python dispatch come from) say.
-#[derive(Clone, Copy)]
-struct Keys {
-    /// `DispatchKey::Python`: PyTorch calls Python code for the tensor.
-    python: bool,
-    /// `is_neg()` (`key_set_.has_all(DispatchKeySet(Negative))`).
-    negative: bool,
-    /// `is_conj()` (`key_set_.has_all(DispatchKeySet(Conjugate))`).
-    conjugate: bool,
-    /// `ADInplaceOrView`: `is_inference()` is
-    /// `!has_any(ADInplaceOrView) && !has_any(autograd keys)`, so a tensor
-    /// with this key is not an inference tensor.
-    inplace_or_view: bool,
 }
 
 fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
@@ -116,42 +84,6 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             let base = c.getattr("TensorBase")?;
             let dict = base.getattr("__dict__")?;
             let get = |name: &str| -> PyResult<Py<PyAny>> { Ok(dict.get_item(name)?.unbind()) };
-            let key = |name: &str| c.getattr("DispatchKey").and_then(|k| k.getattr(name));
-            let keyset = c.getattr("DispatchKeySet")?;
-            let keys = if keyset.hasattr("raw_repr")? {
-                let mask = |name: &str| -> PyResult<u64> {
-                    let m: u64 = keyset
-                        .call1((key(name)?,))?
-                        .call_method0("raw_repr")?
-                        .extract()?;
-                    // One functionality key is one bit (see `KeyMasks`).
-                    if m.count_ones() != 1 {
-                        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                            "DispatchKeySet(DispatchKey.{name}) is not one bit"
-                        )));
-                    }
-                    Ok(m)
-                };
-                let method = keyset.getattr("__dict__")?.get_item("raw_repr")?;
-                let raw_repr = match method.getattr("__func__") {
-                    Ok(f) => f.unbind(),
-                    Err(_) => method.unbind(),
-                };
-                KeyMasks::Raw {
-                    raw_repr,
-                    python: mask("Python")?,
-                    negative: mask("Negative")?,
-                    conjugate: mask("Conjugate")?,
-                    inplace_or_view: mask("ADInplaceOrView")?,
-                }
-            } else {
-                KeyMasks::Has([
-                    key("Python")?.unbind(),
-                    key("Negative")?.unbind(),
-                    key("Conjugate")?.unbind(),
-                    key("ADInplaceOrView")?.unbind(),
-                ])
-            };
             let mode_stacks = match (
                 c.getattr("_len_torch_function_stack"),
                 c.getattr("_len_torch_dispatch_stack"),
@@ -170,56 +102,59 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
                 increment_version: c.getattr("_increment_version")?.unbind(),
                 disable: c.getattr("DisableTorchFunction")?.unbind(),
                 disable_dispatch: c.getattr("_DisableTorchDispatch")?.unbind(),
-                dispatch_keys: c.getattr("_dispatch_keys")?.unbind(),
-                keys,
+                python_dispatch: get("_python_dispatch")?,
+                is_neg: get("is_neg")?,
+                is_conj: get("is_conj")?,
                 mode_stacks,
             })
         })
         .map_err(|e| producer_error("PyTorch's C API (torch._C)", e, py))
 }
 
-/// The dispatch keys of `obj` (a tensor): `torch._C._dispatch_keys`, a
-/// pybind11 function that handles no `__torch_function__` or
-/// `__torch_dispatch__` (it returns `TensorImpl::key_set()`), so it answers
-/// the same inside and outside the disabled regions.
-fn keys_of(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Keys, ImportError> {
-    let py = obj.py();
-    let err = |e| producer_error("torch._C._dispatch_keys", e, py);
-    let set = h.dispatch_keys.bind(py).call1((obj,)).map_err(err)?;
-    match &h.keys {
-        KeyMasks::Raw {
-            raw_repr,
-            python,
-            negative,
-            conjugate,
-            inplace_or_view,
-        } => {
-            let raw: u64 = raw_repr
-                .bind(py)
-                .call1((&set,))
-                .and_then(|r| r.extract())
-                .map_err(err)?;
-            Ok(Keys {
-                python: raw & python != 0,
-                negative: raw & negative != 0,
-                conjugate: raw & conjugate != 0,
-                inplace_or_view: raw & inplace_or_view != 0,
-            })
-        }
-        KeyMasks::Has(keys) => {
-            let has = |k: &Py<PyAny>| {
-                set.call_method1(intern!(py, "has"), (k,))
-                    .and_then(|v| v.is_truthy())
-                    .map_err(err)
-            };
-            Ok(Keys {
-                python: has(&keys[0])?,
-                negative: has(&keys[1])?,
-                conjugate: has(&keys[2])?,
-                inplace_or_view: has(&keys[3])?,
-            })
-        }
-    }
+/// Whether `obj` has PyTorch's Python dispatch key: `TensorBase`'s own
+/// `_python_dispatch` getter (`TensorImpl::is_python_dispatch()`), which
+/// consults no `__torch_function__`, keeps the GIL and returns a bool (no
+/// object is allocated), so no Python code runs between it and the next
+/// PyTorch call, on this thread or another.
+///
+/// `is_python_dispatch()` tests `Python` together with `PythonTLSSnapshot`
+/// (`c10::python_ks`): PyTorch sets and clears the two only together
+/// (`TensorImpl::set_python_dispatch`; shallow copies keep or drop both),
+/// so for a tensor PyTorch made it is the `Python` key's own bit.
+fn python_dispatch(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
+    get(&h.python_dispatch, obj)
+        .and_then(|v| v.is_truthy())
+        .map_err(|e| producer_error("x._python_dispatch", e, obj.py()))
+}
+
+/// The lazy bits of `alias` (dlcast's private alias): `is_neg()`, and
+/// `is_conj()` where the dtype is complex (`complex`; the conjugate of a
+/// real number is itself, so a real tensor's memory holds its values
+/// whatever that bit says). `TensorBase`'s own methods, which consult no
+/// `__torch_function__` here (an exact `torch.Tensor` without modes, or
+/// inside the disabled regions: see [`plain`]). They release the GIL while
+/// they run, so other threads may run Python code: they cannot reach the
+/// private alias, whose bits are the ones read.
+fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Lazy, ImportError> {
+    let py = alias.py();
+    let bit = |method: &Py<PyAny>, what: &'static str| {
+        method
+            .bind(py)
+            .call1((alias,))
+            .and_then(|v| v.is_truthy())
+            .map_err(|e| producer_error(what, e, py))
+    };
+    Ok(Lazy {
+        negative: bit(&h.is_neg, "x.is_neg")?,
+        conjugate: complex && bit(&h.is_conj, "x.is_conj")?,
+    })
+}
+
+/// A tensor's lazy bits (`is_neg()`, `is_conj()`).
+#[derive(Clone, Copy)]
+struct Lazy {
+    negative: bool,
+    conjugate: bool,
 }
 
 /// Whether no `__torch_function__` mode and no `__torch_dispatch__` mode is
@@ -229,17 +164,29 @@ fn keys_of(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Keys, ImportError> {
 /// say. Allocates nothing (small integers are shared), so no Python code
 /// runs in it.
 fn no_modes(py: Python<'_>, h: &Handles) -> Result<bool, ImportError> {
-    let Some((function, dispatch)) = &h.mode_stacks else {
+    let Some((_, dispatch)) = &h.mode_stacks else {
         return Ok(false);
     };
-    let empty = |f: &Py<PyAny>| {
-        f.bind(py)
-            .call0()
-            .and_then(|n| n.extract::<i64>())
-            .map(|n| n == 0)
-            .map_err(|e| producer_error("torch._C._len_torch_function_stack", e, py))
-    };
-    Ok(empty(function)? && empty(dispatch)?)
+    Ok(no_function_modes(py, h)? && stack_empty(py, dispatch)?)
+}
+
+/// Whether no `__torch_function__` mode is on this thread's stack (all
+/// that a C attribute that dispatches no operator consults, such as
+/// `is_neg()`); `false` where PyTorch cannot say. Allocates nothing.
+fn no_function_modes(py: Python<'_>, h: &Handles) -> Result<bool, ImportError> {
+    match &h.mode_stacks {
+        Some((function, _)) => stack_empty(py, function),
+        None => Ok(false),
+    }
+}
+
+/// Whether `len` (one of `torch._C`'s mode stack lengths) answers 0.
+fn stack_empty(py: Python<'_>, len: &Py<PyAny>) -> Result<bool, ImportError> {
+    len.bind(py)
+        .call0()
+        .and_then(|n| n.extract::<i64>())
+        .map(|n| n == 0)
+        .map_err(|e| producer_error("torch._C._len_torch_function_stack", e, py))
 }
 
 /// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
@@ -329,7 +276,7 @@ pub(crate) struct Prepared {
 /// The fast path: when `obj` is exactly a `torch.Tensor` and no
 /// `__torch_function__` or `__torch_dispatch__` mode is on the stacks, the
 /// calls below run no Python code without the disabled regions either, so
-/// they are not entered (see [`plain`], [`keys_and_region`]).
+/// they are not entered (see [`plain`], [`region`]).
 pub(crate) fn prepare(
     obj: &Bound<'_, PyAny>,
     flags: TypeFlags,
@@ -340,18 +287,24 @@ pub(crate) fn prepare(
     refuse_py_dispatch(flags)?;
     let api = exchange::torch_table(py);
     let h = handles(py)?;
-    // The tensor's own dispatch keys decide whether PyTorch runs Python
-    // code for it (a class can hide its `__torch_dispatch__` from the type
-    // check above): such tensors are refused. The same keys hold the lazy
-    // negative and conjugate bits, which the alias copies (`x.data` copies
-    // every key but Python dispatch's), so they are refused here too.
-    let (keys, off) = keys_and_region(obj, h)?;
-    if keys.python {
+    let mut off = region(obj, h)?;
+    // Inference tensors track no version: they are not bumped. The writable
+    // checks come first: `is_inference()` releases the GIL, so another
+    // thread may run (and change `obj`'s class) while it does; the fast
+    // path's premise is checked again after it (the mode stacks are this
+    // thread's own).
+    let bump = writable && guard_write(obj, h)?;
+    if writable && off.is_none() && !exchange::is_exactly_torch_tensor(obj) {
+        off = Some(NoTorchFunction::enter(py, h)?);
+    }
+    // A tensor with the Python dispatch key makes PyTorch run Python code
+    // (`x.data` itself would, through its `__torch_dispatch__`), and a class
+    // can hide its `__torch_dispatch__` from the type check above: refused.
+    // Nothing runs between this read and the alias's shallow copy (see
+    // [`python_dispatch`]).
+    if python_dispatch(obj, h)? {
         return Err(py_dispatch_refusal());
     }
-    refuse_lazy_bits(keys)?;
-    // Inference tensors track no version: they are not bumped.
-    let bump = writable && guard_write(obj, h, keys)?;
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
     let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
@@ -362,18 +315,33 @@ pub(crate) fn prepare(
         )));
     }
     let bump = bump.then(|| obj.clone().unbind());
-    let Some(api) = api else {
+    // A look at the alias's device and dtype (no Python code).
+    let described = match api {
+        Some(api) => match exchange::describe(&alias, api)? {
+            Some(d) => Some((api, d)),
+            None => {
+                return Err(ImportError::Invalid(
+                    "the exchange API cannot describe a tensor".into(),
+                ))
+            }
+        },
+        None => None,
+    };
+    // The lazy bits, asked of the alias, which no one else can change. The
+    // alias was allocated (a collection may have run a finalizer, which may
+    // have entered a mode): the fast path asks again for the function
+    // modes, the only ones `is_neg()` / `is_conj()` consult (they dispatch
+    // no operator).
+    if off.is_none() && !no_function_modes(py, h)? {
+        off = Some(NoTorchFunction::enter(py, h)?);
+    }
+    let complex = described.is_none_or(|(_, d)| d.complex);
+    refuse_lazy_bits(lazy_bits(&alias, h, complex)?)?;
+    drop(off);
+    let Some((api, exchange::Described { device, .. })) = described else {
         // A PyTorch without the exchange API: the alias's own `__dlpack__`.
-        drop(off);
         return via_dlpack(alias, None, sx, bump);
     };
-    // A look at the alias's device (no Python code).
-    let Some(device) = exchange::device_of(&alias, api)? else {
-        return Err(ImportError::Invalid(
-            "the exchange API cannot describe a tensor".into(),
-        ));
-    };
-    drop(off);
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
     // names a stream: then, and for other devices but the CPU, the alias's
@@ -403,31 +371,16 @@ pub(crate) fn prepare(
     }
 }
 
-/// The dispatch keys of `obj`, and the disabled regions unless [`plain`]
-/// says they change nothing.
-///
-/// Between the read of the keys (inside `_dispatch_keys`) and the alias
-/// made from the same tensor, no Python code can run, so the keys checked
-/// are the alias's: the calls are vectorcalls (no argument tuples, no
-/// bound methods), what they allocate (the `DispatchKeySet`, an `int`,
-/// small integers and bools) is not tracked by the garbage collector, so
-/// no collection and no finalizer can start, and PyTorch's calls run no
-/// Python code (no mode, or the regions). The fast path reads the keys
-/// before asking for the modes all the same; the slow path reads them
-/// inside the regions (entering them allocates tracked objects).
-fn keys_and_region<'py>(
+/// The disabled regions, unless [`plain`] says they change nothing.
+fn region<'py>(
     obj: &Bound<'py, PyAny>,
     h: &Handles,
-) -> Result<(Keys, Option<NoTorchFunction<'py>>), ImportError> {
-    let py = obj.py();
-    if exchange::is_exactly_torch_tensor(obj) {
-        let keys = keys_of(obj, h)?;
-        if no_modes(py, h)? {
-            return Ok((keys, None));
-        }
+) -> Result<Option<NoTorchFunction<'py>>, ImportError> {
+    if plain(obj, h)? {
+        Ok(None)
+    } else {
+        NoTorchFunction::enter(obj.py(), h).map(Some)
     }
-    let off = NoTorchFunction::enter(py, h)?;
-    Ok((keys_of(obj, h)?, Some(off)))
 }
 
 /// Whether the disabled regions may be skipped for `obj`: its type is
@@ -442,9 +395,10 @@ fn keys_and_region<'py>(
 /// set to, and whatever `DisableTorchFunction(Subclass)` state is current.
 /// `x.data` (`shallow_copy_and_detach`) calls Python only if a dispatch
 /// mode is on the stack or the tensor has the Python dispatch key (refused
-/// before). `_dispatch_keys` handles neither. Nothing between this check
-/// and PyTorch's calls allocates an object the garbage collector tracks,
-/// so no finalizer can enter a mode in between.
+/// before). `_python_dispatch` handles neither. Nothing between this check
+/// and `x.data` allocates an object the garbage collector tracks, so no
+/// finalizer can enter a mode in between; the alias's own allocation can,
+/// so [`prepare`] asks again before the calls that follow it.
 fn plain(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     Ok(exchange::is_exactly_torch_tensor(obj) && no_modes(obj.py(), h)?)
 }
@@ -508,7 +462,7 @@ fn py_dispatch_refusal() -> ImportError {
 /// inference tensor outside `torch.inference_mode()` (PyTorch refuses
 /// in-place writes to it there). `Ok(false)` for an inference tensor, whose
 /// version PyTorch does not track.
-fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles, keys: Keys) -> Result<bool, ImportError> {
+fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     let py = obj.py();
     let truthy = |v: PyResult<Bound<'_, PyAny>>, what: &'static str| {
         v.and_then(|v| v.is_truthy())
@@ -521,9 +475,7 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles, keys: Keys) -> Result<bool, 
                 .into(),
         ));
     }
-    // A tensor with the ADInplaceOrView key is not an inference tensor
-    // (see `Keys::inplace_or_view`); only one without is asked.
-    if !keys.inplace_or_view && truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
+    if truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
         let in_mode = truthy(
             h.is_inference_mode_enabled.bind(py).call0(),
             "torch.is_inference_mode_enabled",
@@ -546,8 +498,8 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles, keys: Keys) -> Result<bool, 
 /// memory does not hold its values. The exchange API hands out the raw
 /// memory, and so does `__dlpack__` for the negative bit (it refuses only
 /// the conjugate bit).
-fn refuse_lazy_bits(keys: Keys) -> Result<(), ImportError> {
-    let what = match (keys.negative, keys.conjugate) {
+fn refuse_lazy_bits(bits: Lazy) -> Result<(), ImportError> {
+    let what = match (bits.negative, bits.conjugate) {
         (false, false) => return Ok(()),
         (true, false) => "negative",
         (false, true) => "conjugate",

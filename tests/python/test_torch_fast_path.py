@@ -3,8 +3,9 @@
 dlcast skips `DisableTorchFunction()` / `_DisableTorchDispatch()` only for
 a tensor whose type is exactly `torch.Tensor` while no torch-function mode
 and no dispatch mode is on the stacks (`plain` in torch.rs), and reads the
-Python dispatch key and the lazy negative/conjugate bits from
-`torch._C._dispatch_keys` on every path. Each test runs the same input
+Python dispatch key of the tensor (`TensorBase._python_dispatch`) and the
+lazy negative/conjugate bits of its private alias (`is_neg()`,
+`is_conj()`) on every path. Each test runs the same input
 through every way of reaching phase 1 (plain, a subclass, a function mode,
 a dispatch mode, a monkeypatched `torch.Tensor.__torch_function__`) and
 checks that the outcome is the same, and that no Python code of the mode or
@@ -140,8 +141,8 @@ def test_each_lazy_bit_is_refused_on_every_path(name, case):
 
 
 def test_lazy_bits_of_an_alias_made_by_x_data_are_the_tensors():
-    # dlcast reads the bits of the caller's tensor before making `x.data`:
-    # PyTorch's shallow copy keeps them.
+    # dlcast reads the bits of its alias `x.data`: PyTorch's shallow copy
+    # keeps them, so the caller's tensor is refused for its own bits.
     z = torch.tensor([1 + 2j], dtype=torch.complex128)
     for t in (z.conj(), z.conj().imag, z.conj()._neg_view(), torch.ones(2)):
         assert (t.data.is_neg(), t.data.is_conj()) == (t.is_neg(), t.is_conj())
@@ -243,3 +244,94 @@ def test_pytorch_ignores_a_patched_tensor_torch_function_for_exact_tensors():
     with patched_torch_function(seen):
         x.as_subclass(Plain).is_neg()
     assert seen
+
+
+def _python_key_tensors():
+    """Tensors with PyTorch's Python dispatch key, made every way PyTorch
+    offers, and plain ones."""
+
+    class Disp(torch.Tensor):
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise AssertionError("ran __torch_dispatch__")
+
+    base = torch.arange(3, dtype=torch.float64)
+    sub = torch.Tensor._make_subclass(Disp, base)
+    wrapper = torch.Tensor._make_wrapper_subclass(Disp, (3,), dtype=torch.float64)
+    moved = torch.Tensor._make_subclass(Disp, base.clone())
+    moved.__class__ = torch.Tensor
+    return [(sub, True), (wrapper, True), (moved, True), (base, False), (base.as_subclass(Sub), False)]
+
+
+def test_python_dispatch_getter_is_the_python_keys_bit():
+    # dlcast reads the Python dispatch key through `TensorBase._python_dispatch`
+    # (`is_python_dispatch()`, which tests Python and PythonTLSSnapshot
+    # together): for every tensor PyTorch makes, the same as the Python bit
+    # of the whole key set.
+    python = torch._C.DispatchKeySet(torch._C.DispatchKey.Python).raw_repr()
+    get = torch._C.TensorBase.__dict__["_python_dispatch"].__get__
+    for t, expected in _python_key_tensors():
+        bit = torch._C._dispatch_keys(t).raw_repr() & python != 0
+        assert get(t) is bit is expected
+
+
+@pytest.mark.parametrize("kind", ["function", "dispatch"])
+@pytest.mark.parametrize("case", range(4))
+def test_a_mode_entered_by_a_finalizer_while_the_alias_is_made_is_never_asked(case, kind):
+    # The fast path asks for the lazy bits of the alias after making it; the
+    # alias's allocation can start a collection, whose finalizer can enter a
+    # mode that would lie about the bits (and see the alias). dlcast asks
+    # for the function modes again before asking the alias (`is_neg()` and
+    # `is_conj()` dispatch no operator, so a dispatch mode never sees them).
+    import gc
+
+    bit, make, fn = _lazy()[case]
+    t = make()
+    seen = []
+
+    class Liar(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            if func in (torch.Tensor.is_neg, torch.Tensor.is_conj):
+                return False
+            return func(*args, **(kwargs or {}))
+
+    class DispatchLiar(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    entered = []
+
+    class Trap:
+        def __del__(self):
+            m = Liar() if kind == "function" else DispatchLiar()
+            m.__enter__()
+            entered.append(m)
+
+    fn(make().resolve_conj().resolve_neg())  # dlcast's first-call set-up, done
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.disable()
+    try:
+        trap = Trap()
+        trap.cycle = trap
+        del trap
+        err = None
+        gc.set_threshold(1)
+        gc.enable()
+        # The first object the collector tracks that is allocated from here
+        # is the alias (dlcast allocates no other before it).
+        try:
+            fn(t)
+        except BufferError as e:
+            err = e
+    finally:
+        gc.set_threshold(*threshold)
+        gc.enable()
+        for m in reversed(entered):
+            m.__exit__(None, None, None)
+    # The trap went off during the call, and the mode saw nothing of dlcast's.
+    assert len(entered) == 1
+    assert seen == []
+    assert err is not None and f"argument 'x': the tensor has its {bit} bit set" in str(err)

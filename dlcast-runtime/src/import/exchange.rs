@@ -12,7 +12,7 @@
 
 use super::{from_dltensor, ImportError, ImportPath, Owner, RawTensor};
 use dlpack_rs::ffi::{
-    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
+    DLDataTypeCode, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
 };
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -367,12 +367,22 @@ pub(crate) fn owning(
     }
 }
 
-/// The device of `obj` as `api` describes it (phase 1, to choose a path
-/// for device memory); `None` when the table cannot say.
-pub(crate) fn device_of(
+/// What phase 1 needs of a tensor's description: its device (to choose a
+/// path for device memory) and whether its dtype is complex.
+#[derive(Clone, Copy)]
+pub(crate) struct Described {
+    pub(crate) device: crate::device::Device,
+    /// The dtype may be complex: its code is none of DLPack's real kinds
+    /// (signed and unsigned integers, IEEE and bfloat floats, booleans).
+    pub(crate) complex: bool,
+}
+
+/// The device and dtype kind of `obj` as `api` describes it (phase 1);
+/// `None` when the table cannot say.
+pub(crate) fn describe(
     obj: &Bound<'_, PyAny>,
     api: &'static DLPackExchangeAPI,
-) -> Result<Option<crate::device::Device>, ImportError> {
+) -> Result<Option<Described>, ImportError> {
     let Some(read) = api.dltensor_from_py_object_no_sync else {
         return Ok(None);
     };
@@ -382,10 +392,29 @@ pub(crate) fn device_of(
     if unsafe { read(obj.as_ptr().cast(), &mut t) } != 0 {
         return Err(table_error(obj.py(), "__dlpack_c_exchange_api__"));
     }
-    Ok(Some(crate::device::Device {
-        device_type: t.device.device_type as i32,
-        device_id: t.device.device_id,
+    Ok(Some(Described {
+        device: crate::device::Device {
+            device_type: t.device.device_type as i32,
+            device_id: t.device.device_id,
+        },
+        complex: ![
+            DLDataTypeCode::kDLInt,
+            DLDataTypeCode::kDLUInt,
+            DLDataTypeCode::kDLFloat,
+            DLDataTypeCode::kDLBfloat,
+            DLDataTypeCode::kDLBool,
+        ]
+        .contains(&u32::from(t.dtype.code)),
     }))
+}
+
+/// The device of `obj` as `api` describes it (phase 1, to choose a path
+/// for device memory); `None` when the table cannot say.
+pub(crate) fn device_of(
+    obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
+) -> Result<Option<crate::device::Device>, ImportError> {
+    Ok(describe(obj, api)?.map(|d| d.device))
 }
 
 /// The producer's current work stream on `device`, from `api`
