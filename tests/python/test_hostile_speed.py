@@ -172,6 +172,32 @@ def test_held_capsule_call_inside_an_unguarded_body_inside_a_guarded_one():
     assert seen == [1]
 
 
+@pytest.mark.parametrize("middle", [False, True])
+def test_held_a_refused_nested_call_releases_its_capsule_at_once(middle):
+    """A nested call refused in phase 2 (a capsule of the wrong dtype for a
+    slice, which never converts) releases the capsule it consumed before it
+    returns, whether a guarded body (outer, capsule) or an unguarded one
+    (middle, NumPy only) is running around it."""
+    seen = []
+
+    def inner():
+        before = t.producer_counts()
+        with pytest.raises(TypeError, match="read only once|expected dtype"):
+            t.slice_sum(capsule(np.arange(3, dtype=np.int8)))
+        after = t.producer_counts()
+        seen.append((after[0] - before[0], after[1] - before[1]))
+
+    def outer_cb():
+        if middle:
+            t.slice_cb(np.arange(2.0), inner)
+        else:
+            inner()
+
+    with deleters_balanced():
+        t.slice_cb(capsule(np.arange(3.0)), outer_cb)
+    assert seen == [(1, 1)]
+
+
 @pytest.mark.parametrize("a_kind,b_kind", list(itertools.product(
     ["none", "numpy", "capsule", "buffer", "torch"], repeat=2)))
 def test_held_optional_parameters_every_source(a_kind, b_kind):
