@@ -500,16 +500,17 @@ def test_held_one_dimensional_strided_overlap(step, off):
     the two element sets meet, and copies otherwise."""
     for step2 in (step, 2 * step, 1):
         x = np.arange(40.0)
-        dst, src = x[::step], x[off::step2][: len(x[::step])]
-        dst_idx = set(range(0, 40, step))
+        src = x[off::step2][: len(x[::step])]
+        dst = x[::step][: len(src)]
+        dst_idx = set(range(0, 40, step)[: len(src)])
         src_idx = set(range(off, 40, step2)[: len(src)])
         expected = x.copy()
         if dst_idx & src_idx:
             with pytest.raises(TypeError, match="share memory"):
-                t.copy_strided(dst[: len(src)], src)
+                t.copy_strided(dst, src)
             assert (x == expected).all()
         else:
-            t.copy_strided(dst[: len(src)], src)
+            t.copy_strided(dst, src)
             expected[::step][: len(src)] = expected[off::step2][: len(src)]
             assert (x == expected).all()
 
