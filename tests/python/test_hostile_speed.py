@@ -6,8 +6,9 @@ and lanes, `borrow::gcd`, `spec::match_shape` and `ndarray_parts`.
 
 Test functions: tests/src/attack.rs, review.rs, soundness.rs, lib.rs.
 
-- `test_finding_*`: an attack that breaks something today (marked
-  `xfail(strict=True)` until fixed, with the reason).
+- `test_finding_*`: an attack that broke something when it was written:
+  fixed since (S1, see the test), or marked `xfail(strict=True)` with the
+  reason while it still does.
 - `test_held_*`: an attack the implementation withstands; kept so that it
   stays withstood.
 """
@@ -106,21 +107,20 @@ def _export_dropped_in_nested_body(outer_arg, middle):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding S1: a middle call with no deferring view runs its body without a "
-    "guard, so an owner dropped in its body (here an exported bytearray view) "
-    "lands in the OUTER body's deferred frame and is released only when the "
-    "outer call returns, not when the middle body does (as at 21da48a)"))
 def test_finding_release_in_an_unguarded_middle_body_waits_for_the_outer_body():
+    """(Fixed: `CallCx::body` starts a guard inside another call's body even
+    when its own views defer nothing.) It was: a middle call with no
+    deferring view ran its body without a guard, so an owner dropped in its
+    body (an exported bytearray view) landed in the OUTER body's deferred
+    frame and was released only when the outer call returned."""
     with deleters_balanced():
         assert _export_dropped_in_nested_body(capsule(np.arange(3.0)), True) == ["resized"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding S1 (capsule deleters): as above, the deleters of capsule views "
-    "exported and dropped inside an unguarded middle body run only when the "
-    "outer body returns; a loop there keeps every producer's memory alive"))
 def test_finding_capsule_exports_dropped_in_an_unguarded_middle_body_are_held():
+    """(Fixed, as above.) The deleters of capsule views exported and dropped
+    inside an unguarded middle body ran only when the outer body returned:
+    a loop there kept every producer's memory alive."""
     pending = []
 
     def inner_cb():
