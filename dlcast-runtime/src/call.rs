@@ -790,10 +790,14 @@ impl<const N: usize> CallCx<N> {
     #[inline(always)]
     pub fn body<R>(&self, f: impl FnOnce() -> R) -> R {
         // Without a view whose drop runs a producer's code, a guard would
-        // hold back nothing: the body's views are this call's (views are made
-        // by call contexts only, or over Rust data, which releases nothing),
-        // and a nested call's own body has its own guard.
-        if !self.defers {
+        // hold back nothing of this call's: the body's views are this call's
+        // (views are made by call contexts only, or over Rust data, which
+        // releases nothing), and a nested call's own body has its own guard.
+        // Inside another call's body (a callback), the guard still starts a
+        // frame of its own: otherwise what Python code drops in this body
+        // (an export of a third call, say) would wait for the OUTER body to
+        // return, not for this one.
+        if !self.defers && !import::in_body() {
             return f();
         }
         let _guard = import::BodyGuard::enter();

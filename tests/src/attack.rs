@@ -94,6 +94,15 @@ fn slice_cb(x: &[f64], cb: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
     Ok((before, x.iter().sum()))
 }
 
+/// Holds a writable view of any dtype (`TensorDynMut`) while calling the
+/// callback; returns its element count.
+#[dlpack_fn]
+#[pyfunction]
+fn dyn_mut_cb(x: TensorDynMut<'_>, cb: &Bound<'_, PyAny>) -> PyResult<usize> {
+    cb.call0()?;
+    Ok(x.len())
+}
+
 /// Fills `x` with 1.0, calls the callback, returns the sum.
 #[dlpack_fn]
 #[pyfunction]
@@ -431,6 +440,44 @@ fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     Ok(first)
 }
 
+/// `CallCx::new` is infallible since the speed work (issue #15): a context
+/// whose `N` is not the spec's parameter count must refuse every step
+/// (`prepare`, `prepare_opt`, `peek`, `finish`, `take`, `take_opt`) with an
+/// error, never panic or read past the spec. Tries `N` above and below the
+/// spec's count (`EVIL_ONE` has one parameter, `EVIL_ALIAS` two) and returns
+/// how many steps were refused (every one of them: 16).
+#[pyfunction]
+fn evil_spec_count(x: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let mut refused = 0;
+    let mut count = |r: bool| refused += usize::from(r);
+    // N = 2 over a one-parameter spec: index 1 names no parameter.
+    let mut cx = CallCx::<2>::new(&EVIL_ONE);
+    count(cx.prepare::<&[f64]>(0, x).is_err());
+    count(cx.prepare::<&[f64]>(1, x).is_err());
+    count(cx.prepare_opt::<&[f64]>(1, Some(x)).is_err());
+    count(cx.peek(1, x, false).is_err());
+    count(cx.finish().is_err());
+    count(cx.take::<&[f64]>(0).is_err());
+    count(cx.take::<&[f64]>(1).is_err());
+    count(matches!(cx.take_opt::<&[f64]>(1), Err(_) | Ok(None)));
+    // N = 1 over a two-parameter spec.
+    let mut cx = CallCx::<1>::new(&EVIL_ALIAS);
+    count(cx.prepare::<&[f64]>(0, x).is_err());
+    count(cx.peek(0, x, false).is_err());
+    count(cx.finish().is_err());
+    count(cx.take::<&[f64]>(0).is_err());
+    // N = 0 over a one-parameter spec.
+    let mut cx = CallCx::<0>::new(&EVIL_ONE);
+    count(cx.finish().is_err());
+    count(cx.body(|| true));
+    // The right N, after a refused `finish` of a wrong one: a fresh context
+    // works (nothing was left behind in the registry).
+    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    count(cx.prepare::<&[f64]>(0, x).is_ok());
+    count(cx.finish().is_ok());
+    Ok(refused)
+}
+
 /// Registers the functions above.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -477,6 +524,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         evil_leaked_values,
         evil_guards_out_of_order,
         evil_forget_guard,
+        evil_spec_count,
+        dyn_mut_cb,
     );
     Ok(())
 }

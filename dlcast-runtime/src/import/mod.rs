@@ -442,6 +442,14 @@ pub(crate) fn undeferred<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Whether a body is running on this thread: owners dropped now would be
+/// held back to its end (`true` as well while the frame is borrowed, which
+/// only the guard's own bookkeeping does).
+#[inline(always)]
+pub(crate) fn in_body() -> bool {
+    DEFERRED.with(|d| d.try_borrow().map_or(true, |f| f.is_some()))
+}
+
 /// While it lives (the body of a `#[dlpack_fn]` function), views that drop
 /// keep their owners here; dropping the guard releases them. Nested calls
 /// (a body's callback calling another dlcast function) stack.
