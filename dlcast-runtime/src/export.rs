@@ -134,30 +134,57 @@ impl From<ShapeError> for PyErr {
     }
 }
 
-/// A zeroed heap buffer with a chosen alignment.
+/// The alignment the global allocator is asked for by [`AlignedBuf`]: the
+/// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
+/// that the request takes the allocator's plain path (glibc's `calloc`,
+/// which skips zeroing fresh pages) instead of its aligned one
+/// (`posix_memalign` splits a larger block and frees the rest, every call).
+const ALLOC_ALIGN: usize = 16;
+
+/// A zeroed heap buffer with a chosen alignment: a plain zeroed allocation
+/// of `bytes` plus the slack an [`ALLOC_ALIGN`]-aligned block may need to
+/// reach the alignment, the data starting at the first aligned address.
 struct AlignedBuf {
-    ptr: std::ptr::NonNull<u8>,
+    /// What the allocator returned, and the layout it was asked for.
+    base: std::ptr::NonNull<u8>,
     layout: std::alloc::Layout,
 }
 
 impl AlignedBuf {
-    /// `bytes` zero bytes aligned to `align` (a power of two), or `None`
-    /// when the size does not fit a layout (over `isize::MAX` once rounded
-    /// up to `align`) or the allocator refuses: the size comes from a
+    /// `bytes` zero bytes aligned to `align` (a power of two), and the
+    /// address of the first (what the export describes), or `None`
+    /// when the size does not fit a layout (over `isize::MAX` once the
+    /// slack is added) or the allocator refuses: the size comes from a
     /// Python input, so failure must raise `MemoryError`, not abort.
-    fn try_zeroed(bytes: usize, align: usize) -> Option<Self> {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), align).ok()?;
+    fn try_zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
+        let base_align = align.min(ALLOC_ALIGN);
+        // A `base_align`-aligned address is at most `align - base_align`
+        // bytes below the next `align`-aligned one (both powers of two).
+        let slack = align.checked_sub(base_align)?;
+        let size = bytes.checked_add(slack)?.max(1);
+        let layout = std::alloc::Layout::from_size_align(size, base_align).ok()?;
         // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr)?;
-        Some(AlignedBuf { ptr, layout })
+        let base = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let misalign = (base.as_ptr() as usize) & (align - 1);
+        let offset = if misalign == 0 { 0 } else { align - misalign };
+        // `base` is `base_align`-aligned, so `misalign` is a multiple of it
+        // and `offset <= slack`: the aligned start plus `bytes` stays inside
+        // the `bytes + slack` bytes allocated.
+        if offset > slack {
+            // SAFETY: allocated just above with this layout; freed once.
+            unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
+            return None;
+        }
+        // SAFETY: `offset <= slack < size`, inside the allocation.
+        let ptr = unsafe { base.as_ptr().add(offset) };
+        Some((AlignedBuf { base, layout }, ptr))
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this very layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: allocated in `try_zeroed` with this very layout.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) }
     }
 }
 
@@ -169,6 +196,9 @@ unsafe impl Send for AlignedBuf {}
 enum Keep {
     /// Rust data (a `Vec<T>` or an `ndarray` allocation), freed on drop.
     Owned(Box<dyn Any + Send>),
+    /// A buffer dlcast allocated (`Tensor::zeros`, copies), freed on drop;
+    /// held inline, without a box of its own.
+    Aligned(AlignedBuf),
     /// An imported input; dropping it runs the producer's deleter.
     Imported(Box<RawTensor>),
 }
@@ -176,9 +206,13 @@ enum Keep {
 /// An exported buffer: a description plus what keeps its memory alive.
 struct Exported {
     data: *mut u8,
-    shape: Dims<i64>,
-    /// In elements.
-    strides: Dims<i64>,
+    /// Extents, as `Py_ssize_t` (the buffer protocol's and NumPy's form);
+    /// each also fits `i64` (DLPack's), checked by [`Exported::describe`].
+    shape: ExDims,
+    /// In elements; each also fits `i64`, checked as above.
+    strides: ExDims,
+    /// In bytes, as `Py_ssize_t` (the buffer protocol's and NumPy's form).
+    byte_strides: ExDims,
     dtype: DType,
     device: Device,
     read_only: bool,
@@ -187,9 +221,6 @@ struct Exported {
     /// pending work is known. A consumer asking for another stream is made
     /// to wait for this one.
     stream: Option<i64>,
-    /// For the buffer protocol: shape and strides in bytes as `Py_ssize_t`.
-    buf_shape: Dims<isize>,
-    buf_strides: Dims<isize>,
     _keep: Keep,
     /// The Python object the memory belongs to (an [`ArrayBuffer`]'s
     /// object), kept alive with the export and reported to the garbage
@@ -224,12 +255,27 @@ impl Drop for Exported {
 #[derive(Debug)]
 struct Unrepresentable(&'static str);
 
+/// How many dimensions an export holds inline (no allocation); more spill
+/// to the heap. Small, because an export is moved several times on its way
+/// into its Python object, and each move copies all of it.
+const EXPORT_INLINE_DIMS: usize = 4;
+/// Extents or strides of an export.
+type ExDims = smallvec::SmallVec<[isize; EXPORT_INLINE_DIMS]>;
+
+/// `nd` zeros, filled without a loop when they fit inline.
+fn zeroed_dims(nd: usize) -> ExDims {
+    if nd <= EXPORT_INLINE_DIMS {
+        ExDims::from_buf_and_len([0; EXPORT_INLINE_DIMS], nd)
+    } else {
+        smallvec::smallvec![0; nd]
+    }
+}
+
 /// Shape and strides in the forms DLPack and the buffer protocol need.
 struct Described {
-    shape: Dims<i64>,
-    strides: Dims<i64>,
-    buf_shape: Dims<isize>,
-    buf_strides: Dims<isize>,
+    shape: ExDims,
+    strides: ExDims,
+    byte_strides: ExDims,
 }
 
 impl Exported {
@@ -254,12 +300,11 @@ impl Exported {
             data,
             shape: d.shape,
             strides: d.strides,
+            byte_strides: d.byte_strides,
             dtype,
             device,
             read_only,
             stream: None,
-            buf_shape: d.buf_shape,
-            buf_strides: d.buf_strides,
             _keep: keep,
             py_owner: None,
             never_written: false,
@@ -277,51 +322,53 @@ impl Exported {
         }
         let item = isize::try_from(dtype.itemsize().unwrap_or(1))
             .map_err(|_| Unrepresentable("the itemsize overflows"))?;
-        let mut out_shape = Dims::<i64>::new();
-        let mut buf_shape = Dims::<isize>::new();
-        for &n in shape {
-            let (Ok(a), Ok(b)) = (i64::try_from(n), isize::try_from(n)) else {
-                return Err(Unrepresentable("an extent exceeds i64::MAX"));
+        let nd = shape.len();
+        let mut d = Described {
+            shape: zeroed_dims(nd),
+            strides: zeroed_dims(nd),
+            byte_strides: zeroed_dims(nd),
+        };
+        for (&n, out) in shape.iter().zip(d.shape.iter_mut()) {
+            *out = match (i64::try_from(n), isize::try_from(n)) {
+                (Ok(_), Ok(b)) => b,
+                _ => return Err(Unrepresentable("an extent exceeds i64::MAX")),
             };
-            out_shape.push(a);
-            buf_shape.push(b);
         }
-        let mut out_strides = Dims::<i64>::new();
-        let mut buf_strides = Dims::<isize>::new();
-        for (axis, &s) in strides.iter().enumerate() {
-            let (s, bytes) = match s.checked_mul(item).map(|b| (i64::try_from(s), b)) {
-                Some((Ok(s), b)) => (s, b),
+        let outs = d.strides.iter_mut().zip(d.byte_strides.iter_mut());
+        for (axis, (&s, (out, out_bytes))) in strides.iter().zip(outs).enumerate() {
+            (*out, *out_bytes) = match (i64::try_from(s), s.checked_mul(item)) {
+                (Ok(_), Some(b)) => (s, b),
                 _ if layout::stride_unused(shape, axis) => (0, 0),
                 // A dimension stepped along: its byte stride is at most the
                 // byte extent its maker checked, so this cannot happen.
                 _ => return Err(Unrepresentable("a byte stride overflows")),
             };
-            out_strides.push(s);
-            buf_strides.push(bytes);
         }
-        Ok(Described {
-            shape: out_shape,
-            strides: out_strides,
-            buf_shape,
-            buf_strides,
-        })
+        Ok(d)
+    }
+
+    /// Extents as `i64`, DLPack's form (checked to fit by `describe`).
+    fn shape_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.shape.iter().map(|&n| n as i64)
+    }
+
+    /// Strides in elements as `i64`, DLPack's form (checked as above).
+    fn strides_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.strides.iter().map(|&s| s as i64)
     }
 
     /// Extents as `usize` (they were `usize` values, checked to fit `i64`).
     fn shape_usize(&self) -> Dims<usize> {
-        self.buf_shape.iter().map(|&n| n.unsigned_abs()).collect()
+        self.shape.iter().map(|&n| n.unsigned_abs()).collect()
     }
 
-    /// Strides in elements as `isize` (they were `isize` values).
-    fn strides_isize(&self) -> Dims<isize> {
-        self.strides
-            .iter()
-            .map(|&s| isize::try_from(s).unwrap_or(0))
-            .collect()
+    /// Strides in elements.
+    fn strides_isize(&self) -> &[isize] {
+        &self.strides
     }
 
     fn is_c_contiguous(&self) -> bool {
-        layout::is_c_contiguous(&self.shape_usize(), &self.strides_isize())
+        layout::is_c_contiguous(&self.shape_usize(), &self.strides)
     }
 
     /// The elements copied, in C order, into a new buffer aligned to
@@ -345,8 +392,8 @@ impl Exported {
         let bytes = layout::checked_bytes(count, item)
             .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
-        let buf = AlignedBuf::try_zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
-        let dst = buf.ptr.as_ptr();
+        let (buf, dst) =
+            AlignedBuf::try_zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
         let mut written = 0usize;
         let mut overflow = false;
         let walked = layout::for_each_offset(&shape, &strides, |off| {
@@ -385,7 +432,7 @@ impl Exported {
             self.dtype,
             self.device,
             self.read_only,
-            Keep::Owned(Box::new(buf)),
+            Keep::Aligned(buf),
         )
         .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
     }
@@ -587,15 +634,15 @@ impl<T: Element> Tensor<T> {
                 why: "an extent exceeds i64::MAX, or its compact strides overflow",
             }
         })?;
-        let buf = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
+        let (buf, data) = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
         let inner = Exported::new(
-            buf.ptr.as_ptr(),
+            data,
             shape,
             &strides,
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(buf)),
+            Keep::Aligned(buf),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -1530,12 +1577,12 @@ impl Array {
         self.inner
             .shape
             .first()
-            .map(|&n| n as usize)
+            .map(|&n| n.unsigned_abs())
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
     }
 
     fn __repr__(&self) -> String {
-        let dims: Vec<String> = self.inner.shape.iter().map(i64::to_string).collect();
+        let dims: Vec<String> = self.inner.shape.iter().map(isize::to_string).collect();
         let shape = match dims.len() {
             1 => format!("({},)", dims[0]),
             _ => format!("({})", dims.join(", ")),
@@ -1608,12 +1655,12 @@ impl Array {
             };
             (*view).ndim = ndim;
             (*view).shape = if flags & ffi::PyBUF_ND != 0 {
-                this.buf_shape.as_ptr().cast_mut()
+                this.shape.as_ptr().cast_mut()
             } else {
                 std::ptr::null_mut()
             };
             (*view).strides = if strided {
-                this.buf_strides.as_ptr().cast_mut()
+                this.byte_strides.as_ptr().cast_mut()
             } else {
                 std::ptr::null_mut()
             };
@@ -1653,8 +1700,8 @@ impl Array {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("typestr", typestr)?;
-        d.set_item("shape", PyTuple::new(py, this.buf_shape.iter())?)?;
-        d.set_item("strides", PyTuple::new(py, this.buf_strides.iter())?)?;
+        d.set_item("shape", PyTuple::new(py, this.shape.iter())?)?;
+        d.set_item("strides", PyTuple::new(py, this.byte_strides.iter())?)?;
         d.set_item("data", (this.data as usize, this.read_only))?;
         Ok(d)
     }
@@ -1695,12 +1742,12 @@ fn make_managed(
     let described = copy.as_ref().unwrap_or(this);
     let (data, strides) = (
         described.data.cast::<c_void>(),
-        described.strides.iter().copied().collect::<Box<[i64]>>(),
+        described.strides_i64().collect::<Box<[i64]>>(),
     );
     let mut ctx = Box::new(CapsuleCtx {
         owner,
         _copy: copy,
-        shape: this.shape.iter().copied().collect(),
+        shape: this.shape_i64().collect(),
         strides,
         deleted,
     });
@@ -1835,21 +1882,37 @@ impl Framework {
     }
 
     /// Hands one exported array to the framework.
-    fn convert<'py>(self, arr: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn convert<'py>(self, arr: &Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
+        if self == Framework::Numpy {
+            // NumPy's C API first; its `from_dlpack` only where that cannot
+            // be used (looked up only then).
+            if let Some(out) = numpy_from_array(arr)? {
+                return Ok(out);
+            }
+            let device = arr.get().inner.device;
+            if !device.is_host_accessible() {
+                return Err(PyBufferError::new_err(format!(
+                    "returns = numpy: the array is on {device}, and NumPy reads host memory \
+                     only; return it to a framework of that device (returns = torch, \
+                     cupy, ...) or copy it to the host first"
+                )));
+            }
+            return self.importer(py)?.call1((arr,));
+        }
         let from_dlpack = self.importer(py)?;
         match self {
-            Framework::Jax => jax_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            Framework::Jax => jax_from_array(py, &from_dlpack, arr),
             // TensorFlow takes a legacy capsule. Its tensors are immutable,
             // so read-only data may go to it although a legacy capsule
             // cannot carry READ_ONLY.
             Framework::Tensorflow => {
-                from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
+                from_dlpack.call1((make_capsule(py, arr, false, false)?,))
             }
-            Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            Framework::Torch => torch_from_array(py, &from_dlpack, arr),
             // MLX arrays are immutable: read-only data goes to it like to JAX.
             Framework::Mlx => {
-                let mut array = arr.cast::<Array>()?.clone();
+                let mut array = arr.clone();
                 // MLX takes no negative strides: those go as a C-order copy.
                 let e = &array.get().inner;
                 if e.device.is_host_accessible() && e.strides.iter().any(|&s| s < 0) {
@@ -1864,21 +1927,11 @@ impl Framework {
                 }
             }
             Framework::Paddle => {
-                refuse_for_mutable_only(arr.cast::<Array>()?, "paddle", "PaddlePaddle")?;
+                refuse_for_mutable_only(arr, "paddle", "PaddlePaddle")?;
                 from_dlpack.call1((arr,))
             }
-            Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
-                Some(out) => Ok(out),
-                None if !arr.cast::<Array>()?.get().inner.device.is_host_accessible() => {
-                    Err(PyBufferError::new_err(format!(
-                        "returns = numpy: the array is on {}, and NumPy reads host memory \
-                         only; return it to a framework of that device (returns = torch, \
-                         cupy, ...) or copy it to the host first",
-                        arr.cast::<Array>()?.get().inner.device
-                    )))
-                }
-                None => from_dlpack.call1((arr,)),
-            },
+            // Handled above.
+            Framework::Numpy => from_dlpack.call1((arr,)),
             // Below abi3-py311 `dlcast.Array` has no buffer protocol: the
             // memoryview is NumPy's, over the same memory (NumPy keeps the
             // array alive as its base).
@@ -1903,8 +1956,8 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
         array.as_any(),
         &crate::npapi::HostArray {
             data: e.data,
-            shape: &e.buf_shape,
-            byte_strides: &e.buf_strides,
+            shape: &e.shape,
+            byte_strides: &e.byte_strides,
             dtype: e.dtype,
             read_only: e.read_only,
         },
@@ -2046,8 +2099,8 @@ pub fn convert_result(out: Bound<'_, PyAny>, framework: Option<Framework>) -> Py
         return Ok(out.unbind());
     };
     let py = out.py();
-    if out.is_instance_of::<Array>() {
-        return Ok(fw.convert(&out)?.unbind());
+    if let Ok(array) = out.cast::<Array>() {
+        return Ok(fw.convert(array)?.unbind());
     }
     if let Ok(t) = out.cast::<PyTuple>() {
         let items = t
