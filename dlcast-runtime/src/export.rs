@@ -136,10 +136,16 @@ impl From<ShapeError> for PyErr {
 
 /// The alignment the global allocator is asked for by [`AlignedBuf`]: the
 /// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
-/// that the request takes the allocator's plain path (glibc's `calloc`,
-/// which skips zeroing fresh pages) instead of its aligned one
-/// (`posix_memalign` splits a larger block and frees the rest, every call).
+/// that the request takes the allocator's plain path instead of its aligned
+/// one (glibc's `posix_memalign` splits a larger block and frees the rest,
+/// every call).
 const ALLOC_ALIGN: usize = 16;
+
+/// From this many bytes [`AlignedBuf`] asks the allocator for zeroed memory
+/// (`calloc`, which skips zeroing fresh pages from the system: glibc maps
+/// blocks of 128 KiB and more afresh by default); below, it zeroes the
+/// bytes used itself (`calloc` would zero the slack too).
+const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
 
 /// A zeroed heap buffer with a chosen alignment: a plain zeroed allocation
 /// of `bytes` plus the slack an [`ALLOC_ALIGN`]-aligned block may need to
@@ -157,14 +163,24 @@ impl AlignedBuf {
     /// slack is added) or the allocator refuses: the size comes from a
     /// Python input, so failure must raise `MemoryError`, not abort.
     fn try_zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
+        if !align.is_power_of_two() {
+            return None;
+        }
         let base_align = align.min(ALLOC_ALIGN);
         // A `base_align`-aligned address is at most `align - base_align`
         // bytes below the next `align`-aligned one (both powers of two).
         let slack = align.checked_sub(base_align)?;
         let size = bytes.checked_add(slack)?.max(1);
         let layout = std::alloc::Layout::from_size_align(size, base_align).ok()?;
+        let zeroed = bytes >= ZEROED_BY_ALLOCATOR;
         // SAFETY: `layout` has a non-zero size.
-        let base = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let base = std::ptr::NonNull::new(unsafe {
+            if zeroed {
+                std::alloc::alloc_zeroed(layout)
+            } else {
+                std::alloc::alloc(layout)
+            }
+        })?;
         let misalign = (base.as_ptr() as usize) & (align - 1);
         let offset = if misalign == 0 { 0 } else { align - misalign };
         // `base` is `base_align`-aligned, so `misalign` is a multiple of it
@@ -175,8 +191,14 @@ impl AlignedBuf {
             unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
             return None;
         }
-        // SAFETY: `offset <= slack < size`, inside the allocation.
+        // SAFETY: `offset <= slack <= size`: inside the allocation, or one
+        // past its end when `bytes` is 0.
         let ptr = unsafe { base.as_ptr().add(offset) };
+        if !zeroed {
+            // SAFETY: `ptr + bytes` ends inside the `bytes + slack` bytes
+            // allocated (`offset <= slack`), which nothing else refers to.
+            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        }
         Some((AlignedBuf { base, layout }, ptr))
     }
 }
@@ -285,6 +307,10 @@ impl Exported {
     /// (`Py_ssize_t`), `ndim` an `i32`, and byte strides `isize`. A stride
     /// that no index steps along (extent <= 1, or an empty array) may be
     /// any value and is exported as 0 when it has no such form.
+    ///
+    /// Inlined, as is `describe`: a `Tensor<T>` constructor's dtype is a
+    /// constant then, and the description is built in place.
+    #[inline(always)]
     fn new(
         data: *mut u8,
         shape: &[usize],
@@ -312,6 +338,7 @@ impl Exported {
     }
 
     /// The checked conversions of [`Exported::new`], without the data.
+    #[inline(always)]
     fn describe(
         shape: &[usize],
         strides: &[isize],
@@ -494,7 +521,7 @@ impl<T: Element> Tensor<T> {
     /// # Errors
     /// [`ShapeError::Length`] if the shape does not hold `data.len()` elements.
     pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self, ShapeError> {
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        let mut strides = zeroed_dims(shape.len());
         Self::check_len(&data, shape)?;
         // The count fits (checked), so only an empty shape with a huge
         // extent can overflow its strides: no consumer could be told them.
@@ -624,7 +651,7 @@ impl<T: Element> Tensor<T> {
         let bytes = layout::checked_bytes(count, item)
             .filter(|&b| b <= isize::MAX as usize - Self::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        let mut strides = zeroed_dims(shape.len());
         // Compact strides of a non-empty shape whose byte size fits `isize`
         // fit too; an empty one gets zeros where they would overflow.
         layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(|| {
