@@ -1247,10 +1247,12 @@ impl Array {
 struct CapsuleCtx {
     /// The exported object (keeps the memory alive), or `None` for a copy.
     owner: Option<Py<Array>>,
-    /// The copy, when `copy=True`.
-    _copy: Option<Exported>,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
+    /// The copy, when `copy=True` (boxed: rare, and large).
+    _copy: Option<Box<Exported>>,
+    /// What the tensor's `shape` and `strides` point to (inline up to
+    /// [`EXPORT_INLINE_DIMS`] dimensions, inside the allocation).
+    shape: smallvec::SmallVec<[i64; EXPORT_INLINE_DIMS]>,
+    strides: smallvec::SmallVec<[i64; EXPORT_INLINE_DIMS]>,
     /// Set when the deleter runs, for a caller that must know whether a
     /// consumer that failed freed the tensor (see [`torch_from_array`]).
     deleted: Option<Arc<AtomicBool>>,
@@ -1266,6 +1268,16 @@ impl Drop for CapsuleCtx {
         }
         CAPSULE_DELETERS.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// A managed tensor (`DLManagedTensorVersioned` or `DLManagedTensor`) and
+/// its context in one allocation. The tensor comes first (`repr(C)`), so the
+/// pointer handed to consumers is the allocation's own, and the deleter
+/// frees both at once; the tensor's `manager_ctx` points at `ctx`.
+#[repr(C)]
+struct Managed<M> {
+    tensor: M,
+    ctx: CapsuleCtx,
 }
 
 /// Drops a reference to an exported array from a DLPack deleter, which a
@@ -1294,23 +1306,19 @@ unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
     if m.is_null() {
         return;
     }
-    // SAFETY: `m` and its context were made by `Box::into_raw` in
-    // `make_capsule`; the DLPack protocol has the deleter called once.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
-    }
+    // SAFETY: `m` is the first field of a `Managed` made by `Box::into_raw`
+    // in `make_managed` (this deleter is set only there, on versioned
+    // tensors), so it is the allocation's address; the DLPack protocol has
+    // the deleter called once.
+    drop(unsafe { Box::from_raw(m.cast::<Managed<DLManagedTensorVersioned>>()) });
 }
 
 unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
     if m.is_null() {
         return;
     }
-    // SAFETY: as in `delete_versioned`.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
-    }
+    // SAFETY: as in `delete_versioned`, for legacy tensors.
+    drop(unsafe { Box::from_raw(m.cast::<Managed<DLManagedTensor>>()) });
 }
 
 /// Destructor of our capsules: frees the tensor if no consumer took it.
@@ -1762,22 +1770,23 @@ fn make_managed(
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.
     let (copy, owner) = if copied {
-        (Some(this.aligned_copy()?), None)
+        (Some(Box::new(this.aligned_copy()?)), None)
     } else {
         (None, Some(slf.clone().unbind()))
     };
-    let described = copy.as_ref().unwrap_or(this);
+    let described = copy.as_deref().unwrap_or(this);
     let (data, strides) = (
         described.data.cast::<c_void>(),
-        described.strides_i64().collect::<Box<[i64]>>(),
+        described.strides_i64().collect(),
     );
-    let mut ctx = Box::new(CapsuleCtx {
+    let ctx = CapsuleCtx {
         owner,
         _copy: copy,
         shape: this.shape_i64().collect(),
         strides,
         deleted,
-    });
+    };
+    // `shape` and `strides` are set once the context has its final place.
     let tensor = DLTensor {
         data,
         device: DLDevice {
@@ -1790,11 +1799,10 @@ fn make_managed(
             bits: this.dtype.bits,
             lanes: this.dtype.lanes,
         },
-        shape: ctx.shape.as_mut_ptr(),
-        strides: ctx.strides.as_mut_ptr(),
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
         byte_offset: 0,
     };
-    let ctx = Box::into_raw(ctx).cast::<c_void>();
     let ptr: *mut c_void = if versioned {
         let mut flags = 0;
         if copied {
@@ -1802,21 +1810,41 @@ fn make_managed(
         } else if this.read_only {
             flags |= FLAG_READ_ONLY;
         }
-        let m = Box::new(DLManagedTensorVersioned {
-            version: EXPORT_VERSION,
-            manager_ctx: ctx,
-            deleter: Some(delete_versioned),
-            flags,
-            dl_tensor: tensor,
-        });
-        Box::into_raw(m).cast()
+        let m = Box::into_raw(Box::new(Managed {
+            tensor: DLManagedTensorVersioned {
+                version: EXPORT_VERSION,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags,
+                dl_tensor: tensor,
+            },
+            ctx,
+        }));
+        // SAFETY: `m` is a fresh allocation only this function knows; the
+        // pointers taken into its context stay valid while it lives (it is
+        // never moved: freed in place by the deleter).
+        unsafe {
+            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
+            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
+        }
+        m.cast()
     } else {
-        let m = Box::new(DLManagedTensor {
-            dl_tensor: tensor,
-            manager_ctx: ctx,
-            deleter: Some(delete_legacy),
-        });
-        Box::into_raw(m).cast()
+        let m = Box::into_raw(Box::new(Managed {
+            tensor: DLManagedTensor {
+                dl_tensor: tensor,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            ctx,
+        }));
+        // SAFETY: as above.
+        unsafe {
+            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
+            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
+        }
+        m.cast()
     };
     CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
     Ok(ptr)
@@ -2009,10 +2037,15 @@ fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -
              writeable=False"
         )));
     }
-    let shape = e.shape_usize();
-    if let Some(axis) =
-        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
-    {
+    let negative = e.strides.iter().any(|&s| s < 0);
+    let shape = if negative {
+        e.shape_usize()
+    } else {
+        Dims::new()
+    };
+    if let Some(axis) = (0..shape.len()).find(|&d| {
+        e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d)
+    }) {
         return Err(PyBufferError::new_err(format!(
             "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
              (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
