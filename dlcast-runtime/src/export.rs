@@ -134,44 +134,48 @@ impl From<ShapeError> for PyErr {
     }
 }
 
-/// The alignment the global allocator is asked for by [`AlignedBuf`]: the
+/// The alignment the global allocator is asked for by [`OwnedAlloc`]: the
 /// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
 /// that the request takes the allocator's plain path instead of its aligned
 /// one (glibc's `posix_memalign` splits a larger block and frees the rest,
 /// every call).
 const ALLOC_ALIGN: usize = 16;
 
-/// From this many bytes [`AlignedBuf`] asks the allocator for zeroed memory
-/// (`calloc`, which skips zeroing fresh pages from the system: glibc maps
-/// blocks of 128 KiB and more afresh by default); below, it zeroes the
-/// bytes used itself (`calloc` would zero the slack too).
+/// From this many bytes [`OwnedAlloc::zeroed`] asks the allocator for
+/// zeroed memory (`calloc`, which skips zeroing fresh pages from the system:
+/// glibc maps blocks of 128 KiB and more afresh by default); below, it
+/// zeroes the bytes used itself (`calloc` would zero the slack too).
 const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
 
-/// A zeroed heap buffer with a chosen alignment: a plain zeroed allocation
-/// of `bytes` plus the slack an [`ALLOC_ALIGN`]-aligned block may need to
-/// reach the alignment, the data starting at the first aligned address.
-struct AlignedBuf {
-    /// What the allocator returned, and the layout it was asked for.
-    base: std::ptr::NonNull<u8>,
+/// An allocation an export owns, with the layout it was made with, freed
+/// on drop: a buffer dlcast allocated, or a `Vec`'s. Held inline in
+/// [`Keep`], which stays small so (`Layout` leaves room for its tag): an
+/// export is moved several times on its way into its Python object.
+struct OwnedAlloc {
+    ptr: std::ptr::NonNull<u8>,
+    /// Of size 0 when nothing was allocated (an empty `Vec`).
     layout: std::alloc::Layout,
 }
 
-impl AlignedBuf {
+impl OwnedAlloc {
     /// `bytes` zero bytes aligned to `align` (a power of two), and the
     /// address of the first (what the export describes), or `None`
     /// when the size does not fit a layout (over `isize::MAX` once the
     /// slack is added) or the allocator refuses: the size comes from a
     /// Python input, so failure must raise `MemoryError`, not abort.
-    fn try_zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
+    ///
+    /// A plain allocation of `bytes` plus the slack an
+    /// [`ALLOC_ALIGN`]-aligned block may need to reach `align`, the data
+    /// starting at the first aligned address.
+    fn zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
         if !align.is_power_of_two() {
             return None;
         }
-        let base_align = align.min(ALLOC_ALIGN);
-        // A `base_align`-aligned address is at most `align - base_align`
+        // An `ALLOC_ALIGN`-aligned address is at most `align - ALLOC_ALIGN`
         // bytes below the next `align`-aligned one (both powers of two).
-        let slack = align.checked_sub(base_align)?;
+        let slack = align.max(ALLOC_ALIGN) - ALLOC_ALIGN;
         let size = bytes.checked_add(slack)?.max(1);
-        let layout = std::alloc::Layout::from_size_align(size, base_align).ok()?;
+        let layout = std::alloc::Layout::from_size_align(size, ALLOC_ALIGN).ok()?;
         let zeroed = bytes >= ZEROED_BY_ALLOCATOR;
         // SAFETY: `layout` has a non-zero size.
         let base = std::ptr::NonNull::new(unsafe {
@@ -181,14 +185,13 @@ impl AlignedBuf {
                 std::alloc::alloc(layout)
             }
         })?;
+        let this = OwnedAlloc { ptr: base, layout };
         let misalign = (base.as_ptr() as usize) & (align - 1);
         let offset = if misalign == 0 { 0 } else { align - misalign };
-        // `base` is `base_align`-aligned, so `misalign` is a multiple of it
+        // `base` is `ALLOC_ALIGN`-aligned, so `misalign` is a multiple of it
         // and `offset <= slack`: the aligned start plus `bytes` stays inside
-        // the `bytes + slack` bytes allocated.
+        // the `bytes + slack` bytes allocated (`this` frees them otherwise).
         if offset > slack {
-            // SAFETY: allocated just above with this layout; freed once.
-            unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
             return None;
         }
         // SAFETY: `offset <= slack <= size`: inside the allocation, or one
@@ -199,28 +202,52 @@ impl AlignedBuf {
             // allocated (`offset <= slack`), which nothing else refers to.
             unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
         }
-        Some((AlignedBuf { base, layout }, ptr))
+        Some((this, ptr))
+    }
+
+    /// What keeps `v`'s allocation alive (its elements stay where they are,
+    /// for the export to describe): the allocation itself, or, should its
+    /// layout not be expressible (never, for a live `Vec`), the boxed `Vec`.
+    fn keep_vec<T: Element>(v: Vec<T>) -> Keep {
+        let Ok(layout) = std::alloc::Layout::array::<T>(v.capacity()) else {
+            return Keep::Owned(Box::new(v));
+        };
+        let mut v = std::mem::ManuallyDrop::new(v);
+        Keep::Alloc(OwnedAlloc {
+            // A `Vec`'s pointer is never null (dangling when unallocated).
+            ptr: std::ptr::NonNull::from(v.as_mut_slice()).cast(),
+            layout,
+        })
     }
 }
 
-impl Drop for AlignedBuf {
+impl Drop for OwnedAlloc {
     fn drop(&mut self) {
-        // SAFETY: allocated in `try_zeroed` with this very layout.
-        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) }
+        if self.layout.size() == 0 {
+            return;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with `layout`:
+        // in `zeroed`, or by a `Vec<T>` with `Layout::array::<T>(capacity)`
+        // (the layout `Vec` documents for its allocation, and that
+        // `Vec::from_raw_parts` requires); this value owns it alone and is
+        // dropped once. An unallocated `Vec` has a layout of size 0.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 
-// SAFETY: a plain heap allocation owned by this value alone.
-unsafe impl Send for AlignedBuf {}
+// SAFETY: a plain heap allocation (of bytes, or of `Element`s, which are
+// `Send`) owned by this value alone.
+unsafe impl Send for OwnedAlloc {}
 
 /// What keeps an exported buffer's memory alive; held only to be dropped.
 #[allow(dead_code)]
 enum Keep {
-    /// Rust data (a `Vec<T>` or an `ndarray` allocation), freed on drop.
+    /// Rust data an owner given by the caller keeps alive, dropped then.
     Owned(Box<dyn Any + Send>),
-    /// A buffer dlcast allocated (`Tensor::zeros`, copies), freed on drop;
-    /// held inline, without a box of its own.
-    Aligned(AlignedBuf),
+    /// A buffer dlcast allocated (`Tensor::zeros`, copies) or a `Vec`'s
+    /// (`Tensor::from_vec`, `ndarray` arrays), freed on drop; inline, with
+    /// no box of its own.
+    Alloc(OwnedAlloc),
     /// An imported input; dropping it runs the producer's deleter.
     Imported(Box<RawTensor>),
 }
@@ -420,10 +447,10 @@ impl Exported {
             .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
         let (buf, dst) =
-            AlignedBuf::try_zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
+            OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
         let mut written = 0usize;
         let mut overflow = false;
-        let walked = layout::for_each_offset(&shape, &strides, |off| {
+        let walked = layout::for_each_offset(&shape, strides, |off| {
             let src = match off.checked_mul(item as isize) {
                 // `written < bytes` always: the walk visits `count` elements.
                 Some(b) if written < bytes => self.data.wrapping_offset(b),
@@ -459,7 +486,7 @@ impl Exported {
             self.dtype,
             self.device,
             self.read_only,
-            Keep::Aligned(buf),
+            Keep::Alloc(buf),
         )
         .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
     }
@@ -603,7 +630,7 @@ impl<T: Element> Tensor<T> {
                 T::DTYPE,
                 Device::CPU,
                 false,
-                Keep::Owned(Box::new(data)),
+                OwnedAlloc::keep_vec(data),
             )
             .map_err(unrepresentable)?,
             _marker: PhantomData,
@@ -661,7 +688,7 @@ impl<T: Element> Tensor<T> {
                 why: "an extent exceeds i64::MAX, or its compact strides overflow",
             }
         })?;
-        let (buf, data) = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
+        let (buf, data) = OwnedAlloc::zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
         let inner = Exported::new(
             data,
             shape,
@@ -669,7 +696,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Aligned(buf),
+            Keep::Alloc(buf),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -747,7 +774,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(vec)),
+            OwnedAlloc::keep_vec(vec),
         ) {
             Ok(inner) => Tensor {
                 inner,
@@ -1068,7 +1095,7 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(v)),
+            OwnedAlloc::keep_vec(v),
         ) {
             Ok(inner) => Tensor {
                 inner,
@@ -1660,11 +1687,11 @@ impl Array {
         let shape = this.shape_usize();
         let strides = this.strides_isize();
         let f_req = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS;
-        if f_req && !layout::is_f_contiguous(&shape, &strides) {
+        if f_req && !layout::is_f_contiguous(&shape, strides) {
             return Err(PyBufferError::new_err("the array is not F-contiguous"));
         }
         let any_req = flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS;
-        if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, &strides) {
+        if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, strides) {
             return Err(PyBufferError::new_err("the array is not contiguous"));
         }
         let item = this.dtype.itemsize().unwrap_or(1);
@@ -1961,9 +1988,7 @@ impl Framework {
             // TensorFlow takes a legacy capsule. Its tensors are immutable,
             // so read-only data may go to it although a legacy capsule
             // cannot carry READ_ONLY.
-            Framework::Tensorflow => {
-                from_dlpack.call1((make_capsule(py, arr, false, false)?,))
-            }
+            Framework::Tensorflow => from_dlpack.call1((make_capsule(py, arr, false, false)?,)),
             Framework::Torch => torch_from_array(py, &from_dlpack, arr),
             // MLX arrays are immutable: read-only data goes to it like to JAX.
             Framework::Mlx => {
@@ -2043,9 +2068,9 @@ fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -
     } else {
         Dims::new()
     };
-    if let Some(axis) = (0..shape.len()).find(|&d| {
-        e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d)
-    }) {
+    if let Some(axis) = (0..shape.len())
+        .find(|&d| e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d))
+    {
         return Err(PyBufferError::new_err(format!(
             "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
              (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
@@ -2136,7 +2161,7 @@ fn jax_from_array<'py>(
     let mut array = array.clone();
     let (shape, strides) = (e.shape_usize(), e.strides_isize());
     let compact =
-        layout::is_c_contiguous(&shape, &strides) || layout::is_f_contiguous(&shape, &strides);
+        layout::is_c_contiguous(&shape, strides) || layout::is_f_contiguous(&shape, strides);
     let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
     // JAX arrays are immutable: memory an object may still write (an
     // `ArrayBuffer`'s) goes as a copy.

@@ -181,9 +181,7 @@ pub(crate) fn ndarray<'py>(
     // C-order strides NumPy fills itself (the same values: it computes them
     // from the same extents); others are passed.
     let strides = match arr.dtype.itemsize().and_then(|b| isize::try_from(b).ok()) {
-        Some(item) if numpy_default_strides(arr.shape, arr.byte_strides, item) => {
-            std::ptr::null()
-        }
+        Some(item) if numpy_default_strides(arr.shape, arr.byte_strides, item) => std::ptr::null(),
         _ => arr.byte_strides.as_ptr(),
     };
     let flags = if arr.read_only {
