@@ -2322,3 +2322,72 @@ into_py_dyn_view!(
     TensorDyn<'_>;
     TensorDynMut<'_>;
 );
+
+#[cfg(test)]
+mod tests {
+    use super::{Keep, OwnedAlloc, Tensor, ZEROED_BY_ALLOCATOR};
+
+    #[test]
+    fn zeroed_buffers_are_aligned_and_zero_on_both_paths() {
+        // Below and above the size from which the allocator zeroes.
+        for bytes in [
+            0,
+            1,
+            15,
+            48,
+            4000,
+            ZEROED_BY_ALLOCATOR - 1,
+            ZEROED_BY_ALLOCATOR + 3,
+        ] {
+            let (buf, ptr) = OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).unwrap();
+            assert_eq!(ptr as usize % Tensor::<u8>::ALIGN, 0, "{bytes} bytes");
+            let start = buf.ptr.as_ptr() as usize;
+            let end = start + buf.layout.size();
+            assert!(
+                ptr as usize >= start && ptr as usize + bytes <= end,
+                "{bytes} bytes"
+            );
+            // SAFETY: `bytes` initialised bytes at `ptr`, inside `buf`.
+            let data = unsafe { std::slice::from_raw_parts(ptr, bytes) };
+            assert!(data.iter().all(|&b| b == 0), "{bytes} bytes");
+        }
+    }
+
+    #[test]
+    fn zeroed_refuses_sizes_without_a_layout() {
+        assert!(OwnedAlloc::zeroed(isize::MAX as usize, 64).is_none());
+        assert!(OwnedAlloc::zeroed(usize::MAX - 8, 64).is_none());
+        assert!(OwnedAlloc::zeroed(16, 48).is_none()); // not a power of two
+    }
+
+    #[test]
+    fn vecs_are_kept_by_their_own_allocation() {
+        let mut v = Vec::<f64>::with_capacity(10);
+        v.extend([1.0, 2.0, 3.0]);
+        let data = v.as_ptr() as usize;
+        match OwnedAlloc::keep_vec(v) {
+            Keep::Alloc(a) => {
+                assert_eq!(a.ptr.as_ptr() as usize, data);
+                assert_eq!(a.layout.size(), 10 * 8);
+                assert_eq!(a.layout.align(), std::mem::align_of::<f64>());
+            }
+            _ => panic!("a Vec<f64> has an array layout"),
+        }
+        match OwnedAlloc::keep_vec(Vec::<u8>::new()) {
+            Keep::Alloc(a) => assert_eq!(a.layout.size(), 0), // nothing to free
+            _ => panic!("an empty Vec has an array layout"),
+        }
+    }
+
+    #[test]
+    fn tensors_from_vecs_and_zeros_describe_their_memory() {
+        let t = Tensor::from_vec(vec![1u16, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+        assert_eq!((t.shape(), t.strides()), (vec![2, 3], vec![3, 1]));
+        assert_eq!(t.inner.byte_strides.as_slice(), [6, 2]);
+        // More dimensions than are held inline.
+        let mut z = Tensor::<f32>::zeros(&[2, 1, 3, 1, 2, 1]).unwrap();
+        assert_eq!(z.strides(), vec![6, 6, 2, 2, 1, 1]);
+        assert_eq!(z.inner.byte_strides.as_slice(), [24, 24, 8, 8, 4, 4]);
+        assert!(z.as_slice_mut().unwrap().iter().all(|&x| x == 0.0));
+    }
+}

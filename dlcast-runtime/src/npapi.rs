@@ -221,3 +221,23 @@ pub(crate) fn ndarray<'py>(
         Ok(Some(out))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::numpy_default_strides;
+
+    #[test]
+    fn default_strides_are_numpys_c_order() {
+        assert!(numpy_default_strides(&[2, 3], &[12, 4], 4));
+        assert!(numpy_default_strides(&[], &[], 8));
+        // NumPy counts an extent of 0 as 1 when it fills strides.
+        assert!(numpy_default_strides(&[0, 3], &[12, 4], 4));
+        assert!(!numpy_default_strides(&[0, 3], &[0, 4], 4));
+        // F order, a step, negative strides: passed as they are.
+        assert!(!numpy_default_strides(&[2, 3], &[4, 8], 4));
+        assert!(!numpy_default_strides(&[4], &[8], 4));
+        assert!(!numpy_default_strides(&[4], &[-4], 4));
+        // A product that overflows is never NumPy's.
+        assert!(!numpy_default_strides(&[isize::MAX, 2, 2], &[16, 8, 4], 4));
+    }
+}
