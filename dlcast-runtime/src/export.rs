@@ -134,41 +134,120 @@ impl From<ShapeError> for PyErr {
     }
 }
 
-/// A zeroed heap buffer with a chosen alignment.
-struct AlignedBuf {
+/// The alignment the global allocator is asked for by [`OwnedAlloc`]: the
+/// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
+/// that the request takes the allocator's plain path instead of its aligned
+/// one (glibc's `posix_memalign` splits a larger block and frees the rest,
+/// every call).
+const ALLOC_ALIGN: usize = 16;
+
+/// From this many bytes [`OwnedAlloc::zeroed`] asks the allocator for
+/// zeroed memory (`calloc`, which skips zeroing fresh pages from the system:
+/// glibc maps blocks of 128 KiB and more afresh by default); below, it
+/// zeroes the bytes used itself (`calloc` would zero the slack too).
+const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
+
+/// An allocation an export owns, with the layout it was made with, freed
+/// on drop: a buffer dlcast allocated, or a `Vec`'s. Held inline in
+/// [`Keep`], which stays small so (`Layout` leaves room for its tag): an
+/// export is moved several times on its way into its Python object.
+struct OwnedAlloc {
     ptr: std::ptr::NonNull<u8>,
+    /// Of size 0 when nothing was allocated (an empty `Vec`).
     layout: std::alloc::Layout,
 }
 
-impl AlignedBuf {
-    /// `bytes` zero bytes aligned to `align` (a power of two), or `None`
-    /// when the size does not fit a layout (over `isize::MAX` once rounded
-    /// up to `align`) or the allocator refuses: the size comes from a
+impl OwnedAlloc {
+    /// `bytes` zero bytes aligned to `align` (a power of two), and the
+    /// address of the first (what the export describes), or `None`
+    /// when the size does not fit a layout (over `isize::MAX` once the
+    /// slack is added) or the allocator refuses: the size comes from a
     /// Python input, so failure must raise `MemoryError`, not abort.
-    fn try_zeroed(bytes: usize, align: usize) -> Option<Self> {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), align).ok()?;
+    ///
+    /// A plain allocation of `bytes` plus the slack an
+    /// [`ALLOC_ALIGN`]-aligned block may need to reach `align`, the data
+    /// starting at the first aligned address.
+    fn zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
+        if !align.is_power_of_two() {
+            return None;
+        }
+        // An `ALLOC_ALIGN`-aligned address is at most `align - ALLOC_ALIGN`
+        // bytes below the next `align`-aligned one (both powers of two).
+        let slack = align.max(ALLOC_ALIGN) - ALLOC_ALIGN;
+        let size = bytes.checked_add(slack)?.max(1);
+        let layout = std::alloc::Layout::from_size_align(size, ALLOC_ALIGN).ok()?;
+        let zeroed = bytes >= ZEROED_BY_ALLOCATOR;
         // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr)?;
-        Some(AlignedBuf { ptr, layout })
+        let base = std::ptr::NonNull::new(unsafe {
+            if zeroed {
+                std::alloc::alloc_zeroed(layout)
+            } else {
+                std::alloc::alloc(layout)
+            }
+        })?;
+        let this = OwnedAlloc { ptr: base, layout };
+        let misalign = (base.as_ptr() as usize) & (align - 1);
+        let offset = if misalign == 0 { 0 } else { align - misalign };
+        // `base` is `ALLOC_ALIGN`-aligned, so `misalign` is a multiple of it
+        // and `offset <= slack`: the aligned start plus `bytes` stays inside
+        // the `bytes + slack` bytes allocated (`this` frees them otherwise).
+        if offset > slack {
+            return None;
+        }
+        // SAFETY: `offset <= slack <= size`: inside the allocation, or one
+        // past its end when `bytes` is 0.
+        let ptr = unsafe { base.as_ptr().add(offset) };
+        if !zeroed {
+            // SAFETY: `ptr + bytes` ends inside the `bytes + slack` bytes
+            // allocated (`offset <= slack`), which nothing else refers to.
+            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        }
+        Some((this, ptr))
+    }
+
+    /// What keeps `v`'s allocation alive (its elements stay where they are,
+    /// for the export to describe): the allocation itself, or, should its
+    /// layout not be expressible (never, for a live `Vec`), the boxed `Vec`.
+    fn keep_vec<T: Element>(v: Vec<T>) -> Keep {
+        let Ok(layout) = std::alloc::Layout::array::<T>(v.capacity()) else {
+            return Keep::Owned(Box::new(v));
+        };
+        let mut v = std::mem::ManuallyDrop::new(v);
+        Keep::Alloc(OwnedAlloc {
+            // A `Vec`'s pointer is never null (dangling when unallocated).
+            ptr: std::ptr::NonNull::from(v.as_mut_slice()).cast(),
+            layout,
+        })
     }
 }
 
-impl Drop for AlignedBuf {
+impl Drop for OwnedAlloc {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this very layout.
+        if self.layout.size() == 0 {
+            return;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with `layout`:
+        // in `zeroed`, or by a `Vec<T>` with `Layout::array::<T>(capacity)`
+        // (the layout `Vec` documents for its allocation, and that
+        // `Vec::from_raw_parts` requires); this value owns it alone and is
+        // dropped once. An unallocated `Vec` has a layout of size 0.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 
-// SAFETY: a plain heap allocation owned by this value alone.
-unsafe impl Send for AlignedBuf {}
+// SAFETY: a plain heap allocation (of bytes, or of `Element`s, which are
+// `Send`) owned by this value alone.
+unsafe impl Send for OwnedAlloc {}
 
 /// What keeps an exported buffer's memory alive; held only to be dropped.
 #[allow(dead_code)]
 enum Keep {
-    /// Rust data (a `Vec<T>` or an `ndarray` allocation), freed on drop.
+    /// Rust data an owner given by the caller keeps alive, dropped then.
     Owned(Box<dyn Any + Send>),
+    /// A buffer dlcast allocated (`Tensor::zeros`, copies) or a `Vec`'s
+    /// (`Tensor::from_vec`, `ndarray` arrays), freed on drop; inline, with
+    /// no box of its own.
+    Alloc(OwnedAlloc),
     /// An imported input; dropping it runs the producer's deleter.
     Imported(Box<RawTensor>),
 }
@@ -176,9 +255,13 @@ enum Keep {
 /// An exported buffer: a description plus what keeps its memory alive.
 struct Exported {
     data: *mut u8,
-    shape: Dims<i64>,
-    /// In elements.
-    strides: Dims<i64>,
+    /// Extents, as `Py_ssize_t` (the buffer protocol's and NumPy's form);
+    /// each also fits `i64` (DLPack's), checked by [`Exported::describe`].
+    shape: ExDims,
+    /// In elements; each also fits `i64`, checked as above.
+    strides: ExDims,
+    /// In bytes, as `Py_ssize_t` (the buffer protocol's and NumPy's form).
+    byte_strides: ExDims,
     dtype: DType,
     device: Device,
     read_only: bool,
@@ -187,9 +270,6 @@ struct Exported {
     /// pending work is known. A consumer asking for another stream is made
     /// to wait for this one.
     stream: Option<i64>,
-    /// For the buffer protocol: shape and strides in bytes as `Py_ssize_t`.
-    buf_shape: Dims<isize>,
-    buf_strides: Dims<isize>,
     _keep: Keep,
     /// The Python object the memory belongs to (an [`ArrayBuffer`]'s
     /// object), kept alive with the export and reported to the garbage
@@ -224,12 +304,27 @@ impl Drop for Exported {
 #[derive(Debug)]
 struct Unrepresentable(&'static str);
 
+/// How many dimensions an export holds inline (no allocation); more spill
+/// to the heap. Small, because an export is moved several times on its way
+/// into its Python object, and each move copies all of it.
+const EXPORT_INLINE_DIMS: usize = 4;
+/// Extents or strides of an export.
+type ExDims = smallvec::SmallVec<[isize; EXPORT_INLINE_DIMS]>;
+
+/// `nd` zeros, filled without a loop when they fit inline.
+fn zeroed_dims(nd: usize) -> ExDims {
+    if nd <= EXPORT_INLINE_DIMS {
+        ExDims::from_buf_and_len([0; EXPORT_INLINE_DIMS], nd)
+    } else {
+        smallvec::smallvec![0; nd]
+    }
+}
+
 /// Shape and strides in the forms DLPack and the buffer protocol need.
 struct Described {
-    shape: Dims<i64>,
-    strides: Dims<i64>,
-    buf_shape: Dims<isize>,
-    buf_strides: Dims<isize>,
+    shape: ExDims,
+    strides: ExDims,
+    byte_strides: ExDims,
 }
 
 impl Exported {
@@ -239,6 +334,10 @@ impl Exported {
     /// (`Py_ssize_t`), `ndim` an `i32`, and byte strides `isize`. A stride
     /// that no index steps along (extent <= 1, or an empty array) may be
     /// any value and is exported as 0 when it has no such form.
+    ///
+    /// Inlined, as is `describe`: a `Tensor<T>` constructor's dtype is a
+    /// constant then, and the description is built in place.
+    #[inline(always)]
     fn new(
         data: *mut u8,
         shape: &[usize],
@@ -254,12 +353,11 @@ impl Exported {
             data,
             shape: d.shape,
             strides: d.strides,
+            byte_strides: d.byte_strides,
             dtype,
             device,
             read_only,
             stream: None,
-            buf_shape: d.buf_shape,
-            buf_strides: d.buf_strides,
             _keep: keep,
             py_owner: None,
             never_written: false,
@@ -267,6 +365,7 @@ impl Exported {
     }
 
     /// The checked conversions of [`Exported::new`], without the data.
+    #[inline(always)]
     fn describe(
         shape: &[usize],
         strides: &[isize],
@@ -277,51 +376,53 @@ impl Exported {
         }
         let item = isize::try_from(dtype.itemsize().unwrap_or(1))
             .map_err(|_| Unrepresentable("the itemsize overflows"))?;
-        let mut out_shape = Dims::<i64>::new();
-        let mut buf_shape = Dims::<isize>::new();
-        for &n in shape {
-            let (Ok(a), Ok(b)) = (i64::try_from(n), isize::try_from(n)) else {
-                return Err(Unrepresentable("an extent exceeds i64::MAX"));
+        let nd = shape.len();
+        let mut d = Described {
+            shape: zeroed_dims(nd),
+            strides: zeroed_dims(nd),
+            byte_strides: zeroed_dims(nd),
+        };
+        for (&n, out) in shape.iter().zip(d.shape.iter_mut()) {
+            *out = match (i64::try_from(n), isize::try_from(n)) {
+                (Ok(_), Ok(b)) => b,
+                _ => return Err(Unrepresentable("an extent exceeds i64::MAX")),
             };
-            out_shape.push(a);
-            buf_shape.push(b);
         }
-        let mut out_strides = Dims::<i64>::new();
-        let mut buf_strides = Dims::<isize>::new();
-        for (axis, &s) in strides.iter().enumerate() {
-            let (s, bytes) = match s.checked_mul(item).map(|b| (i64::try_from(s), b)) {
-                Some((Ok(s), b)) => (s, b),
+        let outs = d.strides.iter_mut().zip(d.byte_strides.iter_mut());
+        for (axis, (&s, (out, out_bytes))) in strides.iter().zip(outs).enumerate() {
+            (*out, *out_bytes) = match (i64::try_from(s), s.checked_mul(item)) {
+                (Ok(_), Some(b)) => (s, b),
                 _ if layout::stride_unused(shape, axis) => (0, 0),
                 // A dimension stepped along: its byte stride is at most the
                 // byte extent its maker checked, so this cannot happen.
                 _ => return Err(Unrepresentable("a byte stride overflows")),
             };
-            out_strides.push(s);
-            buf_strides.push(bytes);
         }
-        Ok(Described {
-            shape: out_shape,
-            strides: out_strides,
-            buf_shape,
-            buf_strides,
-        })
+        Ok(d)
+    }
+
+    /// Extents as `i64`, DLPack's form (checked to fit by `describe`).
+    fn shape_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.shape.iter().map(|&n| n as i64)
+    }
+
+    /// Strides in elements as `i64`, DLPack's form (checked as above).
+    fn strides_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.strides.iter().map(|&s| s as i64)
     }
 
     /// Extents as `usize` (they were `usize` values, checked to fit `i64`).
     fn shape_usize(&self) -> Dims<usize> {
-        self.buf_shape.iter().map(|&n| n.unsigned_abs()).collect()
+        self.shape.iter().map(|&n| n.unsigned_abs()).collect()
     }
 
-    /// Strides in elements as `isize` (they were `isize` values).
-    fn strides_isize(&self) -> Dims<isize> {
-        self.strides
-            .iter()
-            .map(|&s| isize::try_from(s).unwrap_or(0))
-            .collect()
+    /// Strides in elements.
+    fn strides_isize(&self) -> &[isize] {
+        &self.strides
     }
 
     fn is_c_contiguous(&self) -> bool {
-        layout::is_c_contiguous(&self.shape_usize(), &self.strides_isize())
+        layout::is_c_contiguous(&self.shape_usize(), &self.strides)
     }
 
     /// The elements copied, in C order, into a new buffer aligned to
@@ -345,11 +446,11 @@ impl Exported {
         let bytes = layout::checked_bytes(count, item)
             .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
-        let buf = AlignedBuf::try_zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
-        let dst = buf.ptr.as_ptr();
+        let (buf, dst) =
+            OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
         let mut written = 0usize;
         let mut overflow = false;
-        let walked = layout::for_each_offset(&shape, &strides, |off| {
+        let walked = layout::for_each_offset(&shape, strides, |off| {
             let src = match off.checked_mul(item as isize) {
                 // `written < bytes` always: the walk visits `count` elements.
                 Some(b) if written < bytes => self.data.wrapping_offset(b),
@@ -385,7 +486,7 @@ impl Exported {
             self.dtype,
             self.device,
             self.read_only,
-            Keep::Owned(Box::new(buf)),
+            Keep::Alloc(buf),
         )
         .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
     }
@@ -447,7 +548,7 @@ impl<T: Element> Tensor<T> {
     /// # Errors
     /// [`ShapeError::Length`] if the shape does not hold `data.len()` elements.
     pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self, ShapeError> {
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        let mut strides = zeroed_dims(shape.len());
         Self::check_len(&data, shape)?;
         // The count fits (checked), so only an empty shape with a huge
         // extent can overflow its strides: no consumer could be told them.
@@ -529,7 +630,7 @@ impl<T: Element> Tensor<T> {
                 T::DTYPE,
                 Device::CPU,
                 false,
-                Keep::Owned(Box::new(data)),
+                OwnedAlloc::keep_vec(data),
             )
             .map_err(unrepresentable)?,
             _marker: PhantomData,
@@ -577,7 +678,7 @@ impl<T: Element> Tensor<T> {
         let bytes = layout::checked_bytes(count, item)
             .filter(|&b| b <= isize::MAX as usize - Self::ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
-        let mut strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        let mut strides = zeroed_dims(shape.len());
         // Compact strides of a non-empty shape whose byte size fits `isize`
         // fit too; an empty one gets zeros where they would overflow.
         layout::fill_c_strides_or_empty(shape, &mut strides).ok_or_else(|| {
@@ -587,15 +688,15 @@ impl<T: Element> Tensor<T> {
                 why: "an extent exceeds i64::MAX, or its compact strides overflow",
             }
         })?;
-        let buf = AlignedBuf::try_zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
+        let (buf, data) = OwnedAlloc::zeroed(bytes, Self::ALIGN).ok_or_else(|| oom(bytes))?;
         let inner = Exported::new(
-            buf.ptr.as_ptr(),
+            data,
             shape,
             &strides,
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(buf)),
+            Keep::Alloc(buf),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -673,7 +774,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(vec)),
+            OwnedAlloc::keep_vec(vec),
         ) {
             Ok(inner) => Tensor {
                 inner,
@@ -994,7 +1095,7 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Owned(Box::new(v)),
+            OwnedAlloc::keep_vec(v),
         ) {
             Ok(inner) => Tensor {
                 inner,
@@ -1173,10 +1274,12 @@ impl Array {
 struct CapsuleCtx {
     /// The exported object (keeps the memory alive), or `None` for a copy.
     owner: Option<Py<Array>>,
-    /// The copy, when `copy=True`.
-    _copy: Option<Exported>,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
+    /// The copy, when `copy=True` (boxed: rare, and large).
+    _copy: Option<Box<Exported>>,
+    /// What the tensor's `shape` and `strides` point to (inline up to
+    /// [`EXPORT_INLINE_DIMS`] dimensions, inside the allocation).
+    shape: smallvec::SmallVec<[i64; EXPORT_INLINE_DIMS]>,
+    strides: smallvec::SmallVec<[i64; EXPORT_INLINE_DIMS]>,
     /// Set when the deleter runs, for a caller that must know whether a
     /// consumer that failed freed the tensor (see [`torch_from_array`]).
     deleted: Option<Arc<AtomicBool>>,
@@ -1192,6 +1295,16 @@ impl Drop for CapsuleCtx {
         }
         CAPSULE_DELETERS.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// A managed tensor (`DLManagedTensorVersioned` or `DLManagedTensor`) and
+/// its context in one allocation. The tensor comes first (`repr(C)`), so the
+/// pointer handed to consumers is the allocation's own, and the deleter
+/// frees both at once; the tensor's `manager_ctx` points at `ctx`.
+#[repr(C)]
+struct Managed<M> {
+    tensor: M,
+    ctx: CapsuleCtx,
 }
 
 /// Drops a reference to an exported array from a DLPack deleter, which a
@@ -1220,23 +1333,19 @@ unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
     if m.is_null() {
         return;
     }
-    // SAFETY: `m` and its context were made by `Box::into_raw` in
-    // `make_capsule`; the DLPack protocol has the deleter called once.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
-    }
+    // SAFETY: `m` is the first field of a `Managed` made by `Box::into_raw`
+    // in `make_managed` (this deleter is set only there, on versioned
+    // tensors), so it is the allocation's address; the DLPack protocol has
+    // the deleter called once.
+    drop(unsafe { Box::from_raw(m.cast::<Managed<DLManagedTensorVersioned>>()) });
 }
 
 unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
     if m.is_null() {
         return;
     }
-    // SAFETY: as in `delete_versioned`.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<CapsuleCtx>()));
-    }
+    // SAFETY: as in `delete_versioned`, for legacy tensors.
+    drop(unsafe { Box::from_raw(m.cast::<Managed<DLManagedTensor>>()) });
 }
 
 /// Destructor of our capsules: frees the tensor if no consumer took it.
@@ -1530,12 +1639,12 @@ impl Array {
         self.inner
             .shape
             .first()
-            .map(|&n| n as usize)
+            .map(|&n| n.unsigned_abs())
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
     }
 
     fn __repr__(&self) -> String {
-        let dims: Vec<String> = self.inner.shape.iter().map(i64::to_string).collect();
+        let dims: Vec<String> = self.inner.shape.iter().map(isize::to_string).collect();
         let shape = match dims.len() {
             1 => format!("({},)", dims[0]),
             _ => format!("({})", dims.join(", ")),
@@ -1578,11 +1687,11 @@ impl Array {
         let shape = this.shape_usize();
         let strides = this.strides_isize();
         let f_req = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS;
-        if f_req && !layout::is_f_contiguous(&shape, &strides) {
+        if f_req && !layout::is_f_contiguous(&shape, strides) {
             return Err(PyBufferError::new_err("the array is not F-contiguous"));
         }
         let any_req = flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS;
-        if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, &strides) {
+        if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, strides) {
             return Err(PyBufferError::new_err("the array is not contiguous"));
         }
         let item = this.dtype.itemsize().unwrap_or(1);
@@ -1608,12 +1717,12 @@ impl Array {
             };
             (*view).ndim = ndim;
             (*view).shape = if flags & ffi::PyBUF_ND != 0 {
-                this.buf_shape.as_ptr().cast_mut()
+                this.shape.as_ptr().cast_mut()
             } else {
                 std::ptr::null_mut()
             };
             (*view).strides = if strided {
-                this.buf_strides.as_ptr().cast_mut()
+                this.byte_strides.as_ptr().cast_mut()
             } else {
                 std::ptr::null_mut()
             };
@@ -1653,8 +1762,8 @@ impl Array {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("typestr", typestr)?;
-        d.set_item("shape", PyTuple::new(py, this.buf_shape.iter())?)?;
-        d.set_item("strides", PyTuple::new(py, this.buf_strides.iter())?)?;
+        d.set_item("shape", PyTuple::new(py, this.shape.iter())?)?;
+        d.set_item("strides", PyTuple::new(py, this.byte_strides.iter())?)?;
         d.set_item("data", (this.data as usize, this.read_only))?;
         Ok(d)
     }
@@ -1688,22 +1797,23 @@ fn make_managed(
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.
     let (copy, owner) = if copied {
-        (Some(this.aligned_copy()?), None)
+        (Some(Box::new(this.aligned_copy()?)), None)
     } else {
         (None, Some(slf.clone().unbind()))
     };
-    let described = copy.as_ref().unwrap_or(this);
+    let described = copy.as_deref().unwrap_or(this);
     let (data, strides) = (
         described.data.cast::<c_void>(),
-        described.strides.iter().copied().collect::<Box<[i64]>>(),
+        described.strides_i64().collect(),
     );
-    let mut ctx = Box::new(CapsuleCtx {
+    let ctx = CapsuleCtx {
         owner,
         _copy: copy,
-        shape: this.shape.iter().copied().collect(),
+        shape: this.shape_i64().collect(),
         strides,
         deleted,
-    });
+    };
+    // `shape` and `strides` are set once the context has its final place.
     let tensor = DLTensor {
         data,
         device: DLDevice {
@@ -1716,11 +1826,10 @@ fn make_managed(
             bits: this.dtype.bits,
             lanes: this.dtype.lanes,
         },
-        shape: ctx.shape.as_mut_ptr(),
-        strides: ctx.strides.as_mut_ptr(),
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
         byte_offset: 0,
     };
-    let ctx = Box::into_raw(ctx).cast::<c_void>();
     let ptr: *mut c_void = if versioned {
         let mut flags = 0;
         if copied {
@@ -1728,21 +1837,41 @@ fn make_managed(
         } else if this.read_only {
             flags |= FLAG_READ_ONLY;
         }
-        let m = Box::new(DLManagedTensorVersioned {
-            version: EXPORT_VERSION,
-            manager_ctx: ctx,
-            deleter: Some(delete_versioned),
-            flags,
-            dl_tensor: tensor,
-        });
-        Box::into_raw(m).cast()
+        let m = Box::into_raw(Box::new(Managed {
+            tensor: DLManagedTensorVersioned {
+                version: EXPORT_VERSION,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags,
+                dl_tensor: tensor,
+            },
+            ctx,
+        }));
+        // SAFETY: `m` is a fresh allocation only this function knows; the
+        // pointers taken into its context stay valid while it lives (it is
+        // never moved: freed in place by the deleter).
+        unsafe {
+            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
+            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
+        }
+        m.cast()
     } else {
-        let m = Box::new(DLManagedTensor {
-            dl_tensor: tensor,
-            manager_ctx: ctx,
-            deleter: Some(delete_legacy),
-        });
-        Box::into_raw(m).cast()
+        let m = Box::into_raw(Box::new(Managed {
+            tensor: DLManagedTensor {
+                dl_tensor: tensor,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            ctx,
+        }));
+        // SAFETY: as above.
+        unsafe {
+            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
+            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
+        }
+        m.cast()
     };
     CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
     Ok(ptr)
@@ -1835,21 +1964,35 @@ impl Framework {
     }
 
     /// Hands one exported array to the framework.
-    fn convert<'py>(self, arr: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn convert<'py>(self, arr: &Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
+        if self == Framework::Numpy {
+            // NumPy's C API first; its `from_dlpack` only where that cannot
+            // be used (looked up only then).
+            if let Some(out) = numpy_from_array(arr)? {
+                return Ok(out);
+            }
+            let device = arr.get().inner.device;
+            if !device.is_host_accessible() {
+                return Err(PyBufferError::new_err(format!(
+                    "returns = numpy: the array is on {device}, and NumPy reads host memory \
+                     only; return it to a framework of that device (returns = torch, \
+                     cupy, ...) or copy it to the host first"
+                )));
+            }
+            return self.importer(py)?.call1((arr,));
+        }
         let from_dlpack = self.importer(py)?;
         match self {
-            Framework::Jax => jax_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            Framework::Jax => jax_from_array(py, &from_dlpack, arr),
             // TensorFlow takes a legacy capsule. Its tensors are immutable,
             // so read-only data may go to it although a legacy capsule
             // cannot carry READ_ONLY.
-            Framework::Tensorflow => {
-                from_dlpack.call1((make_capsule(py, arr.cast::<Array>()?, false, false)?,))
-            }
-            Framework::Torch => torch_from_array(py, &from_dlpack, arr.cast::<Array>()?),
+            Framework::Tensorflow => from_dlpack.call1((make_capsule(py, arr, false, false)?,)),
+            Framework::Torch => torch_from_array(py, &from_dlpack, arr),
             // MLX arrays are immutable: read-only data goes to it like to JAX.
             Framework::Mlx => {
-                let mut array = arr.cast::<Array>()?.clone();
+                let mut array = arr.clone();
                 // MLX takes no negative strides: those go as a C-order copy.
                 let e = &array.get().inner;
                 if e.device.is_host_accessible() && e.strides.iter().any(|&s| s < 0) {
@@ -1864,21 +2007,11 @@ impl Framework {
                 }
             }
             Framework::Paddle => {
-                refuse_for_mutable_only(arr.cast::<Array>()?, "paddle", "PaddlePaddle")?;
+                refuse_for_mutable_only(arr, "paddle", "PaddlePaddle")?;
                 from_dlpack.call1((arr,))
             }
-            Framework::Numpy => match numpy_from_array(arr.cast::<Array>()?)? {
-                Some(out) => Ok(out),
-                None if !arr.cast::<Array>()?.get().inner.device.is_host_accessible() => {
-                    Err(PyBufferError::new_err(format!(
-                        "returns = numpy: the array is on {}, and NumPy reads host memory \
-                         only; return it to a framework of that device (returns = torch, \
-                         cupy, ...) or copy it to the host first",
-                        arr.cast::<Array>()?.get().inner.device
-                    )))
-                }
-                None => from_dlpack.call1((arr,)),
-            },
+            // Handled above.
+            Framework::Numpy => from_dlpack.call1((arr,)),
             // Below abi3-py311 `dlcast.Array` has no buffer protocol: the
             // memoryview is NumPy's, over the same memory (NumPy keeps the
             // array alive as its base).
@@ -1903,8 +2036,8 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
         array.as_any(),
         &crate::npapi::HostArray {
             data: e.data,
-            shape: &e.buf_shape,
-            byte_strides: &e.buf_strides,
+            shape: &e.shape,
+            byte_strides: &e.byte_strides,
             dtype: e.dtype,
             read_only: e.read_only,
         },
@@ -1929,9 +2062,14 @@ fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -
              writeable=False"
         )));
     }
-    let shape = e.shape_usize();
-    if let Some(axis) =
-        (0..shape.len()).find(|&d| e.strides[d] < 0 && !layout::stride_unused(&shape, d))
+    let negative = e.strides.iter().any(|&s| s < 0);
+    let shape = if negative {
+        e.shape_usize()
+    } else {
+        Dims::new()
+    };
+    if let Some(axis) = (0..shape.len())
+        .find(|&d| e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d))
     {
         return Err(PyBufferError::new_err(format!(
             "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
@@ -2023,7 +2161,7 @@ fn jax_from_array<'py>(
     let mut array = array.clone();
     let (shape, strides) = (e.shape_usize(), e.strides_isize());
     let compact =
-        layout::is_c_contiguous(&shape, &strides) || layout::is_f_contiguous(&shape, &strides);
+        layout::is_c_contiguous(&shape, strides) || layout::is_f_contiguous(&shape, strides);
     let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
     // JAX arrays are immutable: memory an object may still write (an
     // `ArrayBuffer`'s) goes as a copy.
@@ -2046,8 +2184,8 @@ pub fn convert_result(out: Bound<'_, PyAny>, framework: Option<Framework>) -> Py
         return Ok(out.unbind());
     };
     let py = out.py();
-    if out.is_instance_of::<Array>() {
-        return Ok(fw.convert(&out)?.unbind());
+    if let Ok(array) = out.cast::<Array>() {
+        return Ok(fw.convert(array)?.unbind());
     }
     if let Ok(t) = out.cast::<PyTuple>() {
         let items = t
@@ -2184,3 +2322,72 @@ into_py_dyn_view!(
     TensorDyn<'_>;
     TensorDynMut<'_>;
 );
+
+#[cfg(test)]
+mod tests {
+    use super::{Keep, OwnedAlloc, Tensor, ZEROED_BY_ALLOCATOR};
+
+    #[test]
+    fn zeroed_buffers_are_aligned_and_zero_on_both_paths() {
+        // Below and above the size from which the allocator zeroes.
+        for bytes in [
+            0,
+            1,
+            15,
+            48,
+            4000,
+            ZEROED_BY_ALLOCATOR - 1,
+            ZEROED_BY_ALLOCATOR + 3,
+        ] {
+            let (buf, ptr) = OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).unwrap();
+            assert_eq!(ptr as usize % Tensor::<u8>::ALIGN, 0, "{bytes} bytes");
+            let start = buf.ptr.as_ptr() as usize;
+            let end = start + buf.layout.size();
+            assert!(
+                ptr as usize >= start && ptr as usize + bytes <= end,
+                "{bytes} bytes"
+            );
+            // SAFETY: `bytes` initialised bytes at `ptr`, inside `buf`.
+            let data = unsafe { std::slice::from_raw_parts(ptr, bytes) };
+            assert!(data.iter().all(|&b| b == 0), "{bytes} bytes");
+        }
+    }
+
+    #[test]
+    fn zeroed_refuses_sizes_without_a_layout() {
+        assert!(OwnedAlloc::zeroed(isize::MAX as usize, 64).is_none());
+        assert!(OwnedAlloc::zeroed(usize::MAX - 8, 64).is_none());
+        assert!(OwnedAlloc::zeroed(16, 48).is_none()); // not a power of two
+    }
+
+    #[test]
+    fn vecs_are_kept_by_their_own_allocation() {
+        let mut v = Vec::<f64>::with_capacity(10);
+        v.extend([1.0, 2.0, 3.0]);
+        let data = v.as_ptr() as usize;
+        match OwnedAlloc::keep_vec(v) {
+            Keep::Alloc(a) => {
+                assert_eq!(a.ptr.as_ptr() as usize, data);
+                assert_eq!(a.layout.size(), 10 * 8);
+                assert_eq!(a.layout.align(), std::mem::align_of::<f64>());
+            }
+            _ => panic!("a Vec<f64> has an array layout"),
+        }
+        match OwnedAlloc::keep_vec(Vec::<u8>::new()) {
+            Keep::Alloc(a) => assert_eq!(a.layout.size(), 0), // nothing to free
+            _ => panic!("an empty Vec has an array layout"),
+        }
+    }
+
+    #[test]
+    fn tensors_from_vecs_and_zeros_describe_their_memory() {
+        let t = Tensor::from_vec(vec![1u16, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+        assert_eq!((t.shape(), t.strides()), (vec![2, 3], vec![3, 1]));
+        assert_eq!(t.inner.byte_strides.as_slice(), [6, 2]);
+        // More dimensions than are held inline.
+        let mut z = Tensor::<f32>::zeros(&[2, 1, 3, 1, 2, 1]).unwrap();
+        assert_eq!(z.strides(), vec![6, 6, 2, 2, 1, 1]);
+        assert_eq!(z.inner.byte_strides.as_slice(), [24, 24, 8, 8, 4, 4]);
+        assert!(z.as_slice_mut().unwrap().iter().all(|&x| x == 0.0));
+    }
+}

@@ -134,6 +134,24 @@ fn type_num(d: DType) -> Option<c_int> {
     })
 }
 
+/// Whether `byte_strides` are the very strides NumPy gives an array of
+/// `shape` when it is passed none: C order, an extent of 0 counting as 1
+/// (`_array_fill_strides`). NumPy then sets the contiguity flags as it
+/// fills them, instead of deducing them from given strides afterwards.
+fn numpy_default_strides(shape: &[isize], byte_strides: &[isize], itemsize: isize) -> bool {
+    let mut expected = itemsize;
+    for (&n, &s) in shape.iter().zip(byte_strides).rev() {
+        if s != expected {
+            return false;
+        }
+        let Some(next) = expected.checked_mul(n.max(1)) else {
+            return false;
+        };
+        expected = next;
+    }
+    true
+}
+
 /// What an `ndarray` over exported host memory needs: element 0's address
 /// (non-NULL), extents and strides in bytes, and whether it may be written.
 pub(crate) struct HostArray<'a> {
@@ -160,6 +178,12 @@ pub(crate) fn ndarray<'py>(
     if arr.data.is_null() || nd > MAX_DIMS || arr.byte_strides.len() != nd {
         return Ok(None);
     }
+    // C-order strides NumPy fills itself (the same values: it computes them
+    // from the same extents); others are passed.
+    let strides = match arr.dtype.itemsize().and_then(|b| isize::try_from(b).ok()) {
+        Some(item) if numpy_default_strides(arr.shape, arr.byte_strides, item) => std::ptr::null(),
+        _ => arr.byte_strides.as_ptr(),
+    };
     let flags = if arr.read_only {
         0
     } else {
@@ -169,7 +193,8 @@ pub(crate) fn ndarray<'py>(
     // `descr_from_type` returns a new reference that `new_from_descr`
     // steals; `shape`/`byte_strides` hold `nd` values each, describing
     // memory `owner` keeps alive (the export checked its extent); NumPy
-    // copies both arrays. `set_base_object` steals the reference to `owner`
+    // copies both arrays (`strides` is `byte_strides` or NULL, for which
+    // NumPy computes the same values itself). `set_base_object` steals the reference to `owner`
     // whether it succeeds or not.
     unsafe {
         let descr = (api.descr_from_type)(num);
@@ -181,7 +206,7 @@ pub(crate) fn ndarray<'py>(
             descr,
             nd as c_int,
             arr.shape.as_ptr(),
-            arr.byte_strides.as_ptr(),
+            strides,
             arr.data.cast(),
             flags,
             std::ptr::null_mut(),
@@ -194,5 +219,25 @@ pub(crate) fn ndarray<'py>(
             return Err(PyErr::fetch(py));
         }
         Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::numpy_default_strides;
+
+    #[test]
+    fn default_strides_are_numpys_c_order() {
+        assert!(numpy_default_strides(&[2, 3], &[12, 4], 4));
+        assert!(numpy_default_strides(&[], &[], 8));
+        // NumPy counts an extent of 0 as 1 when it fills strides.
+        assert!(numpy_default_strides(&[0, 3], &[12, 4], 4));
+        assert!(!numpy_default_strides(&[0, 3], &[0, 4], 4));
+        // F order, a step, negative strides: passed as they are.
+        assert!(!numpy_default_strides(&[2, 3], &[4, 8], 4));
+        assert!(!numpy_default_strides(&[4], &[8], 4));
+        assert!(!numpy_default_strides(&[4], &[-4], 4));
+        // A product that overflows is never NumPy's.
+        assert!(!numpy_default_strides(&[isize::MAX, 2, 2], &[16, 8, 4], 4));
     }
 }
