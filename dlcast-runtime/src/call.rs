@@ -453,6 +453,11 @@ impl<const N: usize> CallCx<N> {
         }
         #[cfg(Py_GIL_DISABLED)]
         refuse_free_threading(self.py())?;
+        if N == 0 {
+            // No array parameter: nothing to read (a constant test).
+            self.finished = true;
+            return Ok(());
+        }
         // Each round runs one step of Python code that a pass asked for; each
         // step happens at most twice per argument (`Dlpack`, then `Convert`)
         // plus one round of version bumps, so the bound is never reached
