@@ -92,7 +92,13 @@ def mutations(kind, v):
 def allowed(v, s):
     """Whether `s` is the sum of the victim's values as dlcast took them
     (all ones, or after an in-place `add_`/`fill`) or as they are now."""
-    now = float(v.sum()) if isinstance(v, torch.Tensor) else float(np.asarray(v).astype(np.float64).sum())
+    # Summed as the extension's body sums (float64, one element after the
+    # other), so that uninitialised memory after `resize_` (any values,
+    # huge ones included) gives the same figure; a float32 or pairwise sum
+    # of such values rounds differently.
+    vals = v.to(torch.float64).tolist() if isinstance(v, torch.Tensor) else \
+        np.asarray(v).astype(np.float64).ravel().tolist()
+    now = sum(vals, 0.0)
     # `resize_` past the capacity leaves new elements uninitialised: they may
     # hold NaN patterns, and NaN equals nothing, itself included.
     return s in (float(N), 2.0 * N, now) or (math.isnan(s) and math.isnan(now))
