@@ -571,3 +571,32 @@ def test_held_mode_entered_by_a_finalizer_during_the_writable_checks():
             m.__exit__(None, None, None)
     assert err is not None and "dispatch" in str(err)
     assert seen == []
+
+
+def test_finding_sliced_efficient_zero_tensor_is_refused_not_dereferenced():
+    # Finding R2-2 (fixed): `torch._efficientzerotensor` has no memory; its
+    # data pointer is NULL plus the storage offset, so a slice of it has a
+    # non-NULL bogus address (8 for `z[1:]`, anything for a larger offset)
+    # that PyTorch's exchange API and `__dlpack__` hand out. dlcast read
+    # (and, for a writable parameter, wrote) that address: a segfault, or
+    # reads and writes of unrelated memory. Run in a child process so that
+    # a regression fails this test instead of killing the session.
+    r = run_py(
+        """
+        import torch, dlcast_testext as t
+        z = torch._efficientzerotensor(1 << 20, dtype=torch.float64)
+        outcomes = []
+        for w in (z[1:], z[1000:1004], z.view(1024, 1024)[3], z[:0], z):
+            for call in (lambda: t.values(w), lambda: t.identity_numpy(w),
+                         lambda: t.fill_f64(w, 1.0)):
+                try:
+                    call()
+                except (BufferError, TypeError) as e:
+                    outcomes.append("zero tensor" in str(e) or "NULL" in str(e))
+                else:
+                    outcomes.append(w.numel() == 0)
+        print(all(outcomes), len(outcomes))
+        """
+    )
+    assert r.returncode == 0, f"the child crashed ({r.returncode}): {r.stderr[-1500:]}"
+    assert r.stdout.split() == ["True", "15"], r.stdout + r.stderr[-1500:]
