@@ -103,7 +103,11 @@ fn build(kind: &str, shape: &[usize], read_only: bool) -> PyResult<Tensor<f64>> 
             Tensor::from_ndarray(a)
         }
         "static" if n <= STATIC_VALUES.len() => Tensor::from_static(&STATIC_VALUES[..n], shape)?,
-        _ => return Err(PyValueError::new_err(format!("no kind {kind} for {shape:?}"))),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "no kind {kind} for {shape:?}"
+            )))
+        }
     };
     Ok(if read_only { t.into_read_only() } else { t })
 }
