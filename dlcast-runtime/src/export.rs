@@ -213,11 +213,16 @@ impl OwnedAlloc {
             return Keep::Owned(Box::new(v));
         };
         let mut v = std::mem::ManuallyDrop::new(v);
-        Keep::Alloc(OwnedAlloc {
-            // A `Vec`'s pointer is never null (dangling when unallocated).
-            ptr: std::ptr::NonNull::from(v.as_mut_slice()).cast(),
-            layout,
-        })
+        // `as_mut_ptr`, not `as_mut_slice`: it makes no reference to the
+        // elements, so the pointer the caller took into them for the export
+        // (`as_ptr`/`as_mut_ptr`, used for every later read and write)
+        // stays valid under Rust's aliasing rules, and so does this one, which
+        // frees the allocation after those accesses. A `Vec`'s pointer is
+        // never null (dangling when unallocated).
+        let Some(ptr) = std::ptr::NonNull::new(v.as_mut_ptr().cast::<u8>()) else {
+            return Keep::Owned(Box::new(std::mem::ManuallyDrop::into_inner(v)));
+        };
+        Keep::Alloc(OwnedAlloc { ptr, layout })
     }
 }
 

@@ -70,6 +70,8 @@ struct Handles {
     /// arguments).
     is_neg: Py<PyAny>,
     is_conj: Py<PyAny>,
+    /// `TensorBase._is_zerotensor` (a C method without arguments).
+    is_zerotensor: Py<PyAny>,
     /// `torch._C._len_torch_function_stack` and `_len_torch_dispatch_stack`
     /// (C functions without arguments); `None` in a PyTorch without them,
     /// which then always takes the disabled regions.
@@ -105,6 +107,7 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
                 python_dispatch: get("_python_dispatch")?,
                 is_neg: get("is_neg")?,
                 is_conj: get("is_conj")?,
+                is_zerotensor: get("_is_zerotensor")?,
                 mode_stacks,
             })
         })
@@ -147,6 +150,7 @@ fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Laz
     Ok(Lazy {
         negative: bit(&h.is_neg, "x.is_neg")?,
         conjugate: complex && bit(&h.is_conj, "x.is_conj")?,
+        zero: bit(&h.is_zerotensor, "x._is_zerotensor")?,
     })
 }
 
@@ -155,6 +159,10 @@ fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Laz
 struct Lazy {
     negative: bool,
     conjugate: bool,
+    /// `_is_zerotensor()`: an efficient zero tensor (`ZeroTensor` key) has
+    /// no memory; its data pointer is NULL plus the storage offset, which
+    /// a slice makes non-NULL (an address to read or write, not its values).
+    zero: bool,
 }
 
 /// Whether no `__torch_function__` mode and no `__torch_dispatch__` mode is
@@ -497,8 +505,16 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError>
 /// (`is_neg()`: any dtype, `z.conj().imag`; `is_conj()`: complex only): its
 /// memory does not hold its values. The exchange API hands out the raw
 /// memory, and so does `__dlpack__` for the negative bit (it refuses only
-/// the conjugate bit).
+/// the conjugate bit). Also refuses an efficient zero tensor, which has no
+/// memory at all (both hand out NULL plus its storage offset).
 fn refuse_lazy_bits(bits: Lazy) -> Result<(), ImportError> {
+    if bits.zero {
+        return Err(ImportError::Unreadable(
+            "the tensor is an efficient zero tensor (PyTorch's ZeroTensor), which has no \
+             memory: its data pointer is not an address of its values; pass x.clone()"
+                .into(),
+        ));
+    }
     let what = match (bits.negative, bits.conjugate) {
         (false, false) => return Ok(()),
         (true, false) => "negative",

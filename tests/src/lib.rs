@@ -19,6 +19,7 @@ mod producer;
 mod ranked;
 mod review;
 mod soundness;
+mod speed2;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
 /// compiled into it), to show that the fast import paths allocate nothing.
@@ -465,6 +466,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     attack::add(m)?;
     attack2::add(m)?;
     ranked::add(m)?;
+    speed2::add(m)?;
     add_robustness_functions(m)
 }
 
