@@ -1856,9 +1856,11 @@ fn make_managed(
         // pointers taken into its context stay valid while it lives (it is
         // never moved: freed in place by the deleter).
         unsafe {
+            // The context pointer first: the shape and strides pointers
+            // taken into it afterwards stay the latest.
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
             (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
             (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
-            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
         }
         m.cast()
     } else {
@@ -1872,9 +1874,11 @@ fn make_managed(
         }));
         // SAFETY: as above.
         unsafe {
+            // The context pointer first: the shape and strides pointers
+            // taken into it afterwards stay the latest.
+            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
             (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
             (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
-            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
         }
         m.cast()
     };
