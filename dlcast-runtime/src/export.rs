@@ -1852,15 +1852,15 @@ fn make_managed(
             },
             ctx,
         }));
-        // SAFETY: `m` is a fresh allocation only this function knows; the
-        // pointers taken into its context stay valid while it lives (it is
-        // never moved: freed in place by the deleter).
+        // SAFETY: `m` is a fresh allocation only this function knows, never
+        // moved (freed in place by the deleter); the three pointers are
+        // its own fields.
         unsafe {
-            // The context pointer first: the shape and strides pointers
-            // taken into it afterwards stay the latest.
-            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
-            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
-            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            wire_header(
+                &raw mut (*m).ctx,
+                &raw mut (*m).tensor.manager_ctx,
+                &raw mut (*m).tensor.dl_tensor,
+            );
         }
         m.cast()
     } else {
@@ -1874,16 +1874,36 @@ fn make_managed(
         }));
         // SAFETY: as above.
         unsafe {
-            // The context pointer first: the shape and strides pointers
-            // taken into it afterwards stay the latest.
-            (*m).tensor.manager_ctx = (&raw mut (*m).ctx).cast();
-            (*m).tensor.dl_tensor.shape = (*m).ctx.shape.as_mut_ptr();
-            (*m).tensor.dl_tensor.strides = (*m).ctx.strides.as_mut_ptr();
+            wire_header(
+                &raw mut (*m).ctx,
+                &raw mut (*m).tensor.manager_ctx,
+                &raw mut (*m).tensor.dl_tensor,
+            );
         }
         m.cast()
     };
     CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
     Ok(ptr)
+}
+
+/// Points a managed tensor's header (legacy or versioned) at its context:
+/// `manager_ctx` at the context, the `DLTensor`'s shape and strides into it.
+///
+/// # Safety
+/// The three pointers are fields of one live `Managed` allocation that is
+/// never moved while the header is in use.
+unsafe fn wire_header(
+    ctx: *mut CapsuleCtx,
+    manager_ctx: *mut *mut c_void,
+    dl_tensor: *mut DLTensor,
+) {
+    // SAFETY: the caller's contract. The context pointer first: the shape
+    // and strides pointers taken into it afterwards stay the latest.
+    unsafe {
+        *manager_ctx = ctx.cast();
+        (*dl_tensor).shape = (*ctx).shape.as_mut_ptr();
+        (*dl_tensor).strides = (*ctx).strides.as_mut_ptr();
+    }
 }
 
 /// A DLPack capsule over `slf` (legacy or versioned, or over a copy).
