@@ -516,6 +516,8 @@ impl<const N: usize> CallCx<N> {
     /// One pass of phase 2 over every argument.
     fn read_pass(&mut self) -> Result<(), Stop> {
         let py = self.py();
+        #[cfg(debug_assertions)]
+        let _reads = tripwire::Reads::enter();
         // The checks are `who`'s (a copy), so that each read is built and
         // checked in its slot, never moved (see `import::read_into`). A read
         // left in a slot by a pass that stops is dropped by `clear_reads`.
@@ -1381,6 +1383,51 @@ fn misuse() -> PyErr {
         "dlcast: the call context was driven out of order (prepare, finish, take per \
          parameter with the same view type, then body)",
     )
+}
+
+/// Debug builds only: marks the stretch of phase 2 where arguments are
+/// read, so that tests can call Python code from every hook dlcast
+/// consults and check that none of it runs there
+/// ([`raw_reads_in_progress`]).
+#[cfg(debug_assertions)]
+mod tripwire {
+    use std::cell::Cell;
+
+    thread_local! {
+        static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Inside a read pass while alive (restores the previous state on drop).
+    pub(super) struct Reads(bool);
+
+    impl Reads {
+        pub(super) fn enter() -> Self {
+            Reads(ACTIVE.with(|a| a.replace(true)))
+        }
+    }
+
+    impl Drop for Reads {
+        fn drop(&mut self) {
+            ACTIVE.with(|a| a.set(self.0));
+        }
+    }
+
+    pub(super) fn active() -> bool {
+        ACTIVE.with(Cell::get)
+    }
+}
+
+/// Whether this thread is reading a `#[dlpack_fn]` call's arguments (phase
+/// 2, from the first raw read to the last check), where no Python code may
+/// run: `Some(..)` in debug builds, `None` in release builds, which do not
+/// track it. For tests: Python code that dlcast may reach (a producer's
+/// methods, a replaced attribute) asks it and records a `Some(true)`.
+#[doc(hidden)]
+pub fn raw_reads_in_progress() -> Option<bool> {
+    #[cfg(debug_assertions)]
+    return Some(tripwire::active());
+    #[cfg(not(debug_assertions))]
+    None
 }
 
 /// On a free-threaded CPython (3.13t+) running without the GIL, refuses the

@@ -80,6 +80,10 @@ def buffer_of(arr):
     return memoryview(np.asarray(arr))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
+
+
 @pytest.fixture
 def balanced():
     with deleters_balanced():

@@ -36,8 +36,17 @@ fn fill_then_len(mut out: TensorMut<'_, f64>, other: TensorDyn<'_>, value: f64) 
     Ok(other.len())
 }
 
+/// Whether this thread is inside a call's raw reads, where no Python code
+/// may run: `None` in a release build (not tracked). The hostile stand-ins
+/// of `test_replaced_attributes.py` ask it whenever dlcast calls them.
+#[pyfunction]
+fn raw_reads_in_progress() -> Option<bool> {
+    dlcast_runtime::__private::raw_reads_in_progress()
+}
+
 /// Registers the functions above.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(raw_reads_in_progress, m)?)?;
     m.add_function(wrap_pyfunction!(view_after_call, m)?)?;
     m.add_function(wrap_pyfunction!(sum_around_call, m)?)?;
     m.add_function(wrap_pyfunction!(fill_then_len, m)?)?;
