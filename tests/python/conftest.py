@@ -84,6 +84,18 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
 
 
+def pytest_collection_finish(session):
+    """Everything imported by collection (NumPy, PyTorch, JAX, TensorFlow:
+    about 500,000 objects) lives to the end: it is moved out of the cyclic
+    collector's sight, so that each of the suite's thousands of
+    `gc.collect()` calls scans only what the tests made (0.4 s each
+    before, microseconds after). Objects made later are collected as usual."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture
 def balanced():
     with deleters_balanced():
