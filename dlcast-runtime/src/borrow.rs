@@ -10,11 +10,31 @@
 //! **One registry per process.** Every extension module built with dlcast,
 //! whatever its dlcast version, must see the others' borrows. The first one
 //! to need the registry publishes its own as a capsule named
-//! [`CAPSULE_NAME`] in the attribute [`ATTR`] of a module registered in
-//! `sys.modules` as [`MODULE`]; every later one uses that capsule's
-//! functions. The capsule holds a [`BorrowApi`], a C struct whose first
-//! field is its version: later versions may append fields, never change
-//! these.
+//! [`CAPSULE_NAME`] under the key [`KEY`] of the interpreter's state
+//! dictionary (`PyInterpreterState_GetDict`, C-level state, where pybind11
+//! and nanobind keep theirs); every later one finds it there and uses its
+//! functions. Finding and publishing are one step under the GIL
+//! (`PyDict_SetDefaultRef`), so two extensions cannot both publish.
+//!
+//! Python code cannot reach that dictionary: no module, type or frame
+//! refers to it, and the garbage collector does not list it (a dictionary
+//! of strings and capsules, which are not containers, is untracked), so
+//! nothing Python code does (to `sys.modules`, to any attribute) makes a
+//! later extension miss the registry and start a second one. Only the C
+//! API can reach it (`ctypes.pythonapi`, which can write any memory
+//! anyway), or another extension that stores a tracked container in the
+//! same dictionary. A capsule found there is used only if it is a
+//! [`BorrowApi`] of a dlcast build: the capsule's exact name, a version of
+//! at least 1, and the table and all its functions in the image of one
+//! loaded library (`trust::same_image`), which no table made with
+//! `ctypes` is; anything else is refused (`RuntimeError`), never replaced
+//! by a second registry. PyO3 refuses to load its modules in
+//! subinterpreters, so the interpreter's dictionary is the process's.
+//!
+//! The capsule holds a [`BorrowApi`], a C struct whose first field is its
+//! version: later versions may append fields, never change these. No dlcast
+//! version before this one was published, so there is no older place
+//! (the `sys.modules` entry of unreleased builds) to stay compatible with.
 //!
 //! **Overlap.** Borrows are compared per address space (host memory, which
 //! CPU, pinned and managed memory share, or one device's memory): two
@@ -41,10 +61,9 @@ use std::sync::Mutex;
 
 pub(crate) mod rnp;
 
-/// The name under which the shared module sits in `sys.modules`.
-pub const MODULE: &str = "_dlcast_shared";
-/// The attribute of [`MODULE`] that holds the registry's capsule.
-pub const ATTR: &str = "borrow_registry";
+/// The key of the interpreter's state dictionary that holds the registry's
+/// capsule.
+pub const KEY: &str = "dlcast.borrow_registry";
 /// The capsule's name.
 pub const CAPSULE_NAME: &CStr = c"dlcast.borrow_registry";
 /// The version of [`BorrowApi`] this build publishes and reads.
@@ -220,9 +239,9 @@ static OWN_API: BorrowApi = BorrowApi {
 /// The registry in use in this process, once found or published.
 static API: AtomicPtr<BorrowApi> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The process-wide registry: found in `sys.modules` or published there
-/// (Python code, the first time only: call it before any raw read of an
-/// argument).
+/// The process-wide registry: found in the interpreter's state dictionary
+/// or published there (the first time only, in phase 1: before any raw
+/// read of an argument).
 pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let p = API.load(Ordering::Acquire);
     if !p.is_null() {
@@ -237,54 +256,84 @@ pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
 
 #[cold]
 fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
-    let modules = py.import("sys")?.getattr("modules")?;
-    let module = match modules.get_item(MODULE) {
-        Ok(m) => m,
-        Err(_) => {
-            let m = pyo3::types::PyModule::new(py, MODULE)?;
-            m.setattr(
-                "__doc__",
-                "State shared by every extension module built with dlcast.",
-            )?;
-            // `setdefault`: if another extension raced us here, use its.
-            modules.call_method1("setdefault", (MODULE, m))?
-        }
-    };
-    if let Ok(cap) = module.getattr(ATTR) {
-        // SAFETY: GetPointer checks the object is a capsule of exactly this
-        // name (else NULL with an error set).
-        let ptr = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), CAPSULE_NAME.as_ptr()) };
-        if ptr.is_null() {
-            let cause = PyErr::take(py);
-            let err = pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "sys.modules[{MODULE:?}].{ATTR} is not dlcast's borrow registry"
-            ));
-            err.set_cause(py, cause);
-            return Err(err);
-        }
-        // SAFETY: a capsule of this name holds a `BorrowApi` of a dlcast
-        // extension, valid for the process; every version starts with the
-        // fields of version 1.
-        let api = unsafe { &*ptr.cast::<BorrowApi>() };
-        if api.version < 1 {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "dlcast's borrow registry has version {}, this build needs 1",
-                api.version
-            )));
-        }
-        return Ok(api);
+    // SAFETY: the GIL is held, so there is a current interpreter; its
+    // dictionary is a borrowed reference that lives as long as it does.
+    let dict =
+        unsafe { pyo3::ffi::PyInterpreterState_GetDict(pyo3::ffi::PyInterpreterState_Get()) };
+    if dict.is_null() {
+        return Err(PyErr::take(py).unwrap_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "dlcast: the interpreter has no state dictionary to keep the borrow registry in",
+            )
+        }));
     }
+    let key = pyo3::types::PyString::new(py, KEY);
     let ptr = (&OWN_API as *const BorrowApi).cast_mut().cast::<c_void>();
     // SAFETY: `ptr` points to a static, the name is a static C string, and
     // there is no destructor to run.
-    let cap = unsafe {
+    let ours = unsafe {
         Bound::from_owned_ptr_or_err(
             py,
             pyo3::ffi::PyCapsule_New(ptr, CAPSULE_NAME.as_ptr(), None),
         )?
     };
-    module.setattr(ATTR, cap)?;
-    Ok(&OWN_API)
+    let mut found = std::ptr::null_mut();
+    // SAFETY: `dict` is an exact dict and `key` an exact str, so the look-up
+    // and the insertion run no Python code (no other thread runs between
+    // them: the GIL is held); `found` receives a new reference.
+    let rc = unsafe {
+        pyo3::ffi::compat::PyDict_SetDefaultRef(dict, key.as_ptr(), ours.as_ptr(), &mut found)
+    };
+    if rc < 0 || found.is_null() {
+        return Err(PyErr::take(py).unwrap_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "dlcast: the borrow registry could not be published",
+            )
+        }));
+    }
+    // SAFETY: a new reference (above).
+    let found = unsafe { Bound::from_owned_ptr(py, found) };
+    let api = verify(&found).ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "dlcast: the interpreter's {KEY:?} entry is not a dlcast borrow registry (a capsule \
+             named {CAPSULE_NAME:?} whose table and functions lie in one loaded library); \
+             dlcast refuses to run rather than start a second registry"
+        ))
+    })?;
+    // Kept for the process (the table is a static of its publisher).
+    std::mem::forget(found);
+    Ok(api)
+}
+
+/// The registry in `cap`, if it is one a dlcast build published (see the
+/// module documentation). Runs no Python code.
+fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static BorrowApi> {
+    use crate::trust::image_base;
+    // SAFETY: `cap` is a live object; CheckExact reads only its type.
+    if unsafe { pyo3::ffi::PyCapsule_CheckExact(cap.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: a capsule; GetPointer checks its name (NULL with an error set
+    // on a mismatch).
+    let ptr = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), CAPSULE_NAME.as_ptr()) };
+    if ptr.is_null() {
+        drop(PyErr::take(cap.py()));
+        return None;
+    }
+    // Nothing is read from a table outside a library's image.
+    let image = image_base(ptr)?;
+    // SAFETY: a capsule of this name whose pointer lies in a library's
+    // image holds the `BorrowApi` static of a dlcast build (Python code
+    // cannot place data there), valid for the process; every version starts
+    // with the fields of version 1.
+    let api = unsafe { &*ptr.cast::<BorrowApi>() };
+    let functions = [
+        api.acquire as *const c_void,
+        api.release as *const c_void,
+        api.live as *const c_void,
+    ];
+    let one_image = functions.iter().all(|&f| image_base(f) == Some(image));
+    (one_image && api.version >= 1).then_some(api)
 }
 
 /// A registered borrow; dropping it releases it.

@@ -326,8 +326,10 @@ impl<const N: usize> CallCx<N> {
         // The registry is found (or published: Python code, the first time
         // in the process) before any read; after that, an atomic load.
         crate::borrow::api(obj.py())?;
-        // An exact `numpy.ndarray` needs no other Python code.
+        // An exact `numpy.ndarray` needs no other Python code (rust-numpy's
+        // table still in place: a look-up, see `borrow::rnp::check`).
         if numpy::is_ndarray(obj) {
+            crate::borrow::rnp::check(obj.py())?;
             self.slots[index].source = Source::Numpy(obj.clone().unbind());
             return Ok(());
         }
@@ -432,6 +434,9 @@ impl<const N: usize> CallCx<N> {
             import::prepare(obj, sx, numpy_fields).map(|s| (s, None))
         })();
         let (source, bump) = prepared.map_err(|e| self.import_error(py, param, e))?;
+        if matches!(source, Source::Numpy(_)) {
+            crate::borrow::rnp::check(py)?;
+        }
         self.slots[index].source = source;
         if let Some(t) = bump {
             if self.bump.try_reserve(1).is_err() {
@@ -1054,7 +1059,7 @@ impl Who {
     #[inline(never)]
     fn hold_rust_numpy(
         &self,
-        shared: &'static crate::borrow::rnp::Shared,
+        shared: &'static crate::borrow::rnp::Foreign,
         index: usize,
         (source, converted): (&Source, bool),
         raw: &RawTensor,

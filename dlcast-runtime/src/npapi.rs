@@ -7,9 +7,15 @@
 //! `ndarray` type at index 2, `PyArray_DescrFromType` at 45,
 //! `PyArray_NewFromDescr` at 94, `PyArray_SetBaseObject` at 282) have kept
 //! their indices since NumPy 1.7, in NumPy 2 too (`__multiarray_api.h`).
-//! The table is used only after its `ndarray` type entry is checked to be
-//! `numpy.ndarray` itself; anything unexpected falls back to
-//! `numpy.from_dlpack`.
+//! The table is used only once it is verified to be NumPy's own (see
+//! [`table`]): it, its `ndarray` type entry (a static type named
+//! `numpy.ndarray`) and the functions called lie in one loaded library's
+//! image, which no table made by Python code (with `ctypes`) does; anything
+//! unexpected falls back to `numpy.from_dlpack`. The same verified table
+//! gives the rest of dlcast NumPy's ABI version (entry 0,
+//! `PyArray_GetNDArrayCVersion`) and the `ndarray` type, never
+//! `numpy.__version__` or the `numpy.ndarray` attribute, which Python code
+//! can replace.
 
 use crate::dtype::{code, DType};
 use pyo3::ffi;
@@ -35,9 +41,26 @@ type NewFromDescr = unsafe extern "C" fn(
 ) -> *mut ffi::PyObject;
 type SetBaseObject = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
 
+/// NumPy's `_ARRAY_API` table, verified (see [`table`]).
+pub(crate) struct Table {
+    /// `&PyArray_Type` (entry 2): `numpy.ndarray` itself.
+    pub ndarray: *mut ffi::PyTypeObject,
+    /// `PyArray_GetNDArrayCVersion()` (entry 0): NumPy's ABI version,
+    /// `0x01000009` for NumPy 1.x, `0x02000000` for 2.x.
+    pub abi: u32,
+    /// The entries `returns = numpy` calls, if they lie in NumPy's image.
+    api: Option<Api>,
+}
+
+impl Table {
+    /// Whether NumPy is 2.x or later (its ABI version says so).
+    pub(crate) fn numpy2(&self) -> bool {
+        self.abi >= 0x0200_0000
+    }
+}
+
 /// The entries of NumPy's C API that dlcast calls.
 struct Api {
-    ndarray: *mut ffi::PyTypeObject,
     descr_from_type: DescrFromType,
     new_from_descr: NewFromDescr,
     set_base_object: SetBaseObject,
@@ -45,24 +68,50 @@ struct Api {
 
 // SAFETY: plain function and type pointers into NumPy's module, which lives
 // for the process once imported; they are only called with the GIL held.
-unsafe impl Send for Api {}
+unsafe impl Send for Table {}
 // SAFETY: as above; never mutated after construction.
-unsafe impl Sync for Api {}
+unsafe impl Sync for Table {}
 
-/// NumPy's C API, or `None` where it cannot be found or checked.
-fn api(py: Python<'_>) -> Option<&'static Api> {
-    static API: PyOnceLock<Option<Api>> = PyOnceLock::new();
-    API.get_or_init(py, || load(py).ok().flatten()).as_ref()
+/// The modules whose `_ARRAY_API` attribute may hold NumPy's table, the
+/// extension module's own first (NumPy 2, then 1.x); any of them may have
+/// been replaced by Python code, so each is verified.
+const MODULES: [&str; 4] = [
+    "numpy._core._multiarray_umath",
+    "numpy.core._multiarray_umath",
+    "numpy._core.multiarray",
+    "numpy.core.multiarray",
+];
+
+/// NumPy's C API table, or `None` where no `_ARRAY_API` capsule passes
+/// [`verify`] (NumPy is not installed, Python code replaced every one of
+/// them, or the platform cannot tell images apart). Found once per process
+/// (Python code: imports; call it in phase 1).
+pub(crate) fn table(py: Python<'_>) -> Option<&'static Table> {
+    static TABLE: PyOnceLock<Option<Table>> = PyOnceLock::new();
+    TABLE
+        .get_or_init(py, || {
+            MODULES.iter().find_map(|name| {
+                let capsule = py.import(*name).ok()?.getattr("_ARRAY_API").ok()?;
+                verify(&capsule)
+            })
+        })
+        .as_ref()
 }
 
-fn load(py: Python<'_>) -> PyResult<Option<Api>> {
-    let module = py
-        .import("numpy._core._multiarray_umath")
-        .or_else(|_| py.import("numpy.core._multiarray_umath"))?;
-    let capsule = module.getattr("_ARRAY_API")?;
+/// The table of `capsule` if it is NumPy's: a capsule (NULL name, as NumPy
+/// publishes it) whose table lies in the image of a loaded library, whose
+/// entry 2 is a static type of that same image named `numpy.ndarray`, and
+/// whose entry 0 is a function of that image. Python code cannot place a
+/// table, a static type or code in a library's image (a ctypes table and
+/// its callbacks lie in heap or anonymous memory), so the table is the one
+/// NumPy's extension module defines, and its entries are NumPy's C
+/// functions. Runs no Python code but `static_type_name`'s getters of a
+/// static type.
+fn verify(capsule: &Bound<'_, PyAny>) -> Option<Table> {
+    let py = capsule.py();
     // SAFETY: `capsule` is a live object; CheckExact only reads its type.
     if unsafe { ffi::PyCapsule_CheckExact(capsule.as_ptr()) } == 0 {
-        return Ok(None);
+        return None;
     }
     // SAFETY: a capsule; NumPy's `_ARRAY_API` has a NULL name (its
     // `import_array` asks the same way). NULL with an error on mismatch.
@@ -70,31 +119,45 @@ fn load(py: Python<'_>) -> PyResult<Option<Api>> {
         .cast::<*mut c_void>();
     if table.is_null() {
         let _ = PyErr::take(py);
-        return Ok(None);
+        return None;
     }
-    let ndarray_type = py.import("numpy")?.getattr("ndarray")?;
-    // SAFETY: `table` is NumPy's API array (hundreds of entries); entry 2 is
-    // `&PyArray_Type`. Checked against `numpy.ndarray` before any call.
-    let ndarray = unsafe { *table.add(2) }.cast::<ffi::PyTypeObject>();
-    if ndarray != ndarray_type.as_ptr().cast() {
-        return Ok(None);
+    // Only a table inside a library's image is read past its first entry.
+    let image = crate::trust::image_base(table.cast())?;
+    let in_image = |p: *const c_void| crate::trust::image_base(p) == Some(image);
+    // SAFETY: `table` lies in a loaded library's image, where only that
+    // library's own data is (see above): NumPy's API array, whose entries
+    // 0..=282 exist in every NumPy since 1.7. Entry 2 is `&PyArray_Type`.
+    let (version_fn, ndarray) = unsafe { (*table, *table.add(2)) };
+    if !in_image(ndarray) || !in_image(version_fn) {
+        return None;
     }
-    // SAFETY: the table is NumPy's (its type entry matched); the entries at
-    // these indices have the signatures in `__multiarray_api.h`, and are
-    // non-NULL in every NumPy version that has them.
-    unsafe {
-        let entry = |i: usize| *table.add(i);
-        let (d, n, s) = (entry(45), entry(94), entry(282));
-        if d.is_null() || n.is_null() || s.is_null() {
-            return Ok(None);
-        }
-        Ok(Some(Api {
-            ndarray,
+    // SAFETY: entry 2 of NumPy's table points to its static type object,
+    // live for the process (a borrowed reference, turned into an owned one).
+    let ty = unsafe { Bound::from_borrowed_ptr(py, ndarray.cast()) };
+    if !crate::trust::is_static_type(&ty, table.cast())
+        || crate::trust::static_type_name(&ty).as_deref() != Some("numpy.ndarray")
+    {
+        return None;
+    }
+    // SAFETY: entry 0 is `PyArray_GetNDArrayCVersion`, `unsigned int (void)`,
+    // a C function of NumPy's image (checked above): no Python code.
+    let abi =
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(version_fn)() };
+    // SAFETY: as above; the entries at these indices have the signatures in
+    // `__multiarray_api.h` in every NumPy version that has them.
+    let api = unsafe {
+        let (d, n, s) = (*table.add(45), *table.add(94), *table.add(282));
+        (in_image(d) && in_image(n) && in_image(s)).then(|| Api {
             descr_from_type: std::mem::transmute::<*mut c_void, DescrFromType>(d),
             new_from_descr: std::mem::transmute::<*mut c_void, NewFromDescr>(n),
             set_base_object: std::mem::transmute::<*mut c_void, SetBaseObject>(s),
-        }))
-    }
+        })
+    };
+    Some(Table {
+        ndarray: ndarray.cast(),
+        abi,
+        api,
+    })
 }
 
 /// NumPy's type number for a dtype (`NPY_TYPES`), where NumPy has the type.
@@ -171,7 +234,10 @@ pub(crate) fn ndarray<'py>(
     arr: &HostArray<'_>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = owner.py();
-    let (Some(api), Some(num)) = (api(py), type_num(arr.dtype)) else {
+    let Some(table) = table(py) else {
+        return Ok(None);
+    };
+    let (Some(api), Some(num)) = (table.api.as_ref(), type_num(arr.dtype)) else {
         return Ok(None);
     };
     let nd = arr.shape.len();
@@ -189,7 +255,7 @@ pub(crate) fn ndarray<'py>(
     } else {
         NPY_ARRAY_WRITEABLE
     };
-    // SAFETY: NumPy's checked API (see `load`), called with the GIL held.
+    // SAFETY: NumPy's verified API (see `verify`), called with the GIL held.
     // `descr_from_type` returns a new reference that `new_from_descr`
     // steals; `shape`/`byte_strides` hold `nd` values each, describing
     // memory `owner` keeps alive (the export checked its extent); NumPy
@@ -202,7 +268,7 @@ pub(crate) fn ndarray<'py>(
             return Err(PyErr::fetch(py));
         }
         let out = (api.new_from_descr)(
-            api.ndarray,
+            table.ndarray,
             descr,
             nd as c_int,
             arr.shape.as_ptr(),

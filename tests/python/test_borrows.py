@@ -169,9 +169,18 @@ def test_kind8_borrows_end_with_the_call_on_every_path():
     del view
 
 
-def test_kind8_the_registry_is_shared_through_sys_modules():
+def test_kind8_the_registry_is_shared_through_the_interpreter_state():
+    import ctypes
     import sys
 
-    shared = sys.modules["_dlcast_shared"]
-    assert type(shared.borrow_registry).__name__ == "PyCapsule"
-    assert "dlcast.borrow_registry" in repr(shared.borrow_registry)
+    # Kept in the interpreter's C-level state dictionary (reached here
+    # through the C API), not in `sys.modules`.
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api.PyInterpreterState_GetDict.restype = ctypes.py_object
+    api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
+    ext.live_borrows()
+    cap = api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())["dlcast.borrow_registry"]
+    assert type(cap).__name__ == "PyCapsule"
+    assert "dlcast.borrow_registry" in repr(cap)
+    assert "_dlcast_shared" not in sys.modules

@@ -13,14 +13,19 @@
 //! uses the first capsule it finds there, and publishes its own if there is
 //! none, when it first borrows an array.
 //!
-//! dlcast looks there once, when it first meets a `numpy.ndarray` (phase 1
-//! of that call, see [`learn`]):
+//! dlcast looks there in phase 1 of every call that reads an exact
+//! `numpy.ndarray` from its fields ([`check`]: a look-up of the module in
+//! `sys.modules` and one of the attribute in the module's dictionary, each
+//! compared by identity; no Python code). The module is NumPy's
+//! `multiarray` of NumPy's ABI version, read from NumPy's verified C API
+//! table ([`crate::npapi::table`]), never from `numpy.__version__`, which
+//! also decides the dtype layout dlcast's table reads. The first time:
 //!
 //! - **No capsule yet**: dlcast publishes one whose functions enter
 //!   rust-numpy's borrows in dlcast's own registry (see [`super`]), with
 //!   `flags` pointing to that registry's [`BorrowApi`], by which every
 //!   dlcast build recognises it. From then on there is one registry for
-//!   both, and a dlcast call pays nothing for it.
+//!   both, and a dlcast call pays only the check.
 //! - **A capsule of rust-numpy's**: every view dlcast makes of an exact
 //!   `numpy.ndarray` is also acquired there ([`hold`]), read or write as the
 //!   view, and released when the view's borrow ends ([`release`]). The
@@ -28,12 +33,39 @@
 //!   (the view's own layout is unchanged: the NumPy path pays one atomic
 //!   load when it reads and one when it drops).
 //!
-//! Either way the answer holds for the process (a rust-numpy extension
-//! keeps the first table it found, and finds dlcast's if dlcast published
-//! first), so nothing is looked up again: no watching for extensions
-//! imported later, and no Python code for this in phase 2 (rust-numpy's
-//! functions are C calls; they rely on their extension's NumPy C API, which
-//! its own first borrow loaded).
+//! rust-numpy's functions are called in phase 2, so a table is used only
+//! when its four functions lie in one loaded library's image (see
+//! [`verify`]): a table made with `ctypes`, whose functions would run
+//! Python code, is never called.
+//!
+//! **When Python code changes the attribute.** A rust-numpy extension keeps
+//! the first table it found, so tables already in use stay in use; what
+//! Python code can change is which table the *next* rust-numpy extension
+//! finds. At each check:
+//!
+//! - **deleted**: dlcast puts back the capsule that was there (its own, or
+//!   the one it adopted), so later rust-numpy extensions join the same
+//!   registry;
+//! - **another valid table** (a rust-numpy extension published its own
+//!   after a deletion): adopted, views are acquired in it too, besides the
+//!   tables already in use (up to [`MAX_FOREIGN`]);
+//! - **anything else** (an object that is no table, a `ctypes` table, a
+//!   replaced `sys.modules` entry or module class, which redirect
+//!   rust-numpy's own look-up): exact `numpy.ndarray` arguments are
+//!   refused (`RuntimeError`) until it is put right, since dlcast could not
+//!   see the borrows of rust-numpy extensions that use it.
+//!
+//! The window that remains: a dlcast view that is **already live** when the
+//! attribute is deleted (in a callback of its body) is not in a table a
+//! rust-numpy extension publishes afterwards, so that extension's first
+//! borrows, until the view drops, do not see it (the next dlcast call
+//! adopts the new table, and from then on both see each other). dlcast
+//! cannot close it: nothing tells it when a module attribute is deleted,
+//! and rust-numpy looks its table up with plain Python attribute access.
+//! A rust-numpy extension whose own first use saw a faked `numpy.__version__`
+//! looks in the other NumPy version's module (rust-numpy reads it); NumPy 2's
+//! `numpy.core` shim forwards reads to `numpy._core`, so it finds dlcast's
+//! table if dlcast published first.
 //!
 //! Not covered in the second case: subclasses of `numpy.ndarray`, arrays
 //! read through `__dlpack__`, and memory reached through other producers
@@ -43,9 +75,10 @@
 use super::{BorrowApi, BorrowReq, EMPTY};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use smallvec::SmallVec;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 /// The capsule's name, and the attribute of NumPy's `multiarray` module
@@ -70,122 +103,300 @@ pub(crate) struct Shared {
     release_mut: unsafe extern "C" fn(flags: *mut c_void, array: *mut ffi::PyObject),
 }
 
-/// Not looked yet.
-const UNKNOWN: u8 = 0;
-/// One registry for both (published by a dlcast build), or no working
-/// together (the attribute holds something rust-numpy cannot use either).
-const SETTLED: u8 = 1;
-/// rust-numpy's own registry, in [`FOREIGN`].
-const FOREIGN_REGISTRY: u8 = 2;
+/// The most rust-numpy tables dlcast acquires its views in at once (one,
+/// unless Python code deleted the table and rust-numpy extensions published
+/// others since; more are refused).
+const MAX_FOREIGN: usize = 4;
 
-static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
-/// rust-numpy's table when [`STATE`] is [`FOREIGN_REGISTRY`], else NULL.
-static FOREIGN: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
-/// The table this build published as rust-numpy's, if it did.
-static PUBLISHED: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
-/// Whether NumPy is 2.x (the layout of a dtype's `elsize`); set before this
-/// build publishes its table.
+/// rust-numpy's own registries that views of NumPy arrays are also acquired
+/// in: tables rust-numpy extensions published (each keeps the first it
+/// found), verified, in the order dlcast adopted them.
+pub(crate) struct Foreign {
+    tables: [*const Shared; MAX_FOREIGN],
+    len: usize,
+}
+
+impl Foreign {
+    fn tables(&self) -> &[*const Shared] {
+        &self.tables[..self.len.min(MAX_FOREIGN)]
+    }
+}
+
+/// The foreign tables, once there is one (a leaked [`Foreign`], replaced
+/// by a longer one when another is adopted; never freed: a reader may hold
+/// the old one).
+static FOREIGN: AtomicPtr<Foreign> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether NumPy is 2.x (the layout of a dtype's `elsize`), from NumPy's
+/// ABI version; set before this build publishes its table.
 static NUMPY2: AtomicBool = AtomicBool::new(true);
 
-/// rust-numpy's own registry, if views of NumPy arrays must be acquired
+/// Where rust-numpy looks for its table, learned once: NumPy's `multiarray`
+/// module (kept alive), its name as rust-numpy imports it, its `__dict__`
+/// (a module's dictionary cannot be replaced), and [`ATTR`] as a `str`.
+struct Place {
+    module: Py<PyAny>,
+    name: Py<PyAny>,
+    dict: *mut ffi::PyObject,
+    key: Py<PyAny>,
+}
+
+// SAFETY: `dict` is the dictionary of `module`, which `Place` keeps alive;
+// it is only used with the GIL held.
+unsafe impl Send for Place {}
+// SAFETY: as above; never mutated.
+unsafe impl Sync for Place {}
+
+static PLACE: PyOnceLock<Place> = PyOnceLock::new();
+/// The capsule [`check`] expects in the attribute: the one dlcast published
+/// or last adopted (a strong reference kept for the process), or NULL.
+static EXPECTED: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+/// The capsule of the table this build published, if it did (kept alive).
+static PUBLISHED: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// rust-numpy's own registries, if views of NumPy arrays must be acquired
 /// there too (one atomic load).
 #[inline(always)]
-pub(crate) fn foreign() -> Option<&'static Shared> {
+pub(crate) fn foreign() -> Option<&'static Foreign> {
     let p = FOREIGN.load(Ordering::Acquire);
-    // SAFETY: only tables read from a capsule that is kept alive for the
-    // process (a strong reference is leaked) are stored.
+    // SAFETY: only leaked lists of tables that are kept alive for the
+    // process (a strong reference to each capsule is leaked) are stored.
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
-/// Finds rust-numpy's registry, or publishes dlcast's in its place, the
-/// first time dlcast meets a `numpy.ndarray` (Python code: phase 1 only).
-/// `false` if that failed for now (the array then takes the generic path,
-/// and the next one tries again).
-pub(crate) fn learn(py: Python<'_>) -> bool {
-    if STATE.load(Ordering::Acquire) != UNKNOWN {
-        return true;
-    }
-    match look_up_or_publish(py) {
-        Ok(state) => {
-            STATE.store(state, Ordering::Release);
-            true
+/// Checks, in phase 1 of every call that reads an exact `numpy.ndarray`
+/// from its fields, that rust-numpy's table is still the one dlcast
+/// published or adopted: the module rust-numpy imports is still NumPy's
+/// `multiarray`, of the plain module type, and its attribute [`ATTR`]
+/// still holds the same capsule (one look-up in `sys.modules`, one in the
+/// module's dictionary, no Python code). Otherwise (and the first time)
+/// [`recheck`] decides: the table is put back where it was deleted, a
+/// valid table rust-numpy published in its place is adopted (views are
+/// acquired there too), and anything else refuses the argument.
+#[inline(always)]
+pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
+    let expected = EXPECTED.load(Ordering::Acquire);
+    if let (Some(place), false) = (PLACE.get(py), expected.is_null()) {
+        let module = place.module.as_ptr();
+        // SAFETY: the GIL is held; `name` is an exact str and the
+        // interpreter's module dictionary an exact dict, so the look-up runs
+        // no Python code; it returns a new reference (or NULL).
+        let current = unsafe { ffi::PyImport_GetModule(place.name.as_ptr()) };
+        if !current.is_null() {
+            // SAFETY: the new reference just taken.
+            unsafe { ffi::Py_DecRef(current) };
         }
-        Err(_) => false,
+        // SAFETY: `module` is live (kept by `PLACE`); `dict` is its
+        // dictionary, `key` an exact str: a look-up that runs no Python code
+        // and returns a borrowed reference (or NULL).
+        let same = current == module
+            && unsafe { ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type) }
+            && unsafe { ffi::PyDict_GetItem(place.dict, place.key.as_ptr()) } == expected;
+        if same {
+            return Ok(());
+        }
     }
+    recheck(py)
 }
 
+/// The error for NumPy arrays while rust-numpy's table cannot be followed.
+fn refusal(why: std::fmt::Arguments<'_>) -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err(format!(
+        "dlcast cannot see rust-numpy's borrows of NumPy arrays: {why}; NumPy arrays are \
+         refused until it can"
+    ))
+}
+
+/// [`check`]'s slow path (phase 1: may run Python code, the first time).
 #[cold]
-fn look_up_or_publish(py: Python<'_>) -> PyResult<u8> {
+#[inline(never)]
+fn recheck(py: Python<'_>) -> PyResult<()> {
     let registry = super::api(py)?;
-    let version = py.import("numpy")?.getattr("__version__")?;
-    let version = version.str()?;
-    let major: u32 = version
-        .to_cow()?
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err("numpy.__version__ is not a version")
-        })?;
-    let name = if major >= 2 {
+    let place = PLACE.get_or_try_init(py, || learn_place(py))?;
+    let module = place.module.bind(py);
+    // SAFETY: as in `check`.
+    let current = unsafe { ffi::PyImport_GetModule(place.name.as_ptr()) };
+    let current = if current.is_null() {
+        drop(PyErr::take(py));
+        None
+    } else {
+        // SAFETY: a new reference.
+        Some(unsafe { Bound::from_owned_ptr(py, current) })
+    };
+    if current.as_ref().map(|m| m.as_ptr()) != Some(module.as_ptr()) {
+        return Err(refusal(format_args!(
+            "sys.modules[{:?}] is not NumPy's module, where rust-numpy looks for its table",
+            place.name.bind(py)
+        )));
+    }
+    // SAFETY: `module` is live; comparing its type pointer reads nothing else.
+    if unsafe { ffi::Py_TYPE(module.as_ptr()) } != std::ptr::addr_of_mut!(ffi::PyModule_Type) {
+        return Err(refusal(format_args!(
+            "the class of NumPy's module {:?} was replaced",
+            place.name.bind(py)
+        )));
+    }
+    let key = place.key.as_ptr();
+    // SAFETY: as in `check`: a borrowed reference or NULL, no Python code.
+    let found = unsafe { ffi::PyDict_GetItem(place.dict, key) };
+    let expected = EXPECTED.load(Ordering::Acquire);
+    if found.is_null() {
+        // Missing: put back the table rust-numpy extensions found there, or
+        // publish dlcast's the first time.
+        let table = if expected.is_null() {
+            publish(py, registry)?
+        } else {
+            expected
+        };
+        // SAFETY: an exact dict, an exact str key and a live value: no
+        // Python code (nothing is replaced, so nothing is freed).
+        if unsafe { ffi::PyDict_SetItem(place.dict, key, table) } < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        EXPECTED.store(table, Ordering::Release);
+        return Ok(());
+    }
+    if found == expected {
+        return Ok(());
+    }
+    // SAFETY: a borrowed reference from the dictionary; a new strong one
+    // (no Python code).
+    let found = unsafe { Bound::from_borrowed_ptr(py, found) };
+    let Some(shared) = verify(&found) else {
+        return Err(refusal(format_args!(
+            "{}.{ATTR_NAME} is not rust-numpy's borrow-checking table (a capsule of that name \
+             whose functions lie in one loaded library)",
+            place.name.bind(py)
+        )));
+    };
+    if !std::ptr::eq(shared.flags.cast_const().cast::<BorrowApi>(), registry) {
+        adopt(shared)?;
+    }
+    // Kept for the process, as rust-numpy does: the table stays valid.
+    EXPECTED.store(found.into_ptr(), Ordering::Release);
+    Ok(())
+}
+
+/// NumPy's `multiarray` module, from NumPy's ABI version (its verified C
+/// API table, never `numpy.__version__`).
+fn learn_place(py: Python<'_>) -> PyResult<Place> {
+    let Some(table) = crate::npapi::table(py) else {
+        return Err(refusal(format_args!(
+            "NumPy's C API table (`_ARRAY_API`) could not be verified to be NumPy's"
+        )));
+    };
+    NUMPY2.store(table.numpy2(), Ordering::Relaxed);
+    let name = if table.numpy2() {
         "numpy._core.multiarray"
     } else {
         "numpy.core.multiarray"
     };
-    let module = py.import(name)?;
-    match module.getattr(ATTR_NAME) {
-        Ok(cap) => {
-            // SAFETY: GetPointer checks the object is a capsule of this
-            // exact name (else NULL with an error set).
-            let ptr = unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), ATTR.as_ptr()) };
-            if ptr.is_null() {
-                // Not rust-numpy's table: its extensions fail on it too.
-                drop(PyErr::take(py));
-                return Ok(SETTLED);
-            }
-            // SAFETY: a capsule of this name holds rust-numpy's table,
-            // whose every version starts with the fields of `Shared`.
-            let shared = unsafe { &*ptr.cast::<Shared>() };
-            if shared.version < 1 {
-                return Ok(SETTLED);
-            }
-            if std::ptr::eq(shared.flags.cast_const().cast::<BorrowApi>(), registry) {
-                // Published by a dlcast build: already one registry.
-                return Ok(SETTLED);
-            }
-            // Kept for the process, as rust-numpy does: the table stays valid.
-            std::mem::forget(cap.unbind());
-            FOREIGN.store(ptr.cast(), Ordering::Release);
-            Ok(FOREIGN_REGISTRY)
-        }
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
-            NUMPY2.store(major >= 2, Ordering::Relaxed);
-            let table = Box::leak(Box::new(Shared {
-                version: 1,
-                flags: (registry as *const BorrowApi).cast_mut().cast(),
-                acquire: np_acquire,
-                acquire_mut: np_acquire_mut,
-                release: np_release,
-                release_mut: np_release_mut,
-            }));
-            // Kept for the process (the capsule is freed with NumPy's module
-            // at exit; the table must outlive every rust-numpy extension).
-            PUBLISHED.store(table, Ordering::Release);
-            // SAFETY: the table is leaked (valid for the process), the name
-            // is a static C string, and there is no destructor.
-            let cap = unsafe {
-                Bound::from_owned_ptr_or_err(
-                    py,
-                    ffi::PyCapsule_New((table as *mut Shared).cast(), ATTR.as_ptr(), None),
-                )?
-            };
-            // No Python code ran since the look-up (the GIL is held), so no
-            // rust-numpy extension published in between.
-            module.setattr(ATTR_NAME, cap)?;
-            Ok(SETTLED)
-        }
-        Err(e) => Err(e),
+    let module = py.import(name)?.into_any();
+    // SAFETY: `module` is a live module object; its dictionary is borrowed,
+    // alive as long as the module (which `Place` keeps).
+    let dict = unsafe { ffi::PyModule_GetDict(module.as_ptr()) };
+    if dict.is_null() {
+        return Err(
+            PyErr::take(py).unwrap_or_else(|| refusal(format_args!("{name} has no dictionary")))
+        );
     }
+    Ok(Place {
+        module: module.unbind(),
+        name: pyo3::types::PyString::new(py, name).into_any().unbind(),
+        dict,
+        key: pyo3::types::PyString::new(py, ATTR_NAME)
+            .into_any()
+            .unbind(),
+    })
+}
+
+/// The table in `cap` if it is rust-numpy's (or a dlcast build's in its
+/// place): a capsule named [`ATTR`], a version of at least 1, and its four
+/// functions in the image of one loaded library, which no table made with
+/// `ctypes` has (its callbacks lie in memory `libffi` maps outside any
+/// library's image). The table itself is heap memory in both crates, so
+/// its functions are the anchor. Runs no Python code.
+fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static Shared> {
+    use crate::trust::image_base;
+    // SAFETY: `cap` is a live object; CheckExact reads only its type.
+    if unsafe { ffi::PyCapsule_CheckExact(cap.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: a capsule; GetPointer checks its exact name (else NULL with an
+    // error set).
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), ATTR.as_ptr()) };
+    if ptr.is_null() {
+        drop(PyErr::take(cap.py()));
+        return None;
+    }
+    // SAFETY: a capsule of this name holds rust-numpy's table (or a
+    // `ctypes` imitation of it, which has at least these fields to be
+    // usable by rust-numpy at all); every version starts with the fields of
+    // `Shared`. Only the fields are read here, nothing is called.
+    let shared = unsafe { &*ptr.cast::<Shared>() };
+    let functions = [
+        shared.acquire as *const c_void,
+        shared.acquire_mut as *const c_void,
+        shared.release as *const c_void,
+        shared.release_mut as *const c_void,
+    ];
+    let image = image_base(functions[0])?;
+    let one_image = functions.iter().all(|&f| image_base(f) == Some(image));
+    (one_image && shared.version >= 1).then_some(shared)
+}
+
+/// Adds `shared` to the tables views are also acquired in.
+fn adopt(shared: &'static Shared) -> PyResult<()> {
+    let old = foreign();
+    let mut list = Foreign {
+        tables: [std::ptr::null(); MAX_FOREIGN],
+        len: 0,
+    };
+    for &t in old.map_or(&[][..], Foreign::tables) {
+        if std::ptr::eq(t, shared) {
+            return Ok(());
+        }
+        list.tables[list.len] = t;
+        list.len += 1;
+    }
+    if list.len == MAX_FOREIGN {
+        return Err(refusal(format_args!(
+            "rust-numpy's table was replaced more than {MAX_FOREIGN} times"
+        )));
+    }
+    list.tables[list.len] = shared;
+    list.len += 1;
+    // Leaked: a reader may still hold the previous list (also leaked).
+    FOREIGN.store(Box::leak(Box::new(list)), Ordering::Release);
+    Ok(())
+}
+
+/// Publishes dlcast's registry as rust-numpy's table (once per build):
+/// returns its capsule, kept alive for the process.
+fn publish(py: Python<'_>, registry: &'static BorrowApi) -> PyResult<*mut ffi::PyObject> {
+    let done = PUBLISHED.load(Ordering::Acquire);
+    if !done.is_null() {
+        return Ok(done);
+    }
+    let table = Box::leak(Box::new(Shared {
+        version: 1,
+        flags: (registry as *const BorrowApi).cast_mut().cast(),
+        acquire: np_acquire,
+        acquire_mut: np_acquire_mut,
+        release: np_release,
+        release_mut: np_release_mut,
+    }));
+    // SAFETY: the table is leaked (valid for the process), the name is a
+    // static C string, and there is no destructor.
+    let cap = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyCapsule_New((table as *mut Shared).cast(), ATTR.as_ptr(), None),
+        )?
+    };
+    let cap = cap.into_ptr();
+    PUBLISHED.store(cap, Ordering::Release);
+    Ok(cap)
 }
 
 /// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x), and
@@ -404,19 +615,19 @@ fn holds() -> std::sync::MutexGuard<'static, Vec<(u64, Hold)>> {
     HOLDS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Ends the hold in rust-numpy's registry of the dlcast borrow `id`, if
-/// there is one.
+/// Ends the holds in rust-numpy's registries of the dlcast borrow `id`, if
+/// there are any.
 pub(crate) fn release(id: u64) {
-    let hold = {
+    let mut mine: SmallVec<[Hold; 1]> = SmallVec::new();
+    {
         let mut list = holds();
-        match list.iter().rposition(|(i, _)| *i == id) {
-            Some(i) => list.swap_remove(i).1,
-            None => return,
+        while let Some(i) = list.iter().rposition(|(i, _)| *i == id) {
+            mine.push(list.swap_remove(i).1);
         }
-    };
+    }
     // Released (by `Hold::drop`) outside the lock: rust-numpy's function
     // takes its own.
-    drop(hold);
+    drop(mine);
 }
 
 /// A dlcast view's borrow in rust-numpy's registry, released on drop.
@@ -486,16 +697,36 @@ impl Drop for Hold {
 // `Py` fields.
 unsafe impl Send for Hold {}
 
-/// Acquires the exact `numpy.ndarray` `arr` in rust-numpy's registry
-/// `shared` (C calls only: phase 2) for as long as the dlcast borrow
-/// `borrow` lives; `Err` with rust-numpy's code (-1: in use, -2: not
-/// writeable) if refused.
+/// Acquires the exact `numpy.ndarray` `arr` in each of rust-numpy's
+/// registries `foreign` (C calls only: phase 2) for as long as the dlcast
+/// borrow `borrow` lives; `Err` with rust-numpy's code (-1: in use, -2: not
+/// writeable) if one refuses (those already granted are released).
 pub(crate) fn hold(
-    shared: &'static Shared,
+    foreign: &'static Foreign,
     arr: &Bound<'_, PyAny>,
     writable: bool,
     borrow: &super::Borrow,
 ) -> Result<(), c_int> {
+    let mut granted: SmallVec<[Hold; 1]> = SmallVec::new();
+    for &table in foreign.tables() {
+        // SAFETY: the lists hold only verified tables kept alive for the
+        // process (see `foreign`).
+        let shared = unsafe { &*table };
+        granted.push(hold_in(shared, arr, writable)?);
+    }
+    let mut list = holds();
+    if list.try_reserve(granted.len()).is_err() {
+        drop(list);
+        // Released by their drop; the view is refused like a conflict.
+        drop(granted);
+        return Err(-1);
+    }
+    list.extend(granted.into_iter().map(|h| (borrow.id, h)));
+    Ok(())
+}
+
+/// Acquires `arr` in the registry `shared` (see [`hold`]).
+fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> Result<Hold, c_int> {
     let p = arr.as_ptr();
     // SAFETY: `arr` is a live exact `numpy.ndarray` and the GIL is held; its
     // fields up to `flags` are those of `ArrayHead`.
@@ -541,13 +772,5 @@ pub(crate) fn hold(
         return Err(rc);
     }
     hold.acquired = true;
-    let mut list = holds();
-    if list.try_reserve(1).is_err() {
-        drop(list);
-        // Released by its drop; the view is refused like a conflict.
-        drop(hold);
-        return Err(-1);
-    }
-    list.push((borrow.id, hold));
-    Ok(())
+    Ok(hold)
 }

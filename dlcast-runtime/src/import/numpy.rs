@@ -42,8 +42,8 @@ struct NpDescr {
 /// `NPY_ARRAY_WRITEABLE`.
 const NPY_WRITEABLE: c_int = 0x0400;
 
-/// `numpy.ndarray`, once seen (a strong reference is kept, so the pointer
-/// stays valid for the process).
+/// `numpy.ndarray` (`&PyArray_Type`, a static type of NumPy's extension
+/// module: valid for the process), once learned.
 static NDARRAY: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Whether `obj`'s type is exactly `numpy.ndarray` (subclasses take the
@@ -58,8 +58,16 @@ pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// Whether `obj` is exactly a `numpy.ndarray`, learning the type the first
-/// time one is seen (which may run Python code: `numpy.ndarray` is looked
-/// up). Called on the generic path, so that [`numpy`] never runs Python.
+/// time one is seen (which may run Python code: NumPy's C API table is
+/// looked up). Called on the generic path, so that [`numpy`] never runs
+/// Python.
+///
+/// The type is NumPy's `&PyArray_Type` as entry 2 of its verified C API
+/// table gives it ([`crate::npapi::table`]), not the `numpy.ndarray`
+/// attribute (Python code can replace that). Where no table can be
+/// verified, a static type named `numpy.ndarray` (no Python code can make
+/// one) is NumPy's all the same; rust-numpy's borrows then cannot be
+/// followed, and [`crate::borrow::rnp::check`] refuses such arrays.
 pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     // SAFETY: `obj` is a live object; its type pointer is valid.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
@@ -70,22 +78,17 @@ pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     if !type_named_ndarray(obj, tp) {
         return false;
     }
-    // Confirm against the real `numpy.ndarray` (numpy is imported, since an
-    // object of a type of that name exists).
     let py = obj.py();
-    let Ok(ndarray) = py.import("numpy").and_then(|m| m.getattr("ndarray")) else {
-        return false;
+    let numpys = match crate::npapi::table(py) {
+        Some(table) => table.ndarray == tp,
+        None => {
+            crate::trust::static_type_name(obj.get_type().as_any()).as_deref()
+                == Some("numpy.ndarray")
+        }
     };
-    if ndarray.as_ptr().cast() != tp {
+    if !numpys {
         return false;
     }
-    // rust-numpy's borrow registry is found (or dlcast's published in its
-    // place) before the first NumPy array is read (see `borrow::rnp`).
-    if !crate::borrow::rnp::learn(py) {
-        return false;
-    }
-    // Keep the type alive for the process, then cache its address.
-    std::mem::forget(ndarray.unbind());
     NDARRAY.store(tp, Ordering::Relaxed);
     true
 }
