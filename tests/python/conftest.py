@@ -174,7 +174,3 @@ def owning_export(fill):
         return 0
 
     return MANAGED_FROM_OBJ(export)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
