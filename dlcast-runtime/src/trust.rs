@@ -38,7 +38,8 @@ use std::ffi::c_void;
 /// The base address of the loaded shared library (or executable) whose
 /// image contains `addr`; `None` where `addr` lies in no image (heap,
 /// anonymous mappings such as `libffi` trampolines) or the platform cannot
-/// tell (`dladdr` is used on Unix; elsewhere always `None`).
+/// tell (`dladdr` on Unix, `GetModuleHandleExW` on Windows; elsewhere
+/// always `None`).
 pub(crate) fn image_base(addr: *const c_void) -> Option<usize> {
     #[cfg(unix)]
     {
@@ -51,7 +52,29 @@ pub(crate) fn image_base(addr: *const c_void) -> Option<usize> {
         let found = unsafe { libc::dladdr(addr, &mut info) } != 0;
         (found && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
     }
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    {
+        // The module (DLL or executable) whose image contains `addr`; its
+        // handle is its base address.
+        #[link(name = "kernel32")]
+        extern "system" {
+            fn GetModuleHandleExW(flags: u32, name: *const u16, module: *mut *mut c_void) -> i32;
+        }
+        const FROM_ADDRESS: u32 = 0x4;
+        const UNCHANGED_REFCOUNT: u32 = 0x2;
+        if addr.is_null() {
+            return None;
+        }
+        let mut module = std::ptr::null_mut();
+        // SAFETY: with FROM_ADDRESS the name argument is an address, only
+        // compared with the loaded modules' ranges; `module` is a valid out
+        // pointer; UNCHANGED_REFCOUNT takes no reference to release.
+        let found = unsafe {
+            GetModuleHandleExW(FROM_ADDRESS | UNCHANGED_REFCOUNT, addr.cast(), &mut module)
+        } != 0;
+        (found && !module.is_null()).then_some(module as usize)
+    }
+    #[cfg(not(any(unix, windows)))]
     {
         let _ = addr;
         None
