@@ -26,7 +26,8 @@
 //!
 //! Exports are not entered in the registry themselves: the memory of an
 //! exported array is Python's, like any NumPy array's, and dlcast calls
-//! that take it register their own views.
+//! that take it register their own views (and dlcast's own copies of it,
+//! `__dlpack__(copy=True)` or the copy `returns = jax` makes, their reads).
 //!
 //! **Cycles.** An exported `dlcast.Array` reports its owner to Python's
 //! garbage collector, so a cycle object -> array -> object is collected

@@ -742,7 +742,7 @@ impl<const N: usize> CallCx<N> {
         }
         // NumPy reads the memory to convert it: not while a writable view
         // (of this call or another) holds any of its bytes.
-        self.probe_bytes(obj, param)?;
+        let read = self.probe_bytes(obj, param)?;
         let text = refused.to_string();
         let what = format!(
             "dlcast cannot read the array in place ({})",
@@ -756,6 +756,7 @@ impl<const N: usize> CallCx<N> {
             copy: true,
         };
         let tmp = self.convert(index, obj, true, ndim, target, &what)?;
+        drop(read);
         self.prepare_slot(index, &tmp, true)?;
         if let Some((keep, _)) = &mut self.slots[index].converted {
             *keep = tmp.unbind();
@@ -847,19 +848,35 @@ impl Who {
     }
 
     /// Refuses (as [`CallCx::register`] would a read-only view) a NumPy
-    /// array whose bytes, `numpy.lib.array_utils.byte_bounds(obj)`, meet a
-    /// writable view's: for arrays DLPack cannot describe, before NumPy
-    /// reads them to convert them.
+    /// array whose bytes meet a writable view's: for arrays DLPack cannot
+    /// describe, before NumPy reads them to convert them. The bytes come
+    /// from the array's own fields ([`import::numpy::byte_bounds`]), never
+    /// from a Python function; an object that is not exactly NumPy's array
+    /// type is refused (its bytes cannot be told). The read is held in the
+    /// registry until the returned guard drops: keep it while NumPy reads
+    /// (a cast may release the GIL, and another thread then start a call).
     #[cold]
-    fn probe_bytes(&self, obj: &Bound<'_, PyAny>, param: &ParamSpec) -> PyResult<()> {
-        let py = obj.py();
-        let utils = py.import(pyo3::intern!(py, "numpy.lib.array_utils"))?;
-        let (lo, hi): (usize, usize) = utils
-            .call_method1(pyo3::intern!(py, "byte_bounds"), (obj,))?
-            .extract()?;
-        if hi <= lo {
-            return Ok(());
-        }
+    fn probe_bytes(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        param: &ParamSpec,
+    ) -> PyResult<Option<crate::borrow::Borrow>> {
+        let Some(span) = import::numpy::byte_bounds(obj) else {
+            let got = obj
+                .get_type()
+                .fully_qualified_name()
+                .map_or_else(|_| "?".to_string(), |n| n.to_string());
+            return Err(self.fail(
+                param,
+                format_args!(
+                    "dlcast cannot tell which bytes converting it would read: numpy.asarray \
+                     gave a {got}, not a numpy.ndarray"
+                ),
+            ));
+        };
+        let Some((lo, hi)) = span else {
+            return Ok(None);
+        };
         let req = crate::borrow::request(
             Device::CPU,
             lo,
@@ -873,7 +890,7 @@ impl Who {
             self.spec.name,
             param.name,
         );
-        self.probe(param, &req)
+        self.probe_held(param, &req)
     }
 
     /// Whether a read-only view of `req` could be entered in the borrow
@@ -882,16 +899,24 @@ impl Who {
     /// view of another call holds the memory.
     #[cold]
     fn probe(&self, param: &ParamSpec, req: &crate::borrow::BorrowReq) -> PyResult<()> {
+        self.probe_held(param, req).map(drop)
+    }
+
+    /// As [`Who::probe`], keeping the read entered (`None` where only this
+    /// call's own entries met it) until the returned guard drops.
+    #[cold]
+    fn probe_held(
+        &self,
+        param: &ParamSpec,
+        req: &crate::borrow::BorrowReq,
+    ) -> PyResult<Option<crate::borrow::Borrow>> {
         let api = crate::borrow::api(self.py())?;
         match crate::borrow::acquire_with(api, req) {
-            Ok(b) => {
-                drop(b);
-                Ok(())
-            }
+            Ok(b) => Ok(Some(b)),
             Err(crate::borrow::Refused::Conflict(other))
                 if crate::borrow::same_call(req, &other) =>
             {
-                Ok(())
+                Ok(None)
             }
             Err(refused) => Err(self.borrow_error(param, req, refused)),
         }

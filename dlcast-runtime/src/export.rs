@@ -13,6 +13,7 @@
 //! `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`, `tensorflow`,
 //! `array_api`) the function hands that framework's array instead.
 
+use crate::borrow::{self, Borrow, Refused};
 use crate::device::Device;
 use crate::dtype::{code, DType, Element};
 pub use crate::framework::Framework;
@@ -430,15 +431,92 @@ impl Exported {
         layout::is_c_contiguous(&self.shape_usize(), &self.strides)
     }
 
-    /// The elements copied, in C order, into a new buffer aligned to
-    /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
-    /// read-only mark.
+    /// A read of the exported memory entered in the borrow registry, for a
+    /// copy that `what` names (`__dlpack__(copy=True)`, `returns = jax`,
+    /// ...): `None` for an empty array, which touches no memory. The
+    /// memory is Python's (an export is not registered itself), so a
+    /// `&mut` view of it may be live in another call's body (a nested call,
+    /// a callback, another thread while the body is inside `py.detach`);
+    /// every copy dlcast makes of memory it did not just allocate holds
+    /// this read while it reads, as a read-only view would.
     ///
     /// # Errors
+    /// `BufferError` naming the call whose writable view holds any of the
+    /// bytes; `MemoryError` when the registry cannot grow; `ValueError` for
+    /// a span that overflows (a validated export has none).
+    fn copy_borrow(&self, py: Python<'_>, what: &'static str) -> PyResult<Option<Borrow>> {
+        // The bytes of one element as DLPack counts them (`bits * lanes`
+        // rounded up), as the registry entries of views are sized.
+        let item = (usize::from(self.dtype.bits) * usize::from(self.dtype.lanes))
+            .div_ceil(8)
+            .max(1);
+        let shape = self.shape_usize();
+        let overflow = || {
+            PyValueError::new_err(format!(
+                "{what}: the array's byte span overflows (shape {shape:?}, strides {:?})",
+                self.strides.as_slice()
+            ))
+        };
+        let Some(extent) = layout::byte_extent(&shape, &self.strides, item).ok_or_else(overflow)?
+        else {
+            return Ok(None);
+        };
+        let base = self.data as usize;
+        let (Some(lo), Some(hi)) = (
+            base.checked_add_signed(extent.lo),
+            base.checked_add_signed(extent.hi),
+        ) else {
+            return Err(overflow());
+        };
+        let req = borrow::request(
+            self.device,
+            lo,
+            hi,
+            base,
+            &shape,
+            &self.strides,
+            item,
+            false,
+            borrow::new_call_id(),
+            "dlcast.Array",
+            what,
+        );
+        match borrow::acquire_with(borrow::api(py)?, &req) {
+            Ok(b) => Ok(Some(b)),
+            Err(Refused::NoMemory) => Err(PyMemoryError::new_err(
+                "dlcast's borrow registry could not grow",
+            )),
+            Err(Refused::Conflict(other)) => {
+                let function = borrow::name(other.function, other.function_len);
+                let holder = if function == borrow::rnp::RUST_NUMPY {
+                    "a rust-numpy PyReadwriteArray".to_string()
+                } else {
+                    format!(
+                        "argument '{}' of {function}(), a writable view",
+                        borrow::name(other.param, other.param_len)
+                    )
+                };
+                Err(PyBufferError::new_err(format!(
+                    "{what}: cannot copy the array: its memory is in use by a call still \
+                     running ({holder}; a nested call, a callback or another thread), and a \
+                     copy would read it while it is written; copy it once that call returned"
+                )))
+            }
+        }
+    }
+
+    /// The elements copied, in C order, into a new buffer aligned to
+    /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
+    /// read-only mark. The copy is a read in the borrow registry while it
+    /// reads ([`Exported::copy_borrow`]; `what` names it in errors).
+    ///
+    /// # Errors
+    /// `BufferError` while a writable dlcast view of the memory is live;
     /// `MemoryError` when the copy cannot be allocated (a broadcast array
     /// may hold far more elements than memory), `ValueError` for a layout
     /// whose offsets overflow.
-    fn aligned_copy(&self) -> PyResult<Exported> {
+    fn aligned_copy(&self, py: Python<'_>, what: &'static str) -> PyResult<Exported> {
+        let _read = self.copy_borrow(py, what)?;
         let item = self.dtype.itemsize().unwrap_or(1);
         let shape = self.shape_usize();
         let strides = self.strides_isize();
@@ -466,7 +544,8 @@ impl Exported {
             };
             // SAFETY: every offset of the walk is an element inside the
             // exported memory (validated when the export was made), which is
-            // host-accessible (checked by the caller) and `item` bytes long;
+            // host-accessible (checked by the caller) and `item` bytes long,
+            // and which no dlcast view writes meanwhile (`_read` above);
             // `dst + written` has `item` writable bytes left (`written <
             // bytes = count * item`, a multiple of `item`) in a fresh buffer
             // that does not overlap the source.
@@ -1196,7 +1275,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         if e.device.is_host_accessible() {
             // The temporary is dropped with `e` (its producer's deleter
             // runs once, here); the copy is the caller's alone.
-            let mut copy = e.aligned_copy()?;
+            let mut copy = e.aligned_copy(py, "a returned view of a converted argument")?;
             copy.read_only = false;
             return Ok(ExportedArray(copy));
         }
@@ -1266,7 +1345,7 @@ impl Array {
         // which ignores READ_ONLY and writes. The copy stays read-only, and
         // `__dlpack__` still copies it again for each DLPack consumer.
         if inner.never_written && inner.device.is_host_accessible() {
-            let mut copy = inner.aligned_copy()?;
+            let mut copy = inner.aligned_copy(py, "exporting read-only data")?;
             copy.read_only = true;
             copy.never_written = true;
             inner = copy;
@@ -1590,6 +1669,11 @@ impl Array {
         // Last, once everything else is known to be fine: it may enqueue a
         // wait on the consumer's stream.
         consumer_stream(this, stream)?;
+        let copied = copied.then_some(if copy == Some(true) {
+            "__dlpack__(copy=True)"
+        } else {
+            "__dlpack__ (read-only data goes as a copy)"
+        });
         make_capsule(py, slf, versioned, copied)
     }
 
@@ -1774,18 +1858,19 @@ impl Array {
     }
 }
 
-/// A managed tensor describing `slf` (or a copy of it), owned by the
-/// caller: a `DLManagedTensorVersioned` if `versioned`, else a legacy
-/// `DLManagedTensor`; its deleter releases what it holds, and sets
-/// `deleted` (when given) as it does.
+/// A managed tensor describing `slf` (or, when `copied` names the copy, a
+/// copy of it), owned by the caller: a `DLManagedTensorVersioned` if
+/// `versioned`, else a legacy `DLManagedTensor`; its deleter releases what
+/// it holds, and sets `deleted` (when given) as it does.
 ///
 /// # Errors
 /// `MemoryError` when the copy cannot be allocated; `BufferError` for a
-/// description DLPack cannot carry. Nothing is left allocated then.
+/// description DLPack cannot carry, or a copy of memory a writable dlcast
+/// view holds. Nothing is left allocated then.
 fn make_managed(
     slf: &Bound<'_, Array>,
     versioned: bool,
-    copied: bool,
+    copied: Option<&'static str>,
     deleted: Option<Arc<AtomicBool>>,
 ) -> PyResult<*mut c_void> {
     let this = &slf.get().inner;
@@ -1801,8 +1886,8 @@ fn make_managed(
     };
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.
-    let (copy, owner) = if copied {
-        (Some(Box::new(this.aligned_copy()?)), None)
+    let (copy, owner) = if let Some(what) = copied {
+        (Some(Box::new(this.aligned_copy(slf.py(), what)?)), None)
     } else {
         (None, Some(slf.clone().unbind()))
     };
@@ -1837,7 +1922,7 @@ fn make_managed(
     };
     let ptr: *mut c_void = if versioned {
         let mut flags = 0;
-        if copied {
+        if copied.is_some() {
             flags |= FLAG_IS_COPIED;
         } else if this.read_only {
             flags |= FLAG_READ_ONLY;
@@ -1906,12 +1991,13 @@ unsafe fn wire_header(
     }
 }
 
-/// A DLPack capsule over `slf` (legacy or versioned, or over a copy).
+/// A DLPack capsule over `slf` (legacy or versioned, or over a copy when
+/// `copied` names one, see [`make_managed`]).
 fn make_capsule(
     py: Python<'_>,
     slf: &Bound<'_, Array>,
     versioned: bool,
-    copied: bool,
+    copied: Option<&'static str>,
 ) -> PyResult<Py<PyAny>> {
     let ptr = make_managed(slf, versioned, copied, None)?;
     let name = if versioned {
@@ -1954,7 +2040,7 @@ impl ImmutableConsumer {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let _ = (stream, max_version, dl_device, copy);
-        make_capsule(py, self.0.bind(py), false, false)
+        make_capsule(py, self.0.bind(py), false, None)
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
@@ -2017,7 +2103,7 @@ impl Framework {
             // TensorFlow takes a legacy capsule. Its tensors are immutable,
             // so read-only data may go to it although a legacy capsule
             // cannot carry READ_ONLY.
-            Framework::Tensorflow => from_dlpack.call1((make_capsule(py, arr, false, false)?,)),
+            Framework::Tensorflow => from_dlpack.call1((make_capsule(py, arr, false, None)?,)),
             Framework::Torch => torch_from_array(py, &from_dlpack, arr),
             // MLX arrays are immutable: read-only data goes to it like to JAX.
             Framework::Mlx => {
@@ -2025,7 +2111,7 @@ impl Framework {
                 // MLX takes no negative strides: those go as a C-order copy.
                 let e = &array.get().inner;
                 if e.device.is_host_accessible() && e.strides.iter().any(|&s| s < 0) {
-                    let copy = e.aligned_copy()?;
+                    let copy = e.aligned_copy(py, "returns = mlx")?;
                     array = Array::new(py, copy)?;
                 }
                 if array.get().inner.read_only {
@@ -2139,7 +2225,7 @@ fn torch_from_array<'py>(
         unsafe { std::mem::transmute::<usize, _>(to_torch) };
     let deleted = Arc::new(AtomicBool::new(false));
     let managed =
-        make_managed(array, true, false, Some(deleted.clone()))?.cast::<DLManagedTensorVersioned>();
+        make_managed(array, true, None, Some(deleted.clone()))?.cast::<DLManagedTensorVersioned>();
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: `managed` is an owning versioned tensor whose ownership the
     // call takes ("stolen", per the header); `out` receives a new reference,
@@ -2196,7 +2282,7 @@ fn jax_from_array<'py>(
     // `ArrayBuffer`'s) goes as a copy.
     let shared = e.py_owner.is_some();
     if e.device.is_host_accessible() && (shared || !(compact && aligned)) {
-        array = Array::new(py, e.aligned_copy()?)?;
+        array = Array::new(py, e.aligned_copy(py, "returns = jax")?)?;
     }
     if array.get().inner.read_only {
         from_dlpack.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))

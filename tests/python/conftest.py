@@ -21,6 +21,10 @@ if os.environ.get("DLCAST_NO_JAX") != "1":
 import dlcast_testext as ext
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
+
+
 @contextlib.contextmanager
 def deleters_balanced(created_delta=None):
     """Asserts that every capsule made by the test producer inside the block

@@ -137,3 +137,35 @@ def test_buffer_inputs_without_numpy():
     else:
         assert lines[2].startswith("BufferError: values(): argument 'x': ")
         assert "install NumPy" in lines[2] and "abi3-py311" in lines[2]
+
+
+@pytest.mark.hostile
+def test_replaced_numpy_asarray_cannot_redirect_a_writable_buffer():
+    # Below Python 3.11 in abi3 builds, a buffer's address is found through
+    # NumPy: a replaced `numpy.asarray` that hands back an array over other
+    # memory (an immutable `bytes`, same shape and strides) must not make
+    # the body's `&mut` point there. The call is refused, or writes the
+    # argument's own memory (the C path, which never asks NumPy).
+    r = run_py("""
+        import array
+        import numpy as np
+        import dlcast_testext as ext
+        victim = bytes(bytearray(b"\\x07" * 16))
+        real = np.asarray
+        np.asarray = lambda *a, **k: real(memoryview(victim))
+        target = array.array("B", b"\\x07" * 16)
+        try:
+            print("wrote", ext.zero_bytes(target))
+        except BufferError as e:
+            print("BufferError", e)
+        print(victim == b"\\x07" * 16, bytes(target) == b"\\x07" * 16)
+        print(ext.BUFFER_PROTOCOL)
+    """)
+    assert r.returncode == 0, r.stderr
+    first, untouched, c_path = r.stdout.splitlines()
+    if c_path == "True":
+        assert first == "wrote 16" and untouched == "True False"
+    else:
+        assert first.startswith("BufferError zero_bytes(): argument 'x': "), first
+        assert "numpy.asarray" in first
+        assert untouched == "True True"

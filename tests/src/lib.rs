@@ -12,6 +12,7 @@ mod api;
 mod attack;
 mod attack2;
 mod borrows;
+mod copies;
 mod gpu;
 mod native;
 mod ownership;
@@ -457,6 +458,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_export_functions(m)?;
     api::add(m)?;
     borrows::add(m)?;
+    copies::add(m)?;
     soundness::add(m)?;
     native::add(m)?;
     review::add(m)?;

@@ -224,10 +224,15 @@ pub(crate) use fallback::{read, release, try_acquire, Held};
 /// `bytearray` with `PyBytes_AsString` / `PyByteArray_AsString` (the
 /// pointer their own buffer hands out), otherwise through NumPy:
 /// `numpy.asarray(memoryview)` builds an array over the memoryview's own
-/// buffer (checked: no copy, same shape and strides), whose
-/// `__array_interface__` gives the address. Without NumPy, other buffer
-/// objects are refused with an error that says so. Phase 2 validates these
-/// values as the C path does, running no Python code.
+/// buffer (checked: exactly NumPy's array type, no copy, a memoryview of
+/// the same object as its base, same shape, strides and writability),
+/// whose `__array_interface__` gives the address. `numpy.asarray` and
+/// `numpy.ndarray` are module attributes Python code can replace, so both
+/// are checked by identity first (NumPy's builtin and static type, see
+/// `crate::trust`); a replaced one is refused, never called. Without
+/// NumPy, other buffer objects are refused with an error that says so.
+/// Phase 2 validates these values as the C path does, running no Python
+/// code.
 ///
 /// The one way around this is Python code that finds dlcast's private
 /// memoryview through the garbage collector's introspection
@@ -239,7 +244,7 @@ mod fallback {
     use pyo3::exceptions::{PyMemoryError, PyTypeError};
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
-    use pyo3::types::{PyByteArray, PyBytes, PyTuple};
+    use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyTuple};
     use pyo3::{ffi, intern};
     use smallvec::SmallVec;
     use std::ffi::CString;
@@ -311,6 +316,44 @@ mod fallback {
         Ok(Some(Owner::Buffer(held)))
     }
 
+    /// `numpy.asarray` and `numpy.ndarray`, once they are known to be
+    /// NumPy's own (kept for the process then; a failed check is not kept,
+    /// so restoring a replaced attribute works): the array type is a static
+    /// type named `numpy.ndarray` (Python code cannot make one), and
+    /// `asarray` is exactly a builtin named `asarray` whose C function lies
+    /// in the library that defines that type (see [`crate::trust`]). A
+    /// function Python code put in their place could hand back an array
+    /// over other memory (an immutable `bytes`), which a `&mut` view would
+    /// then write.
+    fn numpy(py: Python<'_>) -> Result<&'static (Py<PyAny>, Py<PyAny>), String> {
+        static NUMPY: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
+        NUMPY.get_or_try_init(py, || {
+            let np = py
+                .import("numpy")
+                .map_err(|e| format!("importing NumPy failed ({e})"))?;
+            let attr = |name: &str| {
+                np.getattr(name)
+                    .map_err(|e| format!("numpy.{name} is missing ({e})"))
+            };
+            let (asarray, ndarray) = (attr("asarray")?, attr("ndarray")?);
+            let numpys_type = crate::trust::is_static_type(&ndarray, std::ptr::null())
+                && crate::trust::static_type_name(&ndarray).as_deref() == Some("numpy.ndarray");
+            if !numpys_type {
+                return Err(
+                    "numpy.ndarray is not NumPy's array type (Python code replaced it)".into(),
+                );
+            }
+            if !crate::trust::is_builtin(&asarray, "asarray", ndarray.as_ptr().cast()) {
+                return Err(
+                    "numpy.asarray is not NumPy's own builtin function (Python code replaced \
+                     it, or this NumPy's is written in Python)"
+                        .into(),
+                );
+            }
+            Ok((asarray.unbind(), ndarray.unbind()))
+        })
+    }
+
     /// Sets `held.data` (and `held._array`): see the module documentation.
     fn address(
         obj: &Bound<'_, PyAny>,
@@ -356,36 +399,33 @@ mod fallback {
                  or later"
             ))
         };
-        static NUMPY: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
-        let (asarray, ndarray) = NUMPY
-            .get_or_try_init(py, || -> PyResult<_> {
-                let np = py.import("numpy")?;
-                Ok((
-                    np.getattr("asarray")?.unbind(),
-                    np.getattr("ndarray")?.unbind(),
-                ))
-            })
-            .map_err(|e| needs_numpy(format!("importing NumPy failed ({e})")))?;
+        let (asarray, ndarray) = numpy(py).map_err(needs_numpy)?;
+        let (asarray, ndarray) = (asarray.bind(py), ndarray.bind(py));
         let array = asarray
-            .bind(py)
             .call1((view,))
             .map_err(|e| needs_numpy(format!("NumPy refused the buffer ({e})")))?;
-        // The array must be NumPy's own type, over the memoryview's memory
-        // (not a copy: its base is a memoryview sharing ours), with the same
-        // layout; only then is its address that of our element 0.
+        // NumPy's own `asarray` builds its array over a memoryview of ours,
+        // which shares our memoryview's buffer (a memoryview of a
+        // memoryview asks the exporter nothing): the array must be exactly
+        // NumPy's type (a static type: its getters are C code), not own its
+        // data, have that memoryview as its base (exactly a memoryview, of
+        // the object ours is of), and our view's layout and writability;
+        // only then is its address that of our element 0.
         let same = (|| -> PyResult<bool> {
-            if !array.get_type().is(ndarray.bind(py)) {
+            if !array.get_type().is(ndarray) {
                 return Ok(false);
             }
             let base = array.getattr(intern!(py, "base"))?;
-            // SAFETY: `base` is live; only its type is read.
-            let base_is_view = unsafe { ffi::PyMemoryView_Check(base.as_ptr()) } != 0;
-            let owndata: bool = array
-                .getattr(intern!(py, "flags"))?
-                .getattr(intern!(py, "owndata"))?
-                .extract()?;
-            Ok(base_is_view
+            if !base.get_type().is(py.get_type::<PyMemoryView>()) {
+                return Ok(false);
+            }
+            let obj_attr = intern!(py, "obj");
+            let flags = array.getattr(intern!(py, "flags"))?;
+            let owndata: bool = flags.getattr(intern!(py, "owndata"))?.extract()?;
+            let writeable: bool = flags.getattr(intern!(py, "writeable"))?.extract()?;
+            Ok(base.getattr(obj_attr)?.is(&view.getattr(obj_attr)?)
                 && !owndata
+                && writeable != held.readonly
                 && dims(&array.getattr(intern!(py, "shape"))?)? == held.shape
                 && dims(&array.getattr(intern!(py, "strides"))?)? == held.strides
                 && array.getattr(intern!(py, "itemsize"))?.extract::<isize>()? == held.itemsize)

@@ -254,6 +254,76 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     Some(())
 }
 
+/// Whether `obj` is exactly NumPy's array type, by identity checks Python
+/// code cannot fake (see [`crate::trust`]): its type is a static type (so
+/// not a class made by Python code, nor a subclass of one) named
+/// `numpy.ndarray`. Unlike [`is_ndarray`], trusts no module attribute.
+pub(crate) fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let tp = obj.get_type();
+    crate::trust::is_static_type(tp.as_any(), std::ptr::null())
+        && crate::trust::static_type_name(tp.as_any()).as_deref() == Some("numpy.ndarray")
+}
+
+/// The bytes `[lo, hi)` an exact `numpy.ndarray` reaches, from its own
+/// fields (data pointer, shape, byte strides) and its itemsize (the
+/// `itemsize` getter of the static type: C code Python cannot replace;
+/// instances have no `__dict__`), for any dtype, byte order or stride,
+/// those DLPack cannot describe included. `None` unless
+/// [`is_exact_ndarray`] holds, or when the span overflows; `Some(None)` for
+/// an empty array (it touches no memory). Runs no Python code.
+pub(crate) fn byte_bounds(obj: &Bound<'_, PyAny>) -> Option<Option<(usize, usize)>> {
+    if !is_exact_ndarray(obj) {
+        return None;
+    }
+    let item: isize = obj
+        .getattr(pyo3::intern!(obj.py(), "itemsize"))
+        .ok()?
+        .extract()
+        .ok()?;
+    if item < 0 {
+        return None;
+    }
+    // SAFETY: `obj` is exactly NumPy's array type (checked above), whose
+    // objects start with the fields of `NpArray`; we hold the GIL and a
+    // reference to `obj`, so the fields stay valid while we read.
+    let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
+    let ndim = usize::try_from(arr.nd).ok()?;
+    let (dims, strides): (&[isize], &[isize]) = if ndim == 0 {
+        (&[], &[])
+    } else {
+        // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
+        // non-NULL, aligned and hold `nd` values each, valid while we hold
+        // `obj` and the GIL (no Python code runs here).
+        unsafe {
+            (
+                std::slice::from_raw_parts(arr.dimensions, ndim),
+                std::slice::from_raw_parts(arr.strides, ndim),
+            )
+        }
+    };
+    if dims.iter().any(|&n| n < 0) {
+        return None;
+    }
+    if dims.contains(&0) || item == 0 {
+        return Some(None);
+    }
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&n, &s) in dims.iter().zip(strides) {
+        let step = (n - 1).checked_mul(s)?;
+        if step < 0 {
+            lo = lo.checked_add(step)?;
+        } else {
+            hi = hi.checked_add(step)?;
+        }
+    }
+    let hi = hi.checked_add(item)?;
+    let base = arr.data as usize;
+    Some(Some((
+        base.checked_add_signed(lo)?,
+        base.checked_add_signed(hi)?,
+    )))
+}
+
 /// `ndim` zeros (inline up to [`INLINE_DIMS`]: a fixed-size fill,
 /// no `memset` call of variable length).
 #[inline(always)]

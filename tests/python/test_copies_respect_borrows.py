@@ -1,0 +1,141 @@
+"""Every copy dlcast makes of memory that a view may be writing is a read
+in the borrow registry (README, *Safety*).
+
+dlcast copies memory it did not allocate itself in a few places: the copy
+`dlcast.Array.__dlpack__(copy=True)` hands out (what
+`numpy.from_dlpack(a, copy=True)` asks for), the aligned copy behind
+`returns = jax` (and other consumers that cannot take the layout), and the
+conversion of an argument by its framework. While another call's body
+holds a `&mut` of that memory (here: with the GIL released, in another
+thread, parked until the test lets it go, so the copy certainly overlaps
+it), each of them must be refused with a `BufferError`, never read the
+memory under the writer (a data race, a torn copy).
+"""
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dlcast_testext as ext
+from conftest import run_py
+
+
+@contextlib.contextmanager
+def writer_holding(x):
+    """Runs `a2_hold_mut(x)` in a thread: its body holds `&mut [f32]` of
+    `x` with the GIL released until the block ends, then adds 1 to every
+    element. Entered once the body holds it (a state it reports, waited
+    for: no timing decides anything)."""
+    errors = []
+
+    def run():
+        try:
+            ext.a2_hold_mut(x)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not ext.a2_held() and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    # The flag is set with the GIL held right before the body releases
+    # it, so seen from here the body is inside `py.detach`, holding `&mut`.
+    held = ext.a2_held()
+    try:
+        assert held, f"the writer never held the memory: {errors}"
+        yield
+    finally:
+        ext.a2_release()
+        t.join(60)
+    assert not t.is_alive()
+    assert not errors, errors
+
+
+def exported_views():
+    """`dlcast.Array`s whose memory a dlcast `&mut` can hold: an
+    `ArrayBuffer`'s writable export, and the export of an input's view."""
+    buf = ext.JaxBuf()
+    base = np.zeros(17, np.float32)
+    return {
+        "ArrayBuffer": (buf.view(), lambda v: v, buf),
+        # Not 64-byte aligned: `returns = jax` copies it.
+        "input view": (ext.identity(base[1:]), lambda v: base[1:], base),
+    }
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("kind", ["ArrayBuffer", "input view"])
+def test_dlpack_copy_is_refused_while_another_call_writes(kind):
+    view, memory_of, keep = exported_views()[kind]
+    with writer_holding(memory_of(view)):
+        with pytest.raises(BufferError, match=r"__dlpack__\(copy=True\).*a2_hold_mut"):
+            np.from_dlpack(view, copy=True)
+        with pytest.raises(BufferError, match="a2_hold_mut"):
+            view.__dlpack__(copy=True, max_version=(1, 0))
+    # Once the writer is done, the copy is made, and sees its writes.
+    copy = np.from_dlpack(view, copy=True)
+    assert copy.tolist() == [1.0] * len(copy)
+    copy[0] = 5.0
+    assert np.from_dlpack(view)[0] == 1.0  # a copy, not the memory
+    del keep
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("kind", ["ArrayBuffer", "input view"])
+def test_returns_jax_copy_is_refused_while_another_call_writes(kind):
+    view, memory_of, keep = exported_views()[kind]
+    with writer_holding(memory_of(view)):
+        with pytest.raises(BufferError, match=r"returns = jax.*a2_hold_mut"):
+            ext.cp_to_jax(view)
+    out = ext.cp_to_jax(view)
+    assert np.asarray(out).tolist() == [1.0] * len(out)
+    del keep
+
+
+def test_copies_are_made_while_other_calls_only_read():
+    # A read-only view of another call does not stop a copy: both read.
+    x = np.arange(4.0)
+    v = ext.identity(x)
+    copies = []
+    assert ext.hold_ref_and_call(
+        x, lambda: copies.append(np.from_dlpack(v, copy=True))) == (6.0, 6.0)
+    assert copies[0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def _convert_under_writer(lie):
+    """A byte-swapped view (DLPack cannot describe it: converted through
+    NumPy) of an array another call holds `&mut` of, passed from that
+    call's callback; `lie` replaces numpy.lib.array_utils.byte_bounds first."""
+    return run_py(f"""
+        import numpy as np, numpy.lib.array_utils as au
+        import dlcast_testext as ext
+        real = au.byte_bounds
+        au.byte_bounds = {lie}
+        x = np.zeros(8)
+        def callback():
+            try:
+                print("converted", ext.sum_around_call(x.view(">f8"), lambda: None))
+            except BufferError as e:
+                print("BufferError", e)
+        print("sum", ext.hold_mut_and_call(x, callback))
+    """)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("lie", [
+    "real",
+    "lambda a: (0, 0)",
+    "lambda a: (1, 2)",
+    "lambda a: real(np.zeros(3))",
+])
+def test_conversion_probe_ignores_a_replaced_byte_bounds(lie):
+    r = _convert_under_writer(lie)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].startswith("BufferError sum_around_call(): argument 'x': "), out
+    assert "hold_mut_and_call()" in out[0]
+    assert out[1] == "sum 8.0"
