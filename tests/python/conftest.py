@@ -84,10 +84,6 @@ def buffer_of(arr):
     return memoryview(np.asarray(arr))
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
-
-
 def pytest_collection_finish(session):
     """Everything imported by collection (NumPy, PyTorch, JAX, TensorFlow:
     about 500,000 objects) lives to the end: it is moved out of the cyclic
