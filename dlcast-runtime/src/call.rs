@@ -1388,6 +1388,8 @@ fn misuse() -> PyErr {
 /// between an argument's read and the body (the borrow registry has its own
 /// lock, but a PyTorch alias or a NumPy array's fields could change under
 /// another thread's hands). Runs no Python code once the GIL is known on.
+/// `sys._is_gil_enabled` is asked only if it is CPython's own builtin (else
+/// the call is refused as if the GIL were off).
 #[cfg(Py_GIL_DISABLED)]
 fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -1395,11 +1397,17 @@ fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
     if GIL_ON.load(Ordering::Relaxed) {
         return Ok(());
     }
-    let on = py
-        .import("sys")?
-        .getattr("_is_gil_enabled")
-        .and_then(|f| f.call0())
-        .and_then(|v| v.is_truthy())
+    // The interpreter's own `sys` (not `sys.modules["sys"]`), and there
+    // only CPython's own builtin: a function put in its place could say
+    // "on" while other threads run Python code. Not found: off.
+    // SAFETY: a NUL-terminated name; the result is a borrowed reference
+    // (NULL when missing, no exception set).
+    let f = unsafe { pyo3::ffi::PySys_GetObject(c"_is_gil_enabled".as_ptr()) };
+    // SAFETY: a borrowed reference held by `sys`'s dict, taken as our own.
+    let f = unsafe { Bound::from_borrowed_ptr_or_opt(py, f) };
+    let on = f
+        .filter(|f| crate::trust::is_builtin(f, "_is_gil_enabled", crate::trust::python_image()))
+        .and_then(|f| f.call0().and_then(|v| v.is_truthy()).ok())
         .unwrap_or(false);
     if on {
         // Once enabled, the GIL stays on for the process.
