@@ -1397,15 +1397,13 @@ fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
     if GIL_ON.load(Ordering::Relaxed) {
         return Ok(());
     }
-    // The interpreter's own `sys` (not `sys.modules["sys"]`), and there
-    // only CPython's own builtin: a function put in its place could say
-    // "on" while other threads run Python code. Not found: off.
-    // SAFETY: a NUL-terminated name; the result is a borrowed reference
-    // (NULL when missing, no exception set).
-    let f = unsafe { pyo3::ffi::PySys_GetObject(c"_is_gil_enabled".as_ptr()) };
-    // SAFETY: a borrowed reference held by `sys`'s dict, taken as our own.
-    let f = unsafe { Bound::from_borrowed_ptr_or_opt(py, f) };
-    let on = f
+    // Asked only of CPython's own builtin (whichever module object holds
+    // it): a function put in its place could say "on" while other threads
+    // run Python code. Anything else: off.
+    let on = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("_is_gil_enabled"))
+        .ok()
         .filter(|f| crate::trust::is_builtin(f, "_is_gil_enabled", crate::trust::python_image()))
         .and_then(|f| f.call0().and_then(|v| v.is_truthy()).ok())
         .unwrap_or(false);

@@ -21,6 +21,13 @@
 //! alias is still private all the same (reference count 1, no weak
 //! references) and reads it through PyTorch's own exchange table, which
 //! runs no Python code.
+//! Each of these (`TensorBase` and its attributes, PyTorch's builtins and
+//! contexts, its exchange table, the class `torch.Tensor` itself) is taken
+//! from C-level state checked once, never from an attribute Python code
+//! can replace: `TensorBase` must be the static type of that name, the
+//! builtins and the table PyTorch's own C code (in `TensorBase`'s image),
+//! and `torch.Tensor` is the class PyTorch's C code makes the alias of
+//! (see `handles`); what is not PyTorch's own is refused.
 //! A view of the alias then stays valid whatever Python code does to the
 //! caller's tensor during the call, on this thread or another, with one
 //! exception that no object reference can prevent: the storage's own
@@ -135,7 +142,8 @@ impl DispatchGuard {
         if !crate::trust::same_image(new, image) || !crate::trust::same_image(dealloc, image) {
             return None;
         }
-        // SAFETY: a non-NULL `Py_tp_new` slot is a `newfunc`.
+        // SAFETY: `new` is not NULL (`same_image` is false for NULL), and a
+        // `Py_tp_new` slot is a `newfunc`.
         let new: ffi::newfunc = unsafe { std::mem::transmute::<*mut std::ffi::c_void, _>(new) };
         let dict = class.getattr(intern!(py, "__dict__")).ok()?;
         let method = |name: &str| -> Option<Py<PyAny>> {

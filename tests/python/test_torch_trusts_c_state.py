@@ -169,6 +169,7 @@ print(json.dumps(got))
         "torch._C._DisableTorchDispatch.__enter__ = lambda self: None",
         "torch._C._DisableTorchDispatch.__init__ = lambda self: None",
         "torch._C._DisableTorchDispatch = torch._C._DisableFuncTorch",
+        "torch._C._DisableTorchDispatch.__new__ = staticmethod(lambda cls, *a: NoOp())",
     ],
 )
 def test_a_replaced_disable_torch_dispatch_keeps_dispatch_modes_out(when, replace):
