@@ -187,7 +187,8 @@ impl DispatchGuard {
         Ok(guard)
     }
 
-    /// Leaves a guard made by [`DispatchGuard::enter`].
+    /// Leaves a guard made by [`DispatchGuard::enter`] (the caller then
+    /// frees it: see `NoTorchFunction`'s `drop`).
     fn exit(&self, guard: &Bound<'_, PyAny>) {
         let py = guard.py();
         // Restores the state saved by `__enter__`; cannot fail in PyTorch.
@@ -416,8 +417,13 @@ impl Drop for NoTorchFunction<'_> {
     fn drop(&mut self) {
         let py = self.function.py();
         // Restore the states saved by `__enter__`; cannot fail in PyTorch.
+        // The dispatch guard object is freed here too, before the other
+        // region ends: some PyTorch versions hold the guard from `__init__`
+        // until the object is freed, with `__enter__`/`__exit__` doing
+        // nothing.
         if let Some(d) = self.dispatch.take() {
             self.h.disable_dispatch.exit(&d);
+            drop(d);
         }
         let _ = self
             .function
