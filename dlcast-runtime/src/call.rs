@@ -1465,6 +1465,8 @@ pub fn raw_reads_in_progress() -> Option<bool> {
 /// between an argument's read and the body (the borrow registry has its own
 /// lock, but a PyTorch alias or a NumPy array's fields could change under
 /// another thread's hands). Runs no Python code once the GIL is known on.
+/// `sys._is_gil_enabled` is asked only if it is CPython's own builtin (else
+/// the call is refused as if the GIL were off).
 #[cfg(Py_GIL_DISABLED)]
 fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -1472,11 +1474,15 @@ fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
     if GIL_ON.load(Ordering::Relaxed) {
         return Ok(());
     }
+    // Asked only of CPython's own builtin (whichever module object holds
+    // it): a function put in its place could say "on" while other threads
+    // run Python code. Anything else: off.
     let on = py
-        .import("sys")?
-        .getattr("_is_gil_enabled")
-        .and_then(|f| f.call0())
-        .and_then(|v| v.is_truthy())
+        .import("sys")
+        .and_then(|sys| sys.getattr("_is_gil_enabled"))
+        .ok()
+        .filter(|f| crate::trust::is_builtin(f, "_is_gil_enabled", crate::trust::python_image()))
+        .and_then(|f| f.call0().and_then(|v| v.is_truthy()).ok())
         .unwrap_or(false);
     if on {
         // Once enabled, the GIL stays on for the process.

@@ -2207,13 +2207,14 @@ fn torch_from_array<'py>(
     array: &Bound<'py, Array>,
 ) -> PyResult<Bound<'py, PyAny>> {
     static TO_TORCH: PyOnceLock<usize> = PyOnceLock::new();
-    let to_torch = *TO_TORCH.get_or_try_init(py, || -> PyResult<usize> {
-        let tensor_type = py.import("torch")?.getattr("Tensor")?;
-        let api = crate::import::exchange::exchange_api_of_type(&tensor_type);
-        Ok(api
+    // PyTorch's own table, checked to be its C code (whatever sits on
+    // `torch.Tensor.__dlpack_c_exchange_api__`): the call below relies on
+    // how PyTorch's function treats the tensor it is handed.
+    let to_torch = *TO_TORCH.get_or_init(py, || {
+        crate::import::exchange::torch_table(py)
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
-            .map_or(0, |f| f as usize))
-    })?;
+            .map_or(0, |f| f as usize)
+    });
     refuse_for_mutable_only(array, "torch", "PyTorch")?;
     let e = &array.get().inner;
     if to_torch == 0 || !e.device.is_host_accessible() {

@@ -21,6 +21,13 @@
 //! alias is still private all the same (reference count 1, no weak
 //! references) and reads it through PyTorch's own exchange table, which
 //! runs no Python code.
+//! Each of these (`TensorBase` and its attributes, PyTorch's builtins and
+//! contexts, its exchange table, the class `torch.Tensor` itself) is taken
+//! from C-level state checked once, never from an attribute Python code
+//! can replace: `TensorBase` must be the static type of that name, the
+//! builtins and the table PyTorch's own C code (in `TensorBase`'s image),
+//! and `torch.Tensor` is the class PyTorch's C code makes the alias of
+//! (see `handles`); what is not PyTorch's own is refused.
 //! A view of the alias then stays valid whatever Python code does to the
 //! caller's tensor during the call, on this thread or another, with one
 //! exception that no object reference can prevent: the storage's own
@@ -50,20 +57,26 @@ use crate::stream::{self, StreamKind, StreamRequest};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-/// PyTorch's own C-level attributes, looked up once: `TensorBase`'s `data`,
-/// `requires_grad` and `_python_dispatch` getters and its `is_inference`,
-/// `is_neg` and `is_conj` methods (`TensorBase` is a C type, so these
-/// cannot be replaced from Python), the `DisableTorchFunction` context
-/// (under it, neither a `__torch_function__` mode nor a subclass override
-/// sees dlcast's calls, so they run no Python code and cannot be lied to).
+/// PyTorch's own C-level attributes, looked up and checked once (see
+/// [`handles`]): `TensorBase`'s `data`, `requires_grad` and
+/// `_python_dispatch` getters and its `is_inference`, `is_neg`, `is_conj`
+/// and `_is_zerotensor` methods, PyTorch's builtins, and the two contexts
+/// that disable torch-function and Python dispatch (under them, neither a
+/// `__torch_function__` nor a `__torch_dispatch__` mode or subclass
+/// override sees dlcast's calls, so they run no Python code and cannot be
+/// lied to).
 struct Handles {
+    /// `torch._C.TensorBase`, a static type: PyTorch's C extension image.
+    base: Py<PyAny>,
     data: Py<PyAny>,
     requires_grad: Py<PyAny>,
     is_inference: Py<PyAny>,
     is_inference_mode_enabled: Py<PyAny>,
     increment_version: Py<PyAny>,
+    /// `torch._C.DisableTorchFunction`, a static type of PyTorch's image.
     disable: Py<PyAny>,
-    disable_dispatch: Py<PyAny>,
+    /// `torch._C._DisableTorchDispatch`'s own C functions.
+    disable_dispatch: DispatchGuard,
     /// `TensorBase._python_dispatch`'s getter (`is_python_dispatch()`).
     python_dispatch: Py<PyAny>,
     /// `TensorBase.is_neg` and `TensorBase.is_conj` (C methods without
@@ -78,40 +91,210 @@ struct Handles {
     mode_stacks: Option<(Py<PyAny>, Py<PyAny>)>,
 }
 
+/// `torch._C._DisableTorchDispatch`, a pybind11 class: a heap type, whose
+/// class attributes (`__init__`, `__enter__`, `__exit__`, `__new__`) Python
+/// code can replace. So its C functions are taken once, each checked
+/// (see [`DispatchGuard::find`]), and called directly, never looked up
+/// through the class again.
+struct DispatchGuard {
+    /// The class (an instance is made of it with `new`).
+    class: Py<PyAny>,
+    /// Its `tp_new` slot as it was checked (pybind11's allocator).
+    new: pyo3::ffi::newfunc,
+    /// The builtins behind `__init__`, `__enter__` and `__exit__`.
+    init: Py<PyAny>,
+    enter: Py<PyAny>,
+    exit: Py<PyAny>,
+}
+
+/// The class PyTorch's dispatch guard is registered as, which pybind11 writes
+/// into the signature (`ml_doc`) of each of its methods.
+const DISPATCH_GUARD: &str = "torch._C._DisableTorchDispatch";
+
+impl DispatchGuard {
+    /// `_DisableTorchDispatch`'s C functions, checked against `image`
+    /// (`TensorBase`'s): its `tp_new` and `tp_dealloc` slots lie in it (a
+    /// `__new__` set from Python, or a Python subclass, has CPython's
+    /// slot functions instead), and each of `__init__`, `__enter__` and
+    /// `__exit__` is a builtin of that name whose C function lies in it and
+    /// whose signature, which Python code cannot change, names
+    /// `self: torch._C._DisableTorchDispatch` (pybind11 checks `self`
+    /// against the C++ class that signature was made for, so the method of
+    /// another PyTorch class, or an instance of another class, fails).
+    fn find(class: &Bound<'_, PyAny>, image: *const std::ffi::c_void) -> Option<Self> {
+        use pyo3::ffi;
+        let py = class.py();
+        // SAFETY: `class` is live; PyType_Check reads its type's flags.
+        if unsafe { ffi::PyType_Check(class.as_ptr()) } == 0 {
+            return None;
+        }
+        let tp = class.as_ptr().cast::<ffi::PyTypeObject>();
+        // SAFETY: `tp` is a type object (checked above); PyType_GetSlot reads
+        // a slot of a heap type (NULL with an error set for a static type
+        // before 3.10, cleared below).
+        let (new, dealloc) = unsafe {
+            (
+                ffi::PyType_GetSlot(tp, ffi::Py_tp_new),
+                ffi::PyType_GetSlot(tp, ffi::Py_tp_dealloc),
+            )
+        };
+        let _ = PyErr::take(py);
+        if !crate::trust::same_image(new, image) || !crate::trust::same_image(dealloc, image) {
+            return None;
+        }
+        // SAFETY: `new` is not NULL (`same_image` is false for NULL), and a
+        // `Py_tp_new` slot is a `newfunc`.
+        let new: ffi::newfunc = unsafe { std::mem::transmute::<*mut std::ffi::c_void, _>(new) };
+        let dict = class.getattr(intern!(py, "__dict__")).ok()?;
+        let method = |name: &str| -> Option<Py<PyAny>> {
+            let entry = dict.get_item(name).ok()?;
+            // pybind11 wraps each method in an `instancemethod`.
+            let f = entry.getattr(intern!(py, "__func__")).unwrap_or(entry);
+            let doc = f.getattr(intern!(py, "__doc__")).ok()?;
+            let doc = doc.extract::<pyo3::pybacked::PyBackedStr>().ok()?;
+            let signed = format!("{name}(self: {DISPATCH_GUARD}");
+            (crate::trust::is_builtin(&f, name, image) && doc.starts_with(&signed))
+                .then(|| f.unbind())
+        };
+        Some(DispatchGuard {
+            class: class.clone().unbind(),
+            new,
+            init: method("__init__")?,
+            enter: method("__enter__")?,
+            exit: method("__exit__")?,
+        })
+    }
+
+    /// A new guard object, initialised and entered.
+    fn enter<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let args = pyo3::types::PyTuple::empty(py);
+        // SAFETY: `new` is the class's own `tp_new` as checked in `find`
+        // (pybind11's allocator, which ignores its arguments): called with
+        // the class, an empty tuple and no keywords, as `type.__call__`
+        // would; it returns a new reference or NULL with an exception set.
+        let guard = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                (self.new)(
+                    self.class.as_ptr().cast(),
+                    args.as_ptr(),
+                    std::ptr::null_mut(),
+                ),
+            )?
+        };
+        self.init.bind(py).call1((&guard,))?;
+        self.enter.bind(py).call1((&guard,))?;
+        Ok(guard)
+    }
+
+    /// Leaves a guard made by [`DispatchGuard::enter`] (the caller then
+    /// frees it: see `NoTorchFunction`'s `drop`).
+    fn exit(&self, guard: &Bound<'_, PyAny>) {
+        let py = guard.py();
+        // Restores the state saved by `__enter__`; cannot fail in PyTorch.
+        let _ = self
+            .exit
+            .bind(py)
+            .call1((guard, py.None(), py.None(), py.None()));
+    }
+}
+
+/// Refuses PyTorch when one of its C-level attributes is not its own.
+fn not_torchs_own(what: &str) -> ImportError {
+    ImportError::Unreadable(format!(
+        "{what} is not PyTorch's own (it was replaced, or this PyTorch is not one dlcast \
+         knows), so dlcast cannot tell whether Python code would run while it reads the \
+         tensor; restore it (or import torch afresh) to pass tensors"
+    ))
+}
+
+/// PyTorch's attributes, found and checked the first time (phase 1):
+/// `torch._C.TensorBase` must be the static type of that name, whose
+/// attributes Python code cannot change and whose object lies in the
+/// image of PyTorch's C extension; each builtin must be that image's C
+/// function of its name (`crate::trust::is_builtin`), and the contexts
+/// PyTorch's own types. Whatever fails is refused (the replaced attribute is
+/// named): a look-alike could run Python code where dlcast reads a tensor,
+/// or answer for PyTorch. Once found, nothing is looked up again.
 fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
     static HANDLES: pyo3::sync::PyOnceLock<Handles> = pyo3::sync::PyOnceLock::new();
-    HANDLES
-        .get_or_try_init(py, || -> PyResult<Handles> {
-            let c = py.import("torch")?.getattr("_C")?;
-            let base = c.getattr("TensorBase")?;
-            let dict = base.getattr("__dict__")?;
-            let get = |name: &str| -> PyResult<Py<PyAny>> { Ok(dict.get_item(name)?.unbind()) };
-            let mode_stacks = match (
-                c.getattr("_len_torch_function_stack"),
-                c.getattr("_len_torch_dispatch_stack"),
-            ) {
-                (Ok(f), Ok(d)) => Some((f.unbind(), d.unbind())),
-                _ => None,
-            };
-            Ok(Handles {
-                data: get("data")?,
-                requires_grad: get("requires_grad")?,
-                is_inference: base.getattr("is_inference")?.unbind(),
-                is_inference_mode_enabled: py
-                    .import("torch")?
-                    .getattr("is_inference_mode_enabled")?
-                    .unbind(),
-                increment_version: c.getattr("_increment_version")?.unbind(),
-                disable: c.getattr("DisableTorchFunction")?.unbind(),
-                disable_dispatch: c.getattr("_DisableTorchDispatch")?.unbind(),
-                python_dispatch: get("_python_dispatch")?,
-                is_neg: get("is_neg")?,
-                is_conj: get("is_conj")?,
-                is_zerotensor: get("_is_zerotensor")?,
-                mode_stacks,
-            })
+    HANDLES.get_or_try_init(py, || -> Result<Handles, ImportError> {
+        let lookup = |e| producer_error("PyTorch's C API (torch._C)", e, py);
+        let torch = py.import("torch").map_err(lookup)?;
+        let c = torch.getattr("_C").map_err(lookup)?;
+        let base = c.getattr("TensorBase").map_err(lookup)?;
+        if crate::trust::static_type_name(&base).as_deref() != Some("torch._C.TensorBase") {
+            return Err(not_torchs_own("torch._C.TensorBase"));
+        }
+        let image = base.as_ptr().cast::<std::ffi::c_void>().cast_const();
+        // A static type's `__dict__`: entries no Python code can change.
+        let dict = base.getattr("__dict__").map_err(lookup)?;
+        let get = |name: &str| -> Result<Py<PyAny>, ImportError> {
+            Ok(dict.get_item(name).map_err(lookup)?.unbind())
+        };
+        let builtin = |owner: &Bound<'_, PyAny>, name: &str, what: &str| {
+            let f = owner.getattr(name).map_err(lookup)?;
+            if crate::trust::is_builtin(&f, name, image) {
+                Ok(f.unbind())
+            } else {
+                Err(not_torchs_own(what))
+            }
+        };
+        let mode_stacks = match (
+            c.hasattr("_len_torch_function_stack"),
+            c.hasattr("_len_torch_dispatch_stack"),
+        ) {
+            (Ok(true), Ok(true)) => Some((
+                builtin(
+                    &c,
+                    "_len_torch_function_stack",
+                    "torch._C._len_torch_function_stack",
+                )?,
+                builtin(
+                    &c,
+                    "_len_torch_dispatch_stack",
+                    "torch._C._len_torch_dispatch_stack",
+                )?,
+            )),
+            _ => None,
+        };
+        let disable = c.getattr("DisableTorchFunction").map_err(lookup)?;
+        if !crate::trust::is_static_type(&disable, image)
+            || crate::trust::static_type_name(&disable).as_deref()
+                != Some("torch._C.DisableTorchFunction")
+        {
+            return Err(not_torchs_own("torch._C.DisableTorchFunction"));
+        }
+        let disable_dispatch = c.getattr("_DisableTorchDispatch").map_err(lookup)?;
+        let disable_dispatch = DispatchGuard::find(&disable_dispatch, image)
+            .ok_or_else(|| not_torchs_own("torch._C._DisableTorchDispatch"))?;
+        Ok(Handles {
+            data: get("data")?,
+            requires_grad: get("requires_grad")?,
+            is_inference: get("is_inference")?,
+            is_inference_mode_enabled: builtin(
+                &torch,
+                "is_inference_mode_enabled",
+                "torch.is_inference_mode_enabled",
+            )?,
+            increment_version: builtin(&c, "_increment_version", "torch._C._increment_version")?,
+            disable: disable.unbind(),
+            disable_dispatch,
+            python_dispatch: get("_python_dispatch")?,
+            is_neg: get("is_neg")?,
+            is_conj: get("is_conj")?,
+            is_zerotensor: get("_is_zerotensor")?,
+            mode_stacks,
+            base: base.unbind(),
         })
-        .map_err(|e| producer_error("PyTorch's C API (torch._C)", e, py))
+    })
+}
+
+/// `torch._C.TensorBase`, checked (see [`handles`]): its object lies in the
+/// image of PyTorch's C extension, where PyTorch's own C functions and
+/// tables lie. Looked up the first time (Python code: phase 1 only).
+pub(crate) fn tensor_base(py: Python<'_>) -> Result<&'static Py<PyAny>, ImportError> {
+    handles(py).map(|h| &h.base)
 }
 
 /// Whether `obj` has PyTorch's Python dispatch key: `TensorBase`'s own
@@ -200,31 +383,51 @@ fn stack_empty(py: Python<'_>, len: &Py<PyAny>) -> Result<bool, ImportError> {
 /// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
 /// entered (no `__torch_function__` and no `__torch_dispatch__`, of modes or
 /// subclasses, runs inside); exited, in reverse order, on drop.
-struct NoTorchFunction<'py>(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+struct NoTorchFunction<'py> {
+    function: Bound<'py, PyAny>,
+    dispatch: Option<Bound<'py, PyAny>>,
+    h: &'static Handles,
+}
 
 impl<'py> NoTorchFunction<'py> {
-    fn enter(py: Python<'py>, h: &Handles) -> Result<Self, ImportError> {
-        let enter = |ctx: &Py<PyAny>| {
-            ctx.bind(py)
-                .call0()
-                .and_then(|c| c.call_method0(intern!(py, "__enter__")).map(|_| c))
-                .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))
+    fn enter(py: Python<'py>, h: &'static Handles) -> Result<Self, ImportError> {
+        // `DisableTorchFunction` is a static type (checked in `handles`):
+        // calling it and its instance's `__enter__` run its C code.
+        let function = h
+            .disable
+            .bind(py)
+            .call0()
+            .and_then(|c| c.call_method0(intern!(py, "__enter__")).map(|_| c))
+            .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))?;
+        let mut region = NoTorchFunction {
+            function,
+            dispatch: None,
+            h,
         };
-        let mut region = NoTorchFunction(enter(&h.disable)?, None);
-        region.1 = Some(enter(&h.disable_dispatch)?);
+        region.dispatch = Some(
+            h.disable_dispatch
+                .enter(py)
+                .map_err(|e| producer_error("torch._C._DisableTorchDispatch", e, py))?,
+        );
         Ok(region)
     }
 }
 
 impl Drop for NoTorchFunction<'_> {
     fn drop(&mut self) {
-        let py = self.0.py();
-        let none = || (py.None(), py.None(), py.None());
+        let py = self.function.py();
         // Restore the states saved by `__enter__`; cannot fail in PyTorch.
-        if let Some(d) = self.1.take() {
-            let _ = d.call_method1(intern!(py, "__exit__"), none());
+        // The dispatch guard object is freed here too, before the other
+        // region ends: some PyTorch versions hold the guard from `__init__`
+        // until the object is freed, with `__enter__`/`__exit__` doing
+        // nothing.
+        if let Some(d) = self.dispatch.take() {
+            self.h.disable_dispatch.exit(&d);
+            drop(d);
         }
-        let _ = self.0.call_method1(intern!(py, "__exit__"), none());
+        let _ = self
+            .function
+            .call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()));
     }
 }
 
@@ -293,8 +496,9 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ImportError> {
     let py = obj.py();
     refuse_py_dispatch(flags)?;
-    let api = exchange::torch_table(py);
     let h = handles(py)?;
+    let api = exchange::torch_table(py);
+    crate::import::ready_private_check(py)?;
     let mut off = region(obj, h)?;
     // Inference tensors track no version: they are not bumped. The writable
     // checks come first: `is_inference()` releases the GIL, so another
@@ -316,6 +520,11 @@ pub(crate) fn prepare(
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
     let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
+    if off.is_some() {
+        // Made by PyTorch's C code with no Python dispatch: an instance of
+        // the class PyTorch registered as `torch.Tensor`.
+        exchange::learn_torch_tensor(&alias);
+    }
     if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
         return Err(ImportError::Unreadable(format!(
             "x.data gave {}, not a plain tensor",
@@ -382,7 +591,7 @@ pub(crate) fn prepare(
 /// The disabled regions, unless [`plain`] says they change nothing.
 fn region<'py>(
     obj: &Bound<'py, PyAny>,
-    h: &Handles,
+    h: &'static Handles,
 ) -> Result<Option<NoTorchFunction<'py>>, ImportError> {
     if plain(obj, h)? {
         Ok(None)

@@ -3,9 +3,10 @@
 //! knows of an argument's type, looked up once per type.
 //!
 //! Two uses:
-//! - PyTorch's own table (`torch.Tensor`'s) runs no Python code: phase 2
-//!   reads a (private, see the `torch` module) tensor through it with
-//!   [`read_with`], filling a `DLTensor` on the stack.
+//! - PyTorch's own table (checked to be PyTorch's C code: [`torch_table`])
+//!   runs no Python code: phase 2 reads a (private, see the `torch` module)
+//!   tensor through it with [`read_with`], filling a `DLTensor` on the
+//!   stack.
 //! - Any other type's table may be anything (a table written in Python
 //!   through ctypes, say): phase 1 asks it for an owning tensor
 //!   ([`owning`]), which phase 2 reads like a capsule.
@@ -239,37 +240,109 @@ pub(crate) fn has_own_torch_dispatch(obj: &Bound<'_, PyAny>) -> bool {
         .map_or(true, |own| !own.is(&base))
 }
 
-/// PyTorch's own exchange API table (`torch.Tensor`'s), once looked up.
-static TORCH_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(std::ptr::null_mut());
-/// `torch.Tensor`, once looked up with [`TORCH_TABLE`] (a strong reference
-/// is kept, so the pointer stays valid for the process).
+/// PyTorch's own exchange table, once checked (see [`torch_table`]); `0`
+/// until then, [`NO_API`] when there is none to trust.
+static TORCH_TABLE: AtomicUsize = AtomicUsize::new(0);
+/// The class PyTorch's C code makes its tensors of (`torch.Tensor`), once
+/// learnt by [`learn_torch_tensor`] (a strong reference is kept, so the
+/// pointer stays valid for the process).
 static TORCH_TENSOR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
 
 /// PyTorch's own table, whose functions run no Python code for tensors
-/// without Python dispatch (a `torch.Tensor` subclass may publish another
-/// table, even one written in Python). Looked up once (Python code, the
-/// first time: phase 1); `None` for a PyTorch without the exchange API.
+/// without Python dispatch, so phase 2 may call it. Trusted only as the
+/// answer of `torch._C._dlpack_exchange_api` (a builtin that must be
+/// PyTorch's own C function, see `crate::trust::is_builtin`), and only when
+/// the table and every function dlcast calls in it lie in the image of
+/// PyTorch's C extension (`torch._C.TensorBase`'s): a capsule set on
+/// `torch.Tensor.__dlpack_c_exchange_api__`, or a table of ctypes callbacks,
+/// is not PyTorch's. Looked up once (Python code, the first time: phase 1
+/// only); `None` for a PyTorch without the exchange API, or where the table
+/// cannot be trusted: tensors then take their `__dlpack__` in phase 1.
 pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
-    let known = TORCH_TABLE.load(Ordering::Acquire);
-    if !known.is_null() {
-        // SAFETY: a table learnt from `torch.Tensor`'s capsule, which the
-        // header requires to live for the process.
-        return Some(unsafe { &*known });
+    let mut known = TORCH_TABLE.load(Ordering::Acquire);
+    if known == 0 {
+        // Until PyTorch's own attributes are found (see `crate::torch`),
+        // nothing is trusted, and nothing is noted either.
+        let base = crate::torch::tensor_base(py).ok()?;
+        known = find_torch_table(py, base.bind(py))
+            .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
+        TORCH_TABLE.store(known, Ordering::Release);
     }
-    let tensor = py.import("torch").and_then(|t| t.getattr("Tensor")).ok()?;
-    let table = exchange_api_of_type(&tensor)?;
-    // Keep `torch.Tensor` alive for the process, then note both.
+    // SAFETY: a table checked by `find_torch_table`, which the header
+    // requires to live for the process.
+    (known != NO_API).then(|| unsafe { &*(known as *const DLPackExchangeAPI) })
+}
+
+/// See [`torch_table`].
+fn find_torch_table(py: Python<'_>, base: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let image = base.as_ptr().cast::<std::ffi::c_void>().cast_const();
+    let name = "_dlpack_exchange_api";
+    let f = py
+        .import("torch")
+        .ok()?
+        .getattr("_C")
+        .ok()?
+        .getattr(name)
+        .ok()?;
+    if !crate::trust::is_builtin(&f, name, image) {
+        return None;
+    }
+    let capsule = f.call0().ok()?;
+    // SAFETY: GetPointer checks the object is a capsule of that exact name
+    // (else NULL with an error, which we clear).
+    let ptr =
+        unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
+    if ptr.is_null() {
+        let _ = PyErr::take(py);
+        return None;
+    }
+    if !crate::trust::same_image(ptr, image) {
+        return None;
+    }
+    // SAFETY: a capsule of that name holds a DLPackExchangeAPIHeader, valid
+    // for the process (here: static data of PyTorch's image).
+    let header = unsafe { &*ptr.cast::<DLPackExchangeAPIHeader>() };
+    if header.version.major != 1 {
+        return None;
+    }
+    // SAFETY: a major-1 header starts a DLPackExchangeAPI table.
+    let table = unsafe { &*ptr.cast::<DLPackExchangeAPI>() };
+    let code = [
+        table
+            .dltensor_from_py_object_no_sync
+            .map(|f| f as *const std::ffi::c_void),
+        table
+            .managed_tensor_from_py_object_no_sync
+            .map(|f| f as *const std::ffi::c_void),
+        table
+            .managed_tensor_to_py_object_no_sync
+            .map(|f| f as *const std::ffi::c_void),
+        table
+            .current_work_stream
+            .map(|f| f as *const std::ffi::c_void),
+    ];
+    code.iter()
+        .flatten()
+        .all(|&f| crate::trust::same_image(f, image))
+        .then_some(table)
+}
+
+/// Notes the class of `alias`, a tensor that PyTorch's C code has just made
+/// (`TensorBase.data`'s getter, Python dispatch off), as `torch.Tensor`: the
+/// class PyTorch registered for its tensors, whatever the `torch.Tensor`
+/// attribute now names. Once; later calls change nothing.
+pub(crate) fn learn_torch_tensor(alias: &Bound<'_, PyAny>) {
+    if !TORCH_TENSOR.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let tensor = alias.get_type();
+    // Keep the class alive for the process, then note it.
     TORCH_TENSOR.store(tensor.as_ptr().cast(), Ordering::Release);
     std::mem::forget(tensor.unbind());
-    TORCH_TABLE.store(
-        (table as *const DLPackExchangeAPI).cast_mut(),
-        Ordering::Release,
-    );
-    Some(table)
 }
 
 /// Whether `obj`'s type is exactly `torch.Tensor` (a pointer comparison);
-/// `false` before [`torch_table`] first found PyTorch.
+/// `false` before [`learn_torch_tensor`] first learnt it.
 pub(crate) fn is_exactly_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
     let tensor = TORCH_TENSOR.load(Ordering::Acquire);
     // SAFETY: `obj` is live; reading its type pointer.

@@ -553,23 +553,59 @@ fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
     }
 }
 
+/// `_weakref.getweakrefcount`, once checked to be CPython's own builtin
+/// (see [`ready_private_check`]).
+#[cfg(Py_LIMITED_API)]
+static WEAKREF_COUNT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+
 #[cfg(Py_LIMITED_API)]
 fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
-    // The limited API cannot read the list; `weakref.getweakrefcount` is a
-    // builtin that runs no Python code (it allocates an int, which cannot
-    // trigger the cyclic GC).
+    // The limited API cannot read the list; `_weakref.getweakrefcount`,
+    // checked in phase 1 to be CPython's own builtin, runs no Python code
+    // (it allocates an int, which cannot trigger the cyclic GC). Not
+    // checked yet: not private (nothing is looked up here, in phase 2).
     let py = obj.py();
-    static COUNT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let Ok(f) = COUNT.get_or_try_init(py, || {
-        py.import("_weakref")?
-            .getattr("getweakrefcount")
-            .map(Bound::unbind)
-    }) else {
+    let Some(f) = WEAKREF_COUNT.get(py) else {
         return false;
     };
     f.call1(py, (obj,))
         .and_then(|n| n.extract::<usize>(py))
         .is_ok_and(|n| n == 0)
+}
+
+/// Phase 1, before a source that [`is_private`] will check in phase 2: under
+/// the limited API, finds `_weakref.getweakrefcount` and checks that it is
+/// CPython's own C function of that name (`crate::trust::is_builtin`): a
+/// function put in its place would run Python code between the raw reads
+/// of phase 2. Refuses the argument otherwise. Nothing to do with the full
+/// API, which reads the weak-reference list itself.
+pub(crate) fn ready_private_check(py: Python<'_>) -> Result<(), ImportError> {
+    #[cfg(Py_LIMITED_API)]
+    {
+        WEAKREF_COUNT
+            .get_or_try_init(py, || {
+                let f = py
+                    .import("_weakref")
+                    .and_then(|m| m.getattr("getweakrefcount"))
+                    .map_err(|e| producer_error("_weakref.getweakrefcount", e, py))?;
+                if crate::trust::is_builtin(&f, "getweakrefcount", crate::trust::python_image()) {
+                    Ok(f.unbind())
+                } else {
+                    Err(ImportError::Unreadable(
+                        "_weakref.getweakrefcount is not CPython's own (it was replaced), so \
+                         dlcast cannot check that its private alias of the tensor stays private; \
+                         restore it to pass tensors"
+                            .into(),
+                    ))
+                }
+            })
+            .map(|_| ())
+    }
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        let _ = py;
+        Ok(())
+    }
 }
 
 /// Phase 1 for an argument that is not a PyTorch tensor (the `torch` module

@@ -1,0 +1,285 @@
+"""dlcast trusts PyTorch's C-level state, never a Python attribute that Python
+code can replace (torch.rs `handles`, exchange.rs `torch_table`).
+
+Each test replaces one attribute dlcast relies on — before dlcast's first
+use of PyTorch in the process, and after a first call — and checks that the
+guarantee the attribute stood for still holds (a mode kept out of dlcast's
+reads, the version counter bumped, an inference tensor left alone, no
+Python code called in phase 2), or that the call is refused with a Python
+exception. Each runs in a fresh interpreter (`run_py`): the replacements
+are process-wide.
+"""
+
+import json
+
+import pytest
+
+from conftest import run_py
+
+WHEN = ["before_first_use", "after_a_first_call"]
+
+_PRELUDE = """
+import json, torch, dlcast_testext as ext
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+if {after}:
+    # dlcast's first use of PyTorch: its attributes found and cached.
+    ext.sum_f64(torch.ones(3, dtype=torch.float64))
+    ext.fill_f64(torch.zeros(3, dtype=torch.float64), 1.0)
+def outcome(f):
+    try:
+        return {{"value": f()}}
+    except (BufferError, TypeError, RuntimeError) as e:
+        return {{"refused": type(e).__name__ + ": " + str(e)}}
+"""
+
+
+def run(code, when):
+    """Runs the prelude then `code`, which prints one JSON line last."""
+    prelude = _PRELUDE.format(after=when == "after_a_first_call")
+    r = run_py(prelude + code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_FUNCTION_MODE = """
+seen = []
+class Spy(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+"""
+
+_DISPATCH_MODE = """
+seen = []
+class Spy(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+"""
+
+
+def assert_kept_out(got):
+    """The call gave the right sum with no Python code of the mode seeing
+    dlcast's reads, or was refused."""
+    if "refused" in got:
+        assert "not PyTorch's own" in got["refused"], got
+        return
+    assert got["value"] == 6.0, got
+    assert got["seen"] == [], got
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_planted_exchange_table_is_never_called(when):
+    # A table of ctypes callbacks (Python code) on the class attribute,
+    # each forwarding to PyTorch's own function and counting its calls.
+    got = run(
+        """
+import ctypes
+from conftest import ApiC, FROM_OBJ, MANAGED_FROM_OBJ, WORK_STREAM
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+real = ApiC.from_address(get(torch._C._dlpack_exchange_api(), b"dlpack_exchange_api"))
+calls = []
+def read(obj, out):
+    calls.append("dltensor")
+    return real.dltensor_from_obj(obj, out)
+def managed(obj, out):
+    calls.append("managed")
+    return real.managed_from_obj(obj, out)
+def stream(kind, index, out):
+    calls.append("stream")
+    return real.current_work_stream(kind, index, out)
+fake = ApiC()
+fake.header.major, fake.header.minor = real.header.major, real.header.minor
+fake.allocator, fake.managed_to_obj = real.allocator, real.managed_to_obj
+keep = [FROM_OBJ(read), MANAGED_FROM_OBJ(managed), WORK_STREAM(stream)]
+fake.dltensor_from_obj, fake.managed_from_obj, fake.current_work_stream = keep
+make = ctypes.pythonapi.PyCapsule_New
+make.restype, make.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+torch.Tensor.__dlpack_c_exchange_api__ = make(ctypes.addressof(fake), b"dlpack_exchange_api", None)
+t = torch.arange(4, dtype=torch.float64)
+w = torch.zeros(3, dtype=torch.float64)
+got = outcome(lambda: [ext.sum_f64(t), ext.fill_f64(w, 2.0), w.tolist()])
+got["calls"] = calls
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert got["calls"] == [], got
+    assert got.get("value") == [6.0, None, [2.0, 2.0, 2.0]], got
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+@pytest.mark.parametrize(
+    "stack,mode",
+    [("_len_torch_function_stack", _FUNCTION_MODE), ("_len_torch_dispatch_stack", _DISPATCH_MODE)],
+)
+def test_a_replaced_mode_stack_length_keeps_modes_out(when, stack, mode):
+    got = run(
+        mode
+        + f"""
+torch._C.{stack} = lambda: 0
+t = torch.arange(4, dtype=torch.float64)
+with Spy():
+    got = outcome(lambda: ext.sum_f64(t))
+got["seen"] = seen
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert_kept_out(got)
+
+
+_NO_OP_CONTEXT = """
+class NoOp:
+    def __init__(self, *a): pass
+    def __enter__(self): return self
+    def __exit__(self, *a): return False
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_replaced_disable_torch_function_keeps_function_modes_out(when):
+    got = run(
+        _FUNCTION_MODE
+        + _NO_OP_CONTEXT
+        + """
+torch._C.DisableTorchFunction = NoOp
+t = torch.arange(4, dtype=torch.float64)
+with Spy():
+    got = outcome(lambda: ext.sum_f64(t))
+got["seen"] = seen
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert_kept_out(got)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+@pytest.mark.parametrize(
+    "replace",
+    [
+        "torch._C._DisableTorchDispatch = NoOp",
+        "torch._C._DisableTorchDispatch.__enter__ = lambda self: None",
+        "torch._C._DisableTorchDispatch.__init__ = lambda self: None",
+        "torch._C._DisableTorchDispatch = torch._C._DisableFuncTorch",
+        "torch._C._DisableTorchDispatch.__new__ = staticmethod(lambda cls, *a: NoOp())",
+    ],
+)
+def test_a_replaced_disable_torch_dispatch_keeps_dispatch_modes_out(when, replace):
+    got = run(
+        _DISPATCH_MODE
+        + _NO_OP_CONTEXT
+        + f"""
+{replace}
+t = torch.arange(4, dtype=torch.float64)
+with Spy():
+    got = outcome(lambda: ext.sum_f64(t))
+got["seen"] = seen
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert_kept_out(got)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_replaced_increment_version_still_bumps_the_version(when):
+    got = run(
+        """
+torch._C._increment_version = lambda tensors: None
+t = torch.zeros(3, dtype=torch.float64)
+before = t._version
+got = outcome(lambda: ext.fill_f64(t, 2.0))
+got["bumped"] = t._version > before
+got["values"] = t.tolist()
+print(json.dumps(got))
+""",
+        when,
+    )
+    if "refused" in got:
+        assert "not PyTorch's own" in got["refused"], got
+        assert got["values"] == [0.0, 0.0, 0.0], got
+    else:
+        assert got["bumped"], got
+        assert got["values"] == [2.0, 2.0, 2.0], got
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_replaced_is_inference_mode_enabled_keeps_inference_tensors_unwritten(when):
+    got = run(
+        """
+with torch.inference_mode():
+    t = torch.zeros(3, dtype=torch.float64)
+torch.is_inference_mode_enabled = lambda: True
+got = outcome(lambda: ext.fill_f64(t, 2.0))
+got["values"] = t.tolist()
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert "refused" in got, got
+    assert got["values"] == [0.0, 0.0, 0.0], got
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_replaced_torch_tensor_keeps_subclass_overrides_out(when):
+    # `torch.Tensor` named a subclass: its instances are still not PyTorch's
+    # plain tensors, so dlcast's reads stay inside the disabled regions.
+    got = run(
+        """
+seen = []
+class Spy(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        seen.append(str(func))
+        return super().__torch_function__(func, types, args, kwargs)
+real = torch.Tensor
+torch.Tensor = Spy
+t = real.as_subclass(torch.arange(4, dtype=torch.float64), Spy)
+seen.clear()
+got = outcome(lambda: ext.sum_f64(t))
+got["seen"] = seen
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert_kept_out(got)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("when", WHEN)
+def test_a_replaced_getweakrefcount_is_never_called(when):
+    # Only the limited API (the abi3 build) asks `_weakref` whether the
+    # private alias has weak references; the function must be CPython's.
+    got = run(
+        """
+import _weakref
+real = _weakref.getweakrefcount
+calls = []
+def count(obj):
+    calls.append(1)
+    return real(obj)
+_weakref.getweakrefcount = count
+t = torch.arange(4, dtype=torch.float64)
+w = torch.zeros(3, dtype=torch.float64)
+got = outcome(lambda: [ext.sum_f64(t), ext.fill_f64(w, 2.0), w.tolist()])
+got["calls"] = len(calls)
+print(json.dumps(got))
+""",
+        when,
+    )
+    assert got["calls"] == 0, got
+    if "refused" in got:
+        assert "getweakrefcount is not CPython's own" in got["refused"], got
+    else:
+        assert got["value"] == [6.0, None, [2.0, 2.0, 2.0]], got
