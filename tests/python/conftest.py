@@ -53,10 +53,6 @@ def capsule(arr, **kw):
     return ext.make_capsule(arr.tobytes(), shape, strides, **fields)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
-
-
 def run_py(code, timeout=120):
     """Runs `code` (dedented) in a fresh interpreter from this folder: for
     checks that may crash the process, or that need a process of their own."""
