@@ -89,6 +89,12 @@ struct Handles {
     /// (C functions without arguments); `None` in a PyTorch without them,
     /// which then always takes the disabled regions.
     mode_stacks: Option<(Py<PyAny>, Py<PyAny>)>,
+    /// `torch._C._to_dlpack_versioned` (else `_to_dlpack`), checked: the C
+    /// export behind `Tensor.__dlpack__`, for host tensors read without the
+    /// exchange table (`Tensor.__dlpack__` itself is Python code of the
+    /// `torch.Tensor` class, which Python code can replace). `None` in a
+    /// PyTorch without either.
+    to_dlpack: Option<Py<PyAny>>,
 }
 
 /// `torch._C._DisableTorchDispatch`, a pybind11 class: a heap type, whose
@@ -268,7 +274,13 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
         let disable_dispatch = c.getattr("_DisableTorchDispatch").map_err(lookup)?;
         let disable_dispatch = DispatchGuard::find(&disable_dispatch, image)
             .ok_or_else(|| not_torchs_own("torch._C._DisableTorchDispatch"))?;
+        let to_dlpack = ["_to_dlpack_versioned", "_to_dlpack"]
+            .into_iter()
+            .find(|name| c.hasattr(*name).unwrap_or(false))
+            .map(|name| builtin(&c, name, "torch._C._to_dlpack_versioned"))
+            .transpose()?;
         Ok(Handles {
+            to_dlpack,
             data: get("data")?,
             requires_grad: get("requires_grad")?,
             is_inference: get("is_inference")?,
@@ -556,8 +568,9 @@ pub(crate) fn prepare(
     refuse_lazy_bits(lazy_bits(&alias, h, complex)?)?;
     drop(off);
     let Some((api, exchange::Described { device, .. })) = described else {
-        // A PyTorch without the exchange API: the alias's own `__dlpack__`.
-        return via_dlpack(alias, None, sx, bump);
+        // No exchange table (a PyTorch without it, or one that failed its
+        // checks): the alias exported by PyTorch's C code.
+        return via_dlpack(alias, None, sx, bump, h);
     };
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
@@ -584,7 +597,7 @@ pub(crate) fn prepare(
             },
             bump,
         }),
-        None => via_dlpack(alias, Some(device), sx, bump),
+        None => via_dlpack(alias, Some(device), sx, bump, h),
     }
 }
 
@@ -620,15 +633,42 @@ fn plain(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     Ok(exchange::is_exactly_torch_tensor(obj) && no_modes(obj.py(), h)?)
 }
 
-/// The alias through its `__dlpack__` (device memory that needs a stream
-/// handed over, or a PyTorch without the exchange API): a capsule that
-/// holds the alias's tensor, read in phase 2 while the alias stays private.
+/// The alias as a capsule (device memory that needs a stream handed over,
+/// or no exchange table): a capsule that holds the alias's tensor, read in
+/// phase 2 while the alias stays private. Inside the disabled regions, so
+/// that no mode sees or answers the export. Memory taken as it is on the
+/// producer's stream (the default) goes through PyTorch's C export
+/// (`Handles::to_dlpack`); memory that needs a stream handed over through
+/// the alias's `__dlpack__`, the only interface PyTorch offers for that
+/// (see the README's Safety section).
 fn via_dlpack(
     alias: Bound<'_, PyAny>,
     device: Option<crate::device::Device>,
     sx: StreamCx,
     bump: Option<Py<PyAny>>,
+    h: &'static Handles,
 ) -> Result<Prepared, ImportError> {
+    let py = alias.py();
+    let _off = NoTorchFunction::enter(py, h)?;
+    if let (Some(export), StreamRequest::Producer) = (&h.to_dlpack, sx.request) {
+        // Taken as it is on the producer's stream, as the exchange table's
+        // read would.
+        let cap = export
+            .bind(py)
+            .call1((&alias,))
+            .map_err(|e| producer_error("torch._C._to_dlpack_versioned", e, py))?;
+        return Ok(Prepared {
+            source: Source::Managed {
+                owner: capsule::take(&cap)?,
+                path: ImportPath::Dlpack,
+                stream: None,
+                immutable: false,
+                said: device,
+                private: Some(alias.unbind()),
+            },
+            bump,
+        });
+    }
     let device = match device {
         Some(d) => Some(d),
         None if sx.may_need => capsule::dlpack_device(&alias)?,

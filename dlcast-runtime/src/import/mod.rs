@@ -554,23 +554,52 @@ fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// `_weakref.getweakrefcount`, once checked to be CPython's own builtin
-/// (see [`ready_private_check`]).
+/// (see [`ready_private_check`]): the object (kept alive) and its C
+/// function, a `METH_O` function called directly in phase 2.
 #[cfg(Py_LIMITED_API)]
-static WEAKREF_COUNT: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+struct WeakrefCount {
+    builtin: Py<PyAny>,
+    function: ffi::PyCFunction,
+}
+
+#[cfg(Py_LIMITED_API)]
+static WEAKREF_COUNT: pyo3::sync::PyOnceLock<WeakrefCount> = pyo3::sync::PyOnceLock::new();
 
 #[cfg(Py_LIMITED_API)]
 fn no_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
-    // The limited API cannot read the list; `_weakref.getweakrefcount`,
-    // checked in phase 1 to be CPython's own builtin, runs no Python code
-    // (it allocates an int, which cannot trigger the cyclic GC). Not
-    // checked yet: not private (nothing is looked up here, in phase 2).
+    // The limited API cannot read the list. `_weakref.getweakrefcount`,
+    // checked in phase 1 to be CPython's own `METH_O` builtin, is called
+    // through its C function: no argument tuple is made (a tuple is tracked
+    // by the cyclic collector, whose run could call finalizers, Python
+    // code); it allocates only an int, which the collector does not track.
+    // Not checked yet: not private (nothing is looked up here, in phase 2).
     let py = obj.py();
-    let Some(f) = WEAKREF_COUNT.get(py) else {
+    let Some(count) = WEAKREF_COUNT.get(py) else {
         return false;
     };
-    f.call1(py, (obj,))
-        .and_then(|n| n.extract::<usize>(py))
-        .is_ok_and(|n| n == 0)
+    // SAFETY: `function` is the `METH_O` C function of the builtin kept in
+    // `count` (checked in `ready_private_check`): called as CPython calls
+    // it, with the builtin's `self` (its module, borrowed from the builtin)
+    // and one borrowed argument; it returns a new reference or NULL with an
+    // exception set.
+    let n = unsafe {
+        let module = ffi::PyCFunction_GetSelf(count.builtin.as_ptr());
+        (count.function)(module, obj.as_ptr())
+    };
+    if n.is_null() {
+        drop(PyErr::take(py));
+        return false;
+    }
+    // SAFETY: `n` is a new reference (an int); PyLong_AsSsize_t runs no
+    // Python code on an exact int; the reference is released after.
+    unsafe {
+        let v = ffi::PyLong_AsSsize_t(n);
+        ffi::Py_DecRef(n);
+        if v == -1 {
+            drop(PyErr::take(py));
+        }
+        v == 0
+    }
 }
 
 /// Phase 1, before a source that [`is_private`] will check in phase 2: under
@@ -588,8 +617,21 @@ pub(crate) fn ready_private_check(py: Python<'_>) -> Result<(), ImportError> {
                     .import("_weakref")
                     .and_then(|m| m.getattr("getweakrefcount"))
                     .map_err(|e| producer_error("_weakref.getweakrefcount", e, py))?;
-                if crate::trust::is_builtin(&f, "getweakrefcount", crate::trust::python_image()) {
-                    Ok(f.unbind())
+                // SAFETY (both calls): `f` is exactly a builtin (checked
+                // first, by `is_builtin`), as the two functions require.
+                let function =
+                    crate::trust::is_builtin(&f, "getweakrefcount", crate::trust::python_image())
+                        .then(|| unsafe {
+                            (ffi::PyCFunction_GetFlags(f.as_ptr()) == ffi::METH_O)
+                                .then(|| ffi::PyCFunction_GetFunction(f.as_ptr()))
+                                .flatten()
+                        })
+                        .flatten();
+                if let Some(function) = function {
+                    Ok(WeakrefCount {
+                        builtin: f.unbind(),
+                        function,
+                    })
                 } else {
                     Err(ImportError::Unreadable(
                         "_weakref.getweakrefcount is not CPython's own (it was replaced), so \
