@@ -177,10 +177,13 @@ def test_kind8_the_registry_is_shared_through_the_interpreter_state():
     # through the C API), not in `sys.modules`.
     api = ctypes.pythonapi
     api.PyInterpreterState_Get.restype = ctypes.c_void_p
-    api.PyInterpreterState_GetDict.restype = ctypes.py_object
+    # A borrowed reference: taken as a plain pointer, then as an object
+    # (a `py_object` result type would steal a reference it does not own).
+    api.PyInterpreterState_GetDict.restype = ctypes.c_void_p
     api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
     ext.live_borrows()
-    cap = api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())["dlcast.borrow_registry"]
+    state = ctypes.cast(api.PyInterpreterState_GetDict(api.PyInterpreterState_Get()), ctypes.py_object)
+    cap = state.value["dlcast.borrow_registry"]
     assert type(cap).__name__ == "PyCapsule"
     assert "dlcast.borrow_registry" in repr(cap)
     assert "_dlcast_shared" not in sys.modules

@@ -91,9 +91,11 @@ import gc
 ext.fill_f64(np.zeros(2), 1.0)
 api = ctypes.pythonapi
 api.PyInterpreterState_Get.restype = ctypes.c_void_p
-api.PyInterpreterState_GetDict.restype = ctypes.py_object
+# A borrowed reference: a plain pointer, then an object (a `py_object`
+# result type would steal a reference it does not own).
+api.PyInterpreterState_GetDict.restype = ctypes.c_void_p
 api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
-d = api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())
+d = ctypes.cast(api.PyInterpreterState_GetDict(api.PyInterpreterState_Get()), ctypes.py_object).value
 cap = d.get("dlcast.borrow_registry")
 print(type(cap).__name__, "dlcast.borrow_registry" in repr(cap))
 print("reachable", gc.is_tracked(d) or any(o is d for o in gc.get_objects()))
@@ -137,9 +139,11 @@ shared.borrow_registry = fake
 sys.modules["_dlcast_shared"] = shared
 api = ctypes.pythonapi
 api.PyInterpreterState_Get.restype = ctypes.c_void_p
-api.PyInterpreterState_GetDict.restype = ctypes.py_object
+# A borrowed reference: a plain pointer, then an object (a `py_object`
+# result type would steal a reference it does not own).
+api.PyInterpreterState_GetDict.restype = ctypes.c_void_p
 api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
-api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())["dlcast.borrow_registry"] = fake
+ctypes.cast(api.PyInterpreterState_GetDict(api.PyInterpreterState_Get()), ctypes.py_object).value["dlcast.borrow_registry"] = fake
 try:
     ext.fill_f64(np.zeros(3), 1.0)
     print("ran")
