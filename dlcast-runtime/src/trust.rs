@@ -46,9 +46,10 @@ pub(crate) fn image_base(addr: *const c_void) -> Option<usize> {
         if addr.is_null() {
             return None;
         }
+        // SAFETY: `Dl_info` is four pointers, for which all zeroes is valid.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: `dladdr` only reads the dynamic loader's tables; `info` is
         // a valid out pointer, written on success (a non-zero return).
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         let found = unsafe { libc::dladdr(addr, &mut info) } != 0;
         (found && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
     }

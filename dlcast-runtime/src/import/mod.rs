@@ -617,16 +617,18 @@ pub(crate) fn ready_private_check(py: Python<'_>) -> Result<(), ImportError> {
                     .import("_weakref")
                     .and_then(|m| m.getattr("getweakrefcount"))
                     .map_err(|e| producer_error("_weakref.getweakrefcount", e, py))?;
-                // SAFETY (both calls): `f` is exactly a builtin (checked
-                // first, by `is_builtin`), as the two functions require.
-                let function =
-                    crate::trust::is_builtin(&f, "getweakrefcount", crate::trust::python_image())
-                        .then(|| unsafe {
-                            (ffi::PyCFunction_GetFlags(f.as_ptr()) == ffi::METH_O)
-                                .then(|| ffi::PyCFunction_GetFunction(f.as_ptr()))
-                                .flatten()
-                        })
-                        .flatten();
+                let image = crate::trust::python_image();
+                let function = if crate::trust::is_builtin(&f, "getweakrefcount", image) {
+                    // SAFETY: both calls: `f` is exactly a builtin
+                    // (`is_builtin`), as the two functions require.
+                    unsafe {
+                        (ffi::PyCFunction_GetFlags(f.as_ptr()) == ffi::METH_O)
+                            .then(|| ffi::PyCFunction_GetFunction(f.as_ptr()))
+                            .flatten()
+                    }
+                } else {
+                    None
+                };
                 if let Some(function) = function {
                     Ok(WeakrefCount {
                         builtin: f.unbind(),
