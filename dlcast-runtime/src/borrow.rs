@@ -109,9 +109,18 @@ pub struct BorrowReq {
 // module (never unloaded); everything else is plain integers.
 unsafe impl Send for BorrowReq {}
 
+/// The first field of every [`BorrowApi`]: bytes no other library's data
+/// is expected to start a table with, so that a capsule pointing into
+/// another library's static data (which lies in a library's image, and
+/// whose following words may well point into that library's code) is not
+/// taken for a registry.
+pub const API_MAGIC: [u8; 16] = *b"dlcast:registry\x01";
+
 /// The registry's C interface, as published in the capsule.
 #[repr(C)]
 pub struct BorrowApi {
+    /// [`API_MAGIC`].
+    pub magic: [u8; 16],
     /// [`API_VERSION`] of the publisher.
     pub version: u64,
     /// Registers `*req`; returns its id (non-zero), or 0 and writes the
@@ -230,6 +239,7 @@ const EMPTY: BorrowReq = BorrowReq {
 
 /// This build's registry, published if no other extension did so first.
 static OWN_API: BorrowApi = BorrowApi {
+    magic: API_MAGIC,
     version: API_VERSION,
     acquire,
     release,
@@ -322,10 +332,19 @@ fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static BorrowApi> {
     }
     // Nothing is read from a table outside a library's image.
     let image = image_base(ptr)?;
-    // SAFETY: a capsule of this name whose pointer lies in a library's
-    // image holds the `BorrowApi` static of a dlcast build (Python code
-    // cannot place data there), valid for the process; every version starts
-    // with the fields of version 1.
+    // The magic first: the capsule may point at any library's static data
+    // (Python code can make a capsule of any address), of which 16 bytes
+    // are read, within the image. Only a table that starts with them is
+    // read further.
+    // SAFETY: `ptr` lies in a loaded library's image (checked above), which
+    // is mapped; the 16 bytes are read unaligned, as plain bytes.
+    let magic = unsafe { ptr.cast::<[u8; 16]>().read_unaligned() };
+    if magic != API_MAGIC || ptr.align_offset(std::mem::align_of::<BorrowApi>()) != 0 {
+        return None;
+    }
+    // SAFETY: an aligned table in a library's image that starts with the
+    // magic is the `BorrowApi` static of a dlcast build, valid for the
+    // process; every version starts with the fields of version 1.
     let api = unsafe { &*ptr.cast::<BorrowApi>() };
     let functions = [
         api.acquire as *const c_void,

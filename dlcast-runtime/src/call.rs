@@ -157,6 +157,9 @@ struct Slot {
     converted: Option<(Py<PyAny>, SmallVec<[usize; 4]>)>,
     /// A NumPy array sent through `__dlpack__` once already.
     via_dlpack: bool,
+    /// Its holds in rust-numpy's registries (an exact `numpy.ndarray`, when
+    /// rust-numpy published its own), acquired in phase 1.
+    rnp: Option<crate::borrow::rnp::PreHold>,
 }
 
 impl Slot {
@@ -171,6 +174,7 @@ impl Slot {
             taken: std::cell::Cell::new(false),
             converted: None,
             via_dlpack: false,
+            rnp: None,
         }
     }
 }
@@ -191,6 +195,9 @@ enum Work {
     /// byte-swapped format or strides that are not whole elements): a
     /// NumPy copy, where the parameter converts; else the error.
     ViaNumpy(PyErr),
+    /// An exact `numpy.ndarray` whose holds in rust-numpy's registries do
+    /// not describe it as read: acquire them again.
+    Rehold,
 }
 
 /// Why a phase-2 pass stopped.
@@ -331,7 +338,7 @@ impl<const N: usize> CallCx<N> {
         if numpy::is_ndarray(obj) {
             crate::borrow::rnp::check(obj.py())?;
             self.slots[index].source = Source::Numpy(obj.clone().unbind());
-            return Ok(());
+            return self.pre_hold(index);
         }
         match self.prepare_slot(index, obj, true) {
             Err(e) => self.convert_via_numpy(index, obj, e),
@@ -434,10 +441,14 @@ impl<const N: usize> CallCx<N> {
             import::prepare(obj, sx, numpy_fields).map(|s| (s, None))
         })();
         let (source, bump) = prepared.map_err(|e| self.import_error(py, param, e))?;
-        if matches!(source, Source::Numpy(_)) {
+        let numpy = matches!(source, Source::Numpy(_));
+        if numpy {
             crate::borrow::rnp::check(py)?;
         }
         self.slots[index].source = source;
+        if numpy {
+            self.pre_hold(index)?;
+        }
         if let Some(t) = bump {
             if self.bump.try_reserve(1).is_err() {
                 return Err(pyo3::exceptions::PyMemoryError::new_err(
@@ -447,6 +458,32 @@ impl<const N: usize> CallCx<N> {
             self.bump.push(t);
         }
         Ok(())
+    }
+
+    /// Phase 1 for an exact `numpy.ndarray` (not a converted temporary):
+    /// its holds in rust-numpy's registries, when rust-numpy published its
+    /// own (see `borrow::rnp::PreHold`); earlier holds of the slot are
+    /// released first.
+    fn pre_hold(&mut self, index: usize) -> PyResult<()> {
+        let py = self.py();
+        let slot = &mut self.slots[index];
+        slot.rnp = None;
+        let (Some(foreign), Source::Numpy(array), None) =
+            (crate::borrow::rnp::foreign(), &slot.source, &slot.converted)
+        else {
+            return Ok(());
+        };
+        let writable = slot.writable;
+        match crate::borrow::rnp::pre_hold(foreign, array.bind(py), writable) {
+            Ok(held) => {
+                self.slots[index].rnp = Some(held);
+                Ok(())
+            }
+            // Not writeable: phase 2 refuses it with dlcast's own message
+            // (or, made writable by then, asks for the holds again).
+            Err(-2) => Ok(()),
+            Err(_) => Err(self.rust_numpy_error(&self.spec.params[index], writable)),
+        }
     }
 
     /// Phase 2: reads and checks every argument, and enters its view in the
@@ -471,11 +508,16 @@ impl<const N: usize> CallCx<N> {
         for _ in 0..bound {
             match self.read_pass() {
                 Ok(()) if self.bump.is_empty() || self.bumped => {
-                    // Each read owns what keeps its memory alive from here.
+                    // Each read owns what keeps its memory alive from here,
+                    // and its holds in rust-numpy's registries live as long
+                    // as its borrow (else until the call ends).
                     for slot in &mut self.slots {
                         if let Some(raw) = slot.raw.get_mut() {
                             raw.set_owner(import::into_owner(&mut slot.source));
                             self.defers |= raw.defers_release();
+                            if let (Some(held), Some(borrow)) = (&mut slot.rnp, &raw.borrow) {
+                                held.commit(borrow);
+                            }
                         }
                     }
                     self.finished = true;
@@ -615,9 +657,22 @@ impl<const N: usize> CallCx<N> {
                     ),
                 )));
             }
-            if let Some(shared) = crate::borrow::rnp::foreign() {
-                let source = (&slot.source, slot.converted.is_some());
-                who.hold_rust_numpy(shared, index, source, raw, writable)?;
+            // Its holds in rust-numpy's registries, acquired in phase 1, must
+            // describe the array as read (no call into them here).
+            if let (Some(foreign), Source::Numpy(array), None, Some(_)) = (
+                crate::borrow::rnp::foreign(),
+                &slot.source,
+                &slot.converted,
+                &raw.borrow,
+            ) {
+                let array = array.bind(py);
+                if !slot
+                    .rnp
+                    .as_ref()
+                    .is_some_and(|h| h.matches(array, foreign, writable))
+                {
+                    return Err(Stop::Work(index, Work::Rehold));
+                }
             }
         }
         Ok(())
@@ -641,6 +696,7 @@ impl<const N: usize> CallCx<N> {
                 }
             }
             Work::ViaNumpy(e) => self.convert_via_numpy(index, obj, e),
+            Work::Rehold => self.pre_hold(index),
             Work::Convert {
                 target,
                 what,
@@ -1073,28 +1129,6 @@ impl Who {
             param.name,
             name(other.function, other.function_len),
         ))
-    }
-
-    /// Where rust-numpy's registry is not dlcast's (see [`crate::borrow::rnp`]):
-    /// the view of slot `index`, entered in dlcast's registry as `raw`, is
-    /// also acquired there if it reads an exact `numpy.ndarray` from its
-    /// fields (not a converted copy; empty arrays are not entered), until
-    /// its borrow ends. `BufferError` if rust-numpy's registry refuses.
-    #[cold]
-    #[inline(never)]
-    fn hold_rust_numpy(
-        &self,
-        shared: &'static crate::borrow::rnp::Foreign,
-        index: usize,
-        (source, converted): (&Source, bool),
-        raw: &RawTensor,
-        writable: bool,
-    ) -> PyResult<()> {
-        let (Source::Numpy(array), false, Some(borrow)) = (source, converted, &raw.borrow) else {
-            return Ok(());
-        };
-        crate::borrow::rnp::hold(shared, array.bind(self.py()), writable, borrow)
-            .map_err(|_| self.rust_numpy_error(&self.spec.params[index], writable))
     }
 
     /// A view refused by rust-numpy's own registry.

@@ -154,12 +154,12 @@ impl DispatchGuard {
         let dict = class.getattr(intern!(py, "__dict__")).ok()?;
         let method = |name: &str| -> Option<Py<PyAny>> {
             let entry = dict.get_item(name).ok()?;
-            // pybind11 wraps each method in an `instancemethod`.
-            let f = entry.getattr(intern!(py, "__func__")).unwrap_or(entry);
-            let doc = f.getattr(intern!(py, "__doc__")).ok()?;
-            let doc = doc.extract::<pyo3::pybacked::PyBackedStr>().ok()?;
+            // pybind11 wraps each method in an `instancemethod`; the function
+            // and its signature text are read from their C structs.
+            let f = crate::trust::instancemethod_function(&entry).unwrap_or(entry);
+            let doc = crate::trust::builtin_doc(&f)?.to_bytes();
             let signed = format!("{name}(self: {DISPATCH_GUARD}");
-            (crate::trust::is_builtin(&f, name, image) && doc.starts_with(&signed))
+            (crate::trust::is_builtin(&f, name, image) && doc.starts_with(signed.as_bytes()))
                 .then(|| f.unbind())
         };
         Some(DispatchGuard {
@@ -233,10 +233,17 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             return Err(not_torchs_own("torch._C.TensorBase"));
         }
         let image = base.as_ptr().cast::<std::ffi::c_void>().cast_const();
-        // A static type's `__dict__`: entries no Python code can change.
+        // Entries of a static type's `__dict__`, each checked to be
+        // `TensorBase`'s own C attribute of that name (Python code can
+        // change what the dictionary holds, through the garbage collector).
         let dict = base.getattr("__dict__").map_err(lookup)?;
         let get = |name: &str| -> Result<Py<PyAny>, ImportError> {
-            Ok(dict.get_item(name).map_err(lookup)?.unbind())
+            let entry = dict.get_item(name).map_err(lookup)?;
+            if crate::trust::is_own_descriptor(&entry, &base, name) {
+                Ok(entry.unbind())
+            } else {
+                Err(not_torchs_own(&format!("torch._C.TensorBase.{name}")))
+            }
         };
         let builtin = |owner: &Bound<'_, PyAny>, name: &str, what: &str| {
             let f = owner.getattr(name).map_err(lookup)?;

@@ -8,13 +8,16 @@
 //!
 //! - a **builtin function** (`builtin_function_or_method`, exactly) with a
 //!   given C-level name whose C function lies in a given shared library:
-//!   the name is the method table's `ml_name`, read through the builtin
-//!   type's own (immutable) `__name__` getter, and the function pointer is
-//!   the C code the call runs;
-//! - a **static type**: types made by Python code are heap types, so a
-//!   type without `Py_TPFLAGS_HEAPTYPE` was defined by C code, and its
-//!   attributes cannot be set from Python (CPython 3.10+ marks every static
-//!   type immutable; earlier ones refuse `setattr` on any non-heap type);
+//!   the name is the method table's `ml_name` and the function pointer the
+//!   C code the call runs, both read from the object's C struct;
+//! - a **static type** (types made by Python code are heap types, so a
+//!   type without `Py_TPFLAGS_HEAPTYPE` was defined by C code) of a given
+//!   C name (`tp_name`), nor one of its own C attributes (a
+//!   `getset_descriptor` or `method_descriptor` whose owner, C name and C
+//!   function are read from its struct). Python code *can* change what a
+//!   static type's dictionary holds (through the garbage collector's
+//!   referents of its read-only view), so the entries found there are
+//!   checked one by one, never trusted for being there;
 //! - **code or static data inside a loaded shared library's image**: a
 //!   ctypes or cffi callback is a trampoline in memory `libffi` allocates
 //!   (or in `libffi`'s own image, with static trampolines), never inside the
@@ -95,37 +98,186 @@ pub(crate) fn python_image() -> *const c_void {
     ffi::Py_IncRef as *const c_void
 }
 
-/// Whether `obj` is exactly a builtin function (`builtin_function_or_method`,
-/// not a subclass, not a Python function) whose C name is `name` and whose
-/// C function lies in the same image as `image` (see the module
-/// documentation). Runs no Python code.
+// The objects below are identified by fields of their C structs, read
+// directly, never by a Python attribute: attributes are found through a
+// type's dictionary, and even a static type's dictionary can be changed by
+// Python code (`gc.get_referents(T.__dict__)[0]` is the dictionary behind
+// the read-only view). These layouts are CPython's for every version dlcast
+// supports (3.9+), in the limited API too, where they are not declared.
+
+/// `PyCFunctionObject`'s first fields.
+#[repr(C)]
+struct CFunction {
+    ob_base: ffi::PyObject,
+    m_ml: *const ffi::PyMethodDef,
+    m_self: *mut ffi::PyObject,
+}
+
+/// `PyDescr_COMMON`.
+#[repr(C)]
+struct Descr {
+    ob_base: ffi::PyObject,
+    d_type: *mut ffi::PyTypeObject,
+}
+
+/// `PyGetSetDescrObject`.
+#[repr(C)]
+struct GetSetDescr {
+    common: Descr,
+    _d_name: *mut ffi::PyObject,
+    _d_qualname: *mut ffi::PyObject,
+    d_getset: *const ffi::PyGetSetDef,
+}
+
+/// `PyMethodDescrObject`'s first fields.
+#[repr(C)]
+struct MethodDescr {
+    common: Descr,
+    _d_name: *mut ffi::PyObject,
+    _d_qualname: *mut ffi::PyObject,
+    d_method: *const ffi::PyMethodDef,
+}
+
+/// `PyInstanceMethodObject` (pybind11 wraps its methods in one).
+#[repr(C)]
+struct InstanceMethod {
+    ob_base: ffi::PyObject,
+    func: *mut ffi::PyObject,
+}
+
+/// `PyTypeObject`'s first fields.
+#[repr(C)]
+struct TypeHead {
+    ob_base: ffi::PyVarObject,
+    tp_name: *const std::ffi::c_char,
+}
+
+extern "C" {
+    /// CPython's `instancemethod` type (not in the limited API's headers,
+    /// exported by every CPython 3).
+    static PyInstanceMethod_Type: u8;
+}
+
+/// Whether a C string (NUL-terminated, or NULL) equals `name`.
+///
+/// # Safety
+/// `s` is NULL or a valid C string.
+unsafe fn c_name_is(s: *const std::ffi::c_char, name: &str) -> bool {
+    // SAFETY: the caller's contract.
+    !s.is_null() && unsafe { std::ffi::CStr::from_ptr(s) }.to_bytes() == name.as_bytes()
+}
+
+/// Whether `obj`'s type is exactly the static type at `tp` (a pointer
+/// comparison).
+fn type_is(obj: &Bound<'_, PyAny>, tp: *const c_void) -> bool {
+    // SAFETY: `obj` is live; reading its type pointer.
+    unsafe { ffi::Py_TYPE(obj.as_ptr()) }
+        .cast::<c_void>()
+        .cast_const()
+        == tp
+}
+
+/// The method definition of `obj` if it is exactly a builtin function
+/// (`builtin_function_or_method`, not a subclass, not a Python function).
+fn builtin_def(obj: &Bound<'_, PyAny>) -> Option<&'static ffi::PyMethodDef> {
+    if !type_is(obj, std::ptr::addr_of!(ffi::PyCFunction_Type).cast()) {
+        return None;
+    }
+    // SAFETY: `obj` is exactly a `PyCFunctionObject`; its method definition
+    // is static data of the module that made it, valid for the process.
+    unsafe { (*obj.as_ptr().cast::<CFunction>()).m_ml.as_ref() }
+}
+
+/// Whether `obj` is exactly a builtin function whose C name (`ml_name`) is
+/// `name` and whose C function lies in the same image as `image` (see the
+/// module documentation). Reads C fields only: runs no Python code.
 pub(crate) fn is_builtin(obj: &Bound<'_, PyAny>, name: &str, image: *const c_void) -> bool {
-    let ptr = obj.as_ptr();
-    // SAFETY: `obj` is live; comparing its type pointer with the address of
-    // CPython's static `PyCFunction_Type` reads nothing else.
-    let exact = unsafe { ffi::Py_TYPE(ptr) == std::ptr::addr_of_mut!(ffi::PyCFunction_Type) };
-    if !exact {
-        return false;
+    builtin_def(obj).is_some_and(|def| {
+        // SAFETY: a method definition's name is a static C string; `ml_meth`
+        // is read as an address only.
+        unsafe {
+            c_name_is(def.ml_name, name)
+                && same_image(def.ml_meth.PyCFunction as *const c_void, image)
+        }
+    })
+}
+
+/// The C signature text (`ml_doc`) of a builtin checked with
+/// [`is_builtin`]; `None` without one.
+pub(crate) fn builtin_doc(obj: &Bound<'_, PyAny>) -> Option<&'static std::ffi::CStr> {
+    let def = builtin_def(obj)?;
+    // SAFETY: `ml_doc` is NULL or a static C string.
+    (!def.ml_doc.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(def.ml_doc) })
+}
+
+/// The `self` a builtin is bound to (its module, for a module's function),
+/// read from its C struct; `None` unless `obj` is exactly a builtin.
+pub(crate) fn builtin_self(obj: &Bound<'_, PyAny>) -> Option<*mut ffi::PyObject> {
+    builtin_def(obj)?;
+    // SAFETY: `obj` is exactly a `PyCFunctionObject` (checked above).
+    Some(unsafe { (*obj.as_ptr().cast::<CFunction>()).m_self })
+}
+
+/// The function an `instancemethod` wraps, read from its C struct; `None`
+/// unless `obj` is exactly an `instancemethod`.
+pub(crate) fn instancemethod_function<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    // Taking the address of CPython's static type object.
+    let tp = std::ptr::addr_of!(PyInstanceMethod_Type);
+    if !type_is(obj, tp.cast()) {
+        return None;
     }
-    // SAFETY: `obj` is exactly a `PyCFunction`, which the call requires.
-    let Some(function) = (unsafe { ffi::PyCFunction_GetFunction(ptr) }) else {
-        return false;
-    };
-    if !same_image(function as *const c_void, image) {
-        return false;
-    }
-    // `__name__` of an exact builtin is the type's own getter of `ml_name`
-    // (the type is static and immutable; its instances have no `__dict__`).
-    obj.getattr(pyo3::intern!(obj.py(), "__name__"))
-        .ok()
-        .and_then(|n| n.extract::<pyo3::pybacked::PyBackedStr>().ok())
-        .is_some_and(|n| &*n == name)
+    // SAFETY: `obj` is exactly a `PyInstanceMethodObject`, whose `func` is a
+    // live object it holds a reference to.
+    let func = unsafe { (*obj.as_ptr().cast::<InstanceMethod>()).func };
+    // SAFETY: as above: a new strong reference (an incref, no Python code).
+    (!func.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(obj.py(), func) })
+}
+
+/// Whether `obj` is exactly one of `owner`'s own C attributes named `name`
+/// (a `getset_descriptor` or `method_descriptor` made for the type `owner`,
+/// whose C name is `name` and whose getter or method lies in `owner`'s
+/// image). An entry put into `owner`'s dictionary by Python code, or a
+/// descriptor of another type or name, fails. Reads C fields only.
+pub(crate) fn is_own_descriptor(
+    obj: &Bound<'_, PyAny>,
+    owner: &Bound<'_, PyAny>,
+    name: &str,
+) -> bool {
+    let image = owner.as_ptr().cast::<c_void>().cast_const();
+    let owner = owner.as_ptr().cast::<ffi::PyTypeObject>();
+    // (owner type, C name, C function) of the descriptor, from its struct.
+    let (d_type, c_name, function) =
+        if type_is(obj, std::ptr::addr_of!(ffi::PyGetSetDescr_Type).cast()) {
+            // SAFETY: `obj` is exactly a `PyGetSetDescrObject`, whose
+            // definition is static data of the module that made it.
+            let descr = unsafe { &*obj.as_ptr().cast::<GetSetDescr>() };
+            // SAFETY: as above.
+            let Some(def) = (unsafe { descr.d_getset.as_ref() }) else {
+                return false;
+            };
+            let getter = def.get.map_or(std::ptr::null(), |g| g as *const c_void);
+            (descr.common.d_type, def.name, getter)
+        } else if type_is(obj, std::ptr::addr_of!(ffi::PyMethodDescr_Type).cast()) {
+            // SAFETY: `obj` is exactly a `PyMethodDescrObject`.
+            let descr = unsafe { &*obj.as_ptr().cast::<MethodDescr>() };
+            // SAFETY: as above.
+            let Some(def) = (unsafe { descr.d_method.as_ref() }) else {
+                return false;
+            };
+            // SAFETY: every variant of the union is one function pointer,
+            // read as an address only.
+            let method = unsafe { def.ml_meth.PyCFunction } as *const c_void;
+            (descr.common.d_type, def.ml_name, method)
+        } else {
+            return false;
+        };
+    // SAFETY: a definition's name is a static C string.
+    d_type == owner && unsafe { c_name_is(c_name, name) } && same_image(function, image)
 }
 
 /// Whether `obj` is a static type (defined by C code, not by Python code)
 /// whose object lies in the same image as `image`, or, with `image` NULL,
-/// in any image. Its `__dict__` then cannot be changed from Python. Runs
-/// no Python code.
+/// in any image. Runs no Python code.
 pub(crate) fn is_static_type(obj: &Bound<'_, PyAny>, image: *const c_void) -> bool {
     let ptr = obj.as_ptr();
     // SAFETY: `obj` is live; PyType_Check reads its type's flags.
@@ -144,29 +296,21 @@ pub(crate) fn is_static_type(obj: &Bound<'_, PyAny>, image: *const c_void) -> bo
     }
 }
 
-/// The C name (`tp_name`) of a static type, as `module.qualname`: the
-/// type's own `__module__` and `__qualname__`, which for a static type CPython
-/// derives from `tp_name` through the getters of `type` (immutable).
-/// `None` unless both `obj` and its metatype are static types (a heap
-/// metatype's attribute lookup could run Python code).
+/// The C name (`tp_name`, `module.qualname` for a static type) of a static
+/// type, read from its C struct; `None` unless `obj` is one.
 pub(crate) fn static_type_name(obj: &Bound<'_, PyAny>) -> Option<String> {
     if !is_static_type(obj, std::ptr::null()) {
         return None;
     }
-    let meta = obj.get_type();
-    if !is_static_type(meta.as_any(), std::ptr::null()) {
+    // SAFETY: `obj` is a type object; a static type's `tp_name` is a static
+    // C string.
+    let name = unsafe { (*obj.as_ptr().cast::<TypeHead>()).tp_name };
+    if name.is_null() {
         return None;
     }
-    let py = obj.py();
-    let part = |attr| {
-        obj.getattr(attr)
-            .ok()?
-            .extract::<pyo3::pybacked::PyBackedStr>()
-            .ok()
-    };
-    let module = part(pyo3::intern!(py, "__module__"))?;
-    let qualname = part(pyo3::intern!(py, "__qualname__"))?;
-    Some(format!("{}.{}", &*module, &*qualname))
+    // SAFETY: as above.
+    let name = unsafe { std::ffi::CStr::from_ptr(name) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

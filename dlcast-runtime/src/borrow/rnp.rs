@@ -445,6 +445,22 @@ struct Descr1 {
     elsize: c_int,
 }
 
+/// A dtype's `elsize`, read from its C struct in NumPy 2's or NumPy 1's
+/// layout.
+///
+/// # Safety
+/// `descr` is a live `PyArray_Descr` of the NumPy whose major version
+/// `numpy2` says.
+pub(crate) unsafe fn descr_elsize(descr: *const ffi::PyObject, numpy2: bool) -> isize {
+    if numpy2 {
+        // SAFETY: (caller) NumPy 2's layout.
+        unsafe { (*descr.cast::<Descr2>()).elsize }
+    } else {
+        // SAFETY: (caller) NumPy 1's layout.
+        unsafe { (*descr.cast::<Descr1>()).elsize as isize }
+    }
+}
+
 // ---- dlcast's table, published when rust-numpy had none -----------------
 
 /// rust-numpy's live borrows entered in dlcast's registry: the array (which
@@ -474,13 +490,8 @@ unsafe fn array_request(a: *mut ffi::PyObject, writable: bool) -> Option<BorrowR
             (*h).descr,
         )
     };
-    let itemsize = if NUMPY2.load(Ordering::Relaxed) {
-        // SAFETY: every array has a live descr, laid out as NumPy 2's.
-        unsafe { (*descr.cast::<Descr2>()).elsize }
-    } else {
-        // SAFETY: as above, NumPy 1's layout.
-        unsafe { (*descr.cast::<Descr1>()).elsize as isize }
-    };
+    // SAFETY: every array has a live descr.
+    let itemsize = unsafe { descr_elsize(descr, NUMPY2.load(Ordering::Relaxed)) };
     let itemsize = usize::try_from(itemsize).ok().filter(|&i| i > 0)?;
     let nd = usize::try_from(nd).unwrap_or(0);
     let (dims, strides): (&[isize], &[isize]) = if nd == 0 {
@@ -697,35 +708,98 @@ impl Drop for Hold {
 // `Py` fields.
 unsafe impl Send for Hold {}
 
-/// Acquires the exact `numpy.ndarray` `arr` in each of rust-numpy's
-/// registries `foreign` (C calls only: phase 2) for as long as the dlcast
-/// borrow `borrow` lives; `Err` with rust-numpy's code (-1: in use, -2: not
+/// What phase 1 acquired for one exact `numpy.ndarray` argument in each of
+/// rust-numpy's registries in use ([`foreign`]). rust-numpy's functions are
+/// called only in phase 1 ([`pre_hold`]) and after the body (releases):
+/// they are other code (a table Python code put in rust-numpy's place may
+/// even run Python code), so never between the raw reads and the body.
+/// Phase 2 only checks that the holds still describe the array as it is
+/// read ([`PreHold::matches`]): else the reads stop and phase 1 acquires
+/// again.
+pub(crate) struct PreHold {
+    holds: SmallVec<[Hold; 1]>,
+    /// How many tables were in use when acquired.
+    tables: usize,
+}
+
+/// Phase 1: acquires `arr` (a live exact `numpy.ndarray`) in each of
+/// `foreign`'s tables; `Err` with rust-numpy's code (-1: in use, -2: not
 /// writeable) if one refuses (those already granted are released).
-pub(crate) fn hold(
+pub(crate) fn pre_hold(
     foreign: &'static Foreign,
     arr: &Bound<'_, PyAny>,
     writable: bool,
-    borrow: &super::Borrow,
-) -> Result<(), c_int> {
-    let mut granted: SmallVec<[Hold; 1]> = SmallVec::new();
+) -> Result<PreHold, c_int> {
+    let mut holds: SmallVec<[Hold; 1]> = SmallVec::new();
     for &table in foreign.tables() {
         // SAFETY: the lists hold only verified tables kept alive for the
         // process (see `foreign`).
         let shared = unsafe { &*table };
-        granted.push(hold_in(shared, arr, writable)?);
+        holds.push(hold_in(shared, arr, writable)?);
     }
-    let mut list = holds();
-    if list.try_reserve(granted.len()).is_err() {
-        drop(list);
-        // Released by their drop; the view is refused like a conflict.
-        drop(granted);
-        return Err(-1);
-    }
-    list.extend(granted.into_iter().map(|h| (borrow.id, h)));
-    Ok(())
+    Ok(PreHold {
+        holds,
+        tables: foreign.tables().len(),
+    })
 }
 
-/// Acquires `arr` in the registry `shared` (see [`hold`]).
+impl PreHold {
+    /// Phase 2 (reads only, no call): whether these holds cover every table
+    /// in use, for a view of that writability, and were acquired with the
+    /// fields `arr` has now (its type, data, dimensions, strides, base,
+    /// dtype and flags).
+    pub(crate) fn matches(
+        &self,
+        arr: &Bound<'_, PyAny>,
+        foreign: &Foreign,
+        writable: bool,
+    ) -> bool {
+        let Some(first) = self.holds.first() else {
+            return false;
+        };
+        if self.tables != foreign.tables().len() || first.writable != writable {
+            return false;
+        }
+        let p = arr.as_ptr();
+        // SAFETY: `arr` is a live exact `numpy.ndarray` and the GIL is held;
+        // its fields up to `flags` are those of `ArrayHead`.
+        let h = unsafe { &*p.cast::<ArrayHead>() };
+        let nd = usize::try_from(h.nd).unwrap_or(0);
+        let same_dims = nd * 2 == first.dims.len()
+            && (nd == 0
+                // SAFETY: an array with `nd` > 0 has `nd` dimensions and
+                // strides, valid while the GIL is held and no Python code runs.
+                || unsafe {
+                    std::slice::from_raw_parts(h.dimensions, nd) == &first.dims[..nd]
+                        && std::slice::from_raw_parts(h.strides, nd) == &first.dims[nd..]
+                });
+        let root = if h.base.is_null() { p } else { h.base };
+        // SAFETY: `p` is a live object.
+        let tp = unsafe { ffi::Py_TYPE(p) };
+        same_dims
+            && tp == first.tp
+            && h.data == first.data
+            && h.nd == first.nd
+            && h.flags == first.flags
+            && root == first.root.as_ptr()
+            && h.descr == first.descr.as_ptr()
+    }
+
+    /// After the last pass: the holds live as long as the dlcast borrow
+    /// `borrow` ([`release`]); `false` (nothing moved: they stay here, and
+    /// are released on drop, after the body) when there is no memory to
+    /// note them.
+    pub(crate) fn commit(&mut self, borrow: &super::Borrow) -> bool {
+        let mut list = holds();
+        if list.try_reserve(self.holds.len()).is_err() {
+            return false;
+        }
+        list.extend(self.holds.drain(..).map(|h| (borrow.id, h)));
+        true
+    }
+}
+
+/// Acquires `arr` in the registry `shared` (see [`pre_hold`]).
 fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> Result<Hold, c_int> {
     let p = arr.as_ptr();
     // SAFETY: `arr` is a live exact `numpy.ndarray` and the GIL is held; its

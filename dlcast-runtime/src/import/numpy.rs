@@ -265,28 +265,28 @@ pub(crate) fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// The bytes `[lo, hi)` an exact `numpy.ndarray` reaches, from its own
-/// fields (data pointer, shape, byte strides) and its itemsize (the
-/// `itemsize` getter of the static type: C code Python cannot replace;
-/// instances have no `__dict__`), for any dtype, byte order or stride,
+/// fields (data pointer, shape, byte strides) and its dtype's `elsize`
+/// (read from the C struct, in the layout of the NumPy whose C API table
+/// was verified), for any dtype, byte order or stride,
 /// those DLPack cannot describe included. `None` unless
 /// [`is_exact_ndarray`] holds, or when the span overflows; `Some(None)` for
-/// an empty array (it touches no memory). Runs no Python code.
+/// an empty array (it touches no memory). Runs no Python code once NumPy's
+/// C API table was verified (the first call may import NumPy to verify it).
 pub(crate) fn byte_bounds(obj: &Bound<'_, PyAny>) -> Option<Option<(usize, usize)>> {
     if !is_exact_ndarray(obj) {
         return None;
     }
-    let item: isize = obj
-        .getattr(pyo3::intern!(obj.py(), "itemsize"))
-        .ok()?
-        .extract()
-        .ok()?;
-    if item < 0 {
-        return None;
-    }
+    let numpy2 = crate::npapi::table(obj.py())?.numpy2();
     // SAFETY: `obj` is exactly NumPy's array type (checked above), whose
     // objects start with the fields of `NpArray`; we hold the GIL and a
     // reference to `obj`, so the fields stay valid while we read.
     let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
+    // SAFETY: every array has a live descr, of the NumPy the verified C API
+    // table belongs to.
+    let item = unsafe { crate::borrow::rnp::descr_elsize(arr.descr.cast(), numpy2) };
+    if item < 0 {
+        return None;
+    }
     let ndim = usize::try_from(arr.nd).ok()?;
     let (dims, strides): (&[isize], &[isize]) = if ndim == 0 {
         (&[], &[])
