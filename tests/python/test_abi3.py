@@ -169,3 +169,47 @@ def test_replaced_numpy_asarray_cannot_redirect_a_writable_buffer():
         assert first.startswith("BufferError zero_bytes(): argument 'x': "), first
         assert "numpy.asarray" in first
         assert untouched == "True True"
+
+
+# The limited API (any abi3 level) cannot read an object's weak-reference
+# list, so the private-alias check calls `_weakref.getweakrefcount`'s C
+# function in phase 2.
+LIMITED_API = any(".abi3." in f for f in __import__("os").listdir(
+    __import__("os").path.dirname(ext.__file__)))
+
+
+@pytest.mark.hostile
+@pytest.mark.xfail(
+    LIMITED_API,
+    strict=True,
+    reason="is_builtin trusts __name__ read through PyCFunction_Type's dict, which "
+    "gc.get_referents hands out: builtins.len passes as getweakrefcount (a METH_O C "
+    "function of libpython), and len(alias) runs torch.Tensor.__len__ in phase 2",
+)
+def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
+    r = run_py("""
+        import gc, sys, builtins, _weakref, torch
+        import dlcast_testext as ext
+        real = gc.get_referents(type(len).__dict__)[0]
+        orig = real["__name__"]
+        class Name:
+            def __get__(self, obj, tp=None):
+                return "getweakrefcount" if obj is builtins.len else orig.__get__(obj, tp)
+            def __set__(self, obj, value):
+                orig.__set__(obj, value)
+        real["__name__"] = Name()
+        sys._clear_type_cache()
+        _weakref.getweakrefcount = builtins.len
+        seen = []
+        def tensor_len(self):
+            seen.append(ext.raw_reads_in_progress())
+            return 0
+        torch.Tensor.__len__ = tensor_len
+        try:
+            ext.sum_f64(torch.ones(3, dtype=torch.float64))
+        except (BufferError, TypeError) as e:
+            pass
+        print("python code inside the raw reads:", True in seen)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "python code inside the raw reads: False", r.stdout

@@ -317,3 +317,83 @@ print("calls", calls)
     assert lines[0] == "ndarray [2.0, 2.0, 2.0]", lines
     assert lines[1].startswith("refused: hold_ref_and_call(): argument 'x'"), lines
     assert lines[-1] == "calls []", lines
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="borrow::verify trusts any capsule whose pointer and 'functions' lie in one "
+    "library's image: a pointer into NumPy's static _ARRAY_API table passes, and its "
+    "'acquire' (PyArray_GetEndianness) grants every borrow",
+)
+def test_a_registry_of_another_librarys_static_data_is_never_trusted():
+    # The capsule points into NumPy's own C API table (static data of
+    # `_multiarray_umath`, which Python code cannot write): entries 209..212
+    # read as (version, acquire, release, live) are real C functions of that
+    # library, so the image check passes. The "registry" then grants every
+    # borrow: a `&mut [f64]` and a `&[f64]` of one array coexist in a body.
+    lines = run(
+        """
+import numpy._core._multiarray_umath as mu
+api = ctypes.pythonapi
+api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+numpy_table = api.PyCapsule_GetPointer(mu._ARRAY_API, None)
+new = api.PyCapsule_New
+new.restype = ctypes.py_object
+new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+api.PyInterpreterState_Get.restype = ctypes.c_void_p
+api.PyInterpreterState_GetDict.restype = ctypes.py_object
+api.PyInterpreterState_GetDict.argtypes = [ctypes.c_void_p]
+state = api.PyInterpreterState_GetDict(api.PyInterpreterState_Get())
+api.Py_IncRef(ctypes.py_object(state))  # ctypes takes the borrowed reference as its own
+name = ctypes.c_char_p(b"dlcast.borrow_registry")
+state["dlcast.borrow_registry"] = new(numpy_table + 8 * 209, name, None)
+a = np.zeros(4)
+try:
+    print(outcome(ext.mut_and_ref, a, a))
+except RuntimeError as e:
+    print("refused:", e)
+"""
+    )
+    assert lines[0].startswith("refused:"), lines
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rnp::verify trusts any table whose four functions lie in one library's image: "
+    "libpython's PyObject_Hash passes, and runs a Python __hash__ inside the raw reads",
+)
+def test_a_rust_numpy_table_of_another_librarys_functions_is_never_called():
+    # rust-numpy's table with every function set to libpython's
+    # `PyObject_Hash` and `flags` to a Python object: a real C function in
+    # one library's image, so dlcast adopts the table and calls "acquire"
+    # in phase 2, which runs the object's `__hash__` (Python code) between
+    # the raw read and the body. Returning 0 there means "granted"; the
+    # code could as well have freed the array's memory.
+    lines = run(
+        """
+seen = []
+class Evil:
+    def __hash__(self):
+        seen.append(ext.raw_reads_in_progress())
+        return 0
+evil = Evil()
+class Shared(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint64), ("flags", ctypes.c_void_p)] + [
+        (n, ctypes.c_void_p) for n in ("acquire", "acquire_mut", "release", "release_mut")]
+h = ctypes.cast(ctypes.pythonapi.PyObject_Hash, ctypes.c_void_p).value
+table = Shared(1, id(evil), h, h, h, h)
+new = ctypes.pythonapi.PyCapsule_New
+new.restype = ctypes.py_object
+new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+name = ctypes.c_char_p(RNP.encode())
+setattr(core, RNP, new(ctypes.addressof(table), name, None))
+try:
+    ext.fill_f64(np.zeros(3), 1.0)
+    print("ran")
+except RuntimeError as e:
+    print("refused:", e)
+print("python code inside the raw reads:", True in seen)
+"""
+    )
+    assert lines[1] == "python code inside the raw reads: False", lines

@@ -283,3 +283,28 @@ print(json.dumps(got))
         assert "getweakrefcount is not CPython's own" in got["refused"], got
     else:
         assert got["value"] == [6.0, None, [2.0, 2.0, 2.0]], got
+
+
+@pytest.mark.hostile
+@pytest.mark.xfail(
+    strict=True,
+    reason="a static type's __dict__ is a mappingproxy whose real dict gc.get_referents "
+    "hands out: Python code replaces TensorBase.is_neg, and a negative-bit tensor is read "
+    "as its raw (positive) memory",
+)
+def test_a_static_types_dict_changed_through_gc_keeps_lazy_negation_refused():
+    # `torch._C.TensorBase` is a static type, so `TensorBase.is_neg = f`
+    # fails; but the real dict behind `TensorBase.__dict__` is one
+    # `gc.get_referents` away, and dlcast takes its handles from that dict
+    # the first time (later replacements change nothing: they are cached).
+    got = run(
+        """
+import gc
+real = gc.get_referents(torch._C.TensorBase.__dict__)[0]
+real["is_neg"] = lambda self: False
+x = torch.tensor([1.0, 2.0], dtype=torch.float64)._neg_view()
+print(json.dumps(outcome(lambda: ext.sum_f64(x))))
+""",
+        "before_first_use",
+    )
+    assert "refused" in got or got.get("value") == -3.0, got
