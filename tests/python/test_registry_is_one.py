@@ -319,12 +319,6 @@ print("calls", calls)
     assert lines[-1] == "calls []", lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="borrow::verify trusts any capsule whose pointer and 'functions' lie in one "
-    "library's image: a pointer into NumPy's static _ARRAY_API table passes, and its "
-    "'acquire' (PyArray_GetEndianness) grants every borrow",
-)
 def test_a_registry_of_another_librarys_static_data_is_never_trusted():
     # The capsule points into NumPy's own C API table (static data of
     # `_multiarray_umath`, which Python code cannot write): entries 209..212
@@ -358,11 +352,6 @@ except RuntimeError as e:
     assert lines[0].startswith("refused:"), lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rnp::verify trusts any table whose four functions lie in one library's image: "
-    "libpython's PyObject_Hash passes, and runs a Python __hash__ inside the raw reads",
-)
 def test_a_rust_numpy_table_of_another_librarys_functions_is_never_called():
     # rust-numpy's table with every function set to libpython's
     # `PyObject_Hash` and `flags` to a Python object: a real C function in

@@ -286,12 +286,6 @@ print(json.dumps(got))
 
 
 @pytest.mark.hostile
-@pytest.mark.xfail(
-    strict=True,
-    reason="a static type's __dict__ is a mappingproxy whose real dict gc.get_referents "
-    "hands out: Python code replaces TensorBase.is_neg, and a negative-bit tensor is read "
-    "as its raw (positive) memory",
-)
 def test_a_static_types_dict_changed_through_gc_keeps_lazy_negation_refused():
     # `torch._C.TensorBase` is a static type, so `TensorBase.is_neg = f`
     # fails; but the real dict behind `TensorBase.__dict__` is one
