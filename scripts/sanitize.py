@@ -1,7 +1,7 @@
-"""`make sanitize`: the NumPy, capsule and buffer tests, and the PyTorch
-soundness tests (test_soundness.py: the private alias, Python code run by
+"""`make sanitize`: the NumPy, capsule, producer and buffer tests, the
+PyTorch tensor tests (test_torch_tensors.py: tensors swapped or resized by
 later arguments, conversions, inference tensors) and the borrow registry's
-(test_borrows.py), under valgrind's memcheck, with PYTHONMALLOC=malloc so
+(test_registry.py), under valgrind's memcheck, with PYTHONMALLOC=malloc so
 that every Python allocation is seen.
 Counts the errors (invalid reads and writes, uses of uninitialised values,
 bad frees, definitely lost memory) whose stacks include dlcast code: the
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "sanitize"
 FILES = os.environ.get(
     "DLCAST_SANITIZE_FILES",
-    "tests/python/test_capsules.py tests/python/test_hostile.py tests/python/test_aliasing.py "
-    "tests/python/test_soundness.py tests/python/test_borrows.py",
+    "tests/python/test_capsules.py tests/python/test_producers.py tests/python/test_exchange_api.py "
+    "tests/python/test_aliasing.py tests/python/test_torch_tensors.py tests/python/test_registry.py",
 ).split()
 EXAMPLES = os.environ.get("DLCAST_SANITIZE_EXAMPLES", "300")
 DLCAST_MARKERS = ("dlcast_testext", "dlcast_runtime")

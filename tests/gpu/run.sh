@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dlcast's GPU checks (issue #7), for a machine with an NVIDIA GPU, Python
+# dlcast's GPU checks, for a machine with an NVIDIA GPU, Python
 # 3.12+, PyTorch, CuPy, JAX (CUDA builds) and pytest, and no Rust toolchain.
 #
 # It needs a wheel of the test extension built beforehand on the

@@ -1,4 +1,4 @@
-"""dlcast on a real NVIDIA GPU (issue #7): run by tests/gpu/run.sh, never by
+"""dlcast on a real NVIDIA GPU: run by tests/gpu/run.sh, never by
 `make test` (pytest there collects tests/python only).
 
 Every test needs CUDA; a framework that is missing is reported as SKIPPED
@@ -66,7 +66,7 @@ def test_torch_input_under_a_stream(torch):
 
 
 def test_torch_input_inside_cuda_graph_capture(torch):
-    """Case C16: consuming must not break a capture on another stream."""
+    """Consuming must not break a capture on another stream."""
     x = torch.ones(256, device="cuda")
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()

@@ -23,6 +23,7 @@ import dlcast_testext as ext
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "hostile: an adversarial case, named by the guarantee it attacks")
+    config.addinivalue_line("markers", "slow: takes over about 2 s (leak loops, fresh interpreters); deselect with -m 'not slow'")
 
 
 @contextlib.contextmanager
@@ -100,6 +101,25 @@ def pytest_collection_finish(session):
 def balanced():
     with deleters_balanced():
         yield
+
+
+@pytest.fixture
+def registry_empty_after():
+    """The test leaves the borrow registry empty, checked as soon as it
+    returns (use with `@pytest.mark.usefixtures`)."""
+    yield
+    assert ext.live_borrows() == 0
+
+
+@pytest.fixture
+def registry_empty_after_collect():
+    """The test leaves the borrow registry empty once its garbage is
+    collected (use with `@pytest.mark.usefixtures`)."""
+    import gc
+
+    yield
+    gc.collect()
+    assert ext.live_borrows() == 0
 
 
 # ---------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 """Capsules built field by field: legacy and versioned, odd but legal
-layouts, impossible descriptions. The producer's deleter runs exactly once
-on every path, error paths included."""
+descriptions read right, impossible ones refused before any read, every
+deleter run exactly once; and a property test (Hypothesis) of generated
+descriptions against a NumPy model of the memory they describe.
+"""
 
+import itertools
 import os
 import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlcast_testext as ext
 from conftest import capsule, deleters_balanced
@@ -122,7 +124,7 @@ def test_numpy_legacy_and_versioned_capsules_directly():
 
 
 # ---------------------------------------------------------------------------
-# Property test (issue 6): generated capsule descriptions over a backing
+# Property test: generated capsule descriptions over a backing
 # buffer, checked against a pure NumPy model of the memory they describe.
 # `make test` runs DLCAST_HYPOTHESIS_EXAMPLES (default 5,000) cases; `make
 # fuzz` the same with 200,000.
@@ -347,9 +349,292 @@ def check_generated_descriptions(d):
     check_description(d)
 
 
+@pytest.mark.slow
 def test_generated_capsules_match_the_numpy_model():
     before = CASES[0]
     check_generated_descriptions()
     ran = CASES[0] - before
     print(f"\n{ran} generated capsule descriptions checked")
     assert ran >= EXAMPLES
+
+
+# Producers that return junk
+
+class ReturnsEachCall:
+    def __init__(self, make):
+        self.make = make
+        self.calls = 0
+
+    def __dlpack__(self, **kwargs):
+        self.calls += 1
+        return self.make()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+# Capsules from the test producer, field by field
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("versioned", [True, False])
+def test_zero_d(versioned):
+    with deleters_balanced(4):
+        v = np.float64(2.5).tobytes()
+        assert ext.scalar_f64(ext.make_capsule(v, [], None, versioned=versioned)) == 2.5
+        assert ext.scalar_f64(ext.make_capsule(v, [], [], versioned=versioned)) == 2.5
+        assert ext.values(ext.make_capsule(v, [], None, versioned=versioned, byte_offset=0)) == [2.5]
+        # A 0-d array has one element: NULL data is refused.
+        with pytest.raises(BufferError, match="data is NULL for a non-empty array"):
+            ext.values(ext.make_capsule(v, [], None, null_data=True, versioned=versioned))
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("ndim", [64, 65, 100, 1000])
+def test_many_dimensions_any_strides_and_overflowing_counts(ndim):
+    shape = [1] * (ndim - 1) + [3]
+    data = np.arange(3.0).tobytes()
+    with deleters_balanced(4):
+        assert ext.values(ext.make_capsule(data, shape, [7] * (ndim - 1) + [1])) == [0.0, 1.0, 2.0]
+        assert ext.values(ext.make_capsule(data, shape, None, versioned=False)) == [0.0, 1.0, 2.0]
+        d = ext.describe(ext.make_capsule(data, shape, None))
+        assert d[0] == shape and d[1] == [3] * (ndim - 1) + [1] and d[5] and d[6]  # extent-1 dims ignored
+        # Many extents of 2: the element count overflows.
+        with pytest.raises(BufferError, match="invalid array"):
+            ext.values(ext.make_capsule(data, [2] * ndim, [1] * ndim))
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "shape,strides,start,expect",
+    [
+        ([3], [0], 0, [0.0, 0.0, 0.0]),                        # zero stride
+        ([2, 3], [0, 1], 0, [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]),  # a broadcast row
+        ([4], [-1], 3, [3.0, 2.0, 1.0, 0.0]),                  # negative
+        ([2, 2], [-2, -1], 3, [3.0, 2.0, 1.0, 0.0]),
+        ([2, 2], [1, 1], 0, [0.0, 1.0, 1.0, 2.0]),             # self-overlapping
+        ([1], [2**62], 0, [0.0]),                              # huge, on extent 1
+        ([1, 2], [-(2**62), 1], 0, [0.0, 1.0]),
+        ([0], [2**62], 0, []),                                 # huge, on an empty array
+        ([3, 0], [2**63 - 1, -(2**63)], 0, []),
+    ],
+)
+def test_legal_odd_strides(shape, strides, start, expect):
+    data = np.arange(4.0).tobytes()
+    with deleters_balanced(2):
+        for versioned in (True, False):
+            c = ext.make_capsule(data, shape, strides, data_offset=start * 8, versioned=versioned)
+            assert ext.values(c) == expect
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "shape,strides,fields,message",
+    [
+        ([3], [2**62], {}, "beyond the address space"),
+        ([2], [2**63 - 1], {}, "beyond the address space"),
+        ([2], [-(2**63)], {}, "beyond the address space"),
+        ([2, 2], [2**61, 2**61], {}, "beyond the address space"),
+        ([2], [-(2**50)], {}, "wraps around"),
+        ([2**62, 4], None, {}, "overflow"),
+        ([2**63 - 1], [1], {}, "beyond the address space"),
+        ([-1], [1], {}, "extent -1 in dimension 0"),
+        ([3, -(2**63)], [1, 1], {}, "extent -9223372036854775808 in dimension 1"),
+        ([2], [1], dict(byte_offset=2**64 - 1), "overflows"),
+        ([2], [1], dict(byte_offset=2**64 - 16), "overflows"),
+        ([2], [1], dict(null_data=True), "data is NULL"),
+        ([2], [1], dict(null_data=True, byte_offset=64), "data is NULL"),
+        ([1], [1], dict(ndim=-1), "ndim is -1"),
+        ([1], [1], dict(ndim=-(2**31)), "ndim is -2147483648"),
+    ],
+)
+@pytest.mark.parametrize("versioned", [True, False])
+def test_impossible_fields_are_refused(shape, strides, fields, message, versioned):
+    with deleters_balanced(1):
+        c = ext.make_capsule(bytes(64), shape, strides, versioned=versioned, **fields)
+        with pytest.raises(BufferError, match="the producer described an invalid array") as info:
+            ext.values(c)
+        assert message in str(info.value)
+
+
+@pytest.mark.hostile
+def test_null_data_on_an_empty_array_or_a_device():
+    with deleters_balanced(3):
+        assert ext.values(ext.make_capsule(b"", [0, 5], None, null_data=True)) == []
+        # Device memory is never read, so NULL is its business.
+        c = ext.make_capsule(b"", [4], [1], null_data=True, device=(2, 0))
+        assert ext.describe(c)[0] == [4]
+        c = ext.make_capsule(b"", [4], [1], null_data=True, device=(2, 0), dtype=(2, 32, 1))
+        with pytest.raises(ValueError, match="not in memory the CPU can access"):
+            ext.device_to_vec(c)
+
+
+@pytest.mark.hostile
+def test_byte_offsets_unaligned_and_split():
+    raw = np.arange(8.0).tobytes()
+    with deleters_balanced(4):
+        # data at byte 3, byte_offset 5: element 0 is element 1 of `raw`.
+        c = ext.make_capsule(raw, [3], [1], data_offset=3, byte_offset=5)
+        assert ext.values(c) == [1.0, 2.0, 3.0]
+        # An unaligned element 0: read through unaligned loads, no slice.
+        buf = b"\0" + raw
+        c = ext.make_capsule(buf, [2], [1], byte_offset=1)
+        assert ext.values(c) == [0.0, 1.0]
+        c = ext.make_capsule(buf, [2], [1], byte_offset=1)
+        assert ext.slice_f64(c) is None
+        c = ext.make_capsule(buf, [2], [1], byte_offset=1)
+        with pytest.raises(ValueError, match="not aligned"):
+            ext.ndarray_f64(c)
+
+
+# Every dtype class: (code, bits, lanes) over the codes of DLPack 1.3 and
+# beyond, odd widths and vector lanes. Supported ones must read correctly,
+# every other one must be refused with its raw fields.
+SUPPORTED_DTYPES = {
+    (0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64,
+    (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
+    (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
+    (4, 16): "bfloat16", (5, 64): np.complex64, (5, 128): np.complex128, (6, 8): "bool",
+}
+CODES = list(range(0, 21)) + [127, 255]
+BITS = [0, 1, 4, 6, 8, 16, 32, 64, 128, 255]
+LANES = [0, 1, 2, 4, 65535]
+RAW = bytes(range(7, 7 + 48))  # no NaNs or infinities at any width
+
+
+def model_values(code, bits, raw, n):
+    """What `ext.values` must return for `n` elements at the start of `raw`."""
+    kind = SUPPORTED_DTYPES[(code, bits)]
+    if kind == "bool":
+        return [b != 0 for b in raw[:n]]
+    if kind == "bfloat16":
+        u = np.frombuffer(raw, np.uint16, n).astype(np.uint32) << 16
+        return u.view(np.float32).astype(np.float64).tolist()
+    a = np.frombuffer(raw, kind, n)
+    if a.dtype.kind == "f":
+        a = a.astype(np.float64)
+    return a.tolist()
+
+
+@pytest.mark.hostile
+def test_every_dtype_class():
+    combos = list(itertools.product(CODES, BITS, LANES))
+    with deleters_balanced(len(combos)):
+        for code, bits, lanes in combos:
+            c = ext.make_capsule(RAW, [3], [1], dtype=(code, bits, lanes), versioned=lanes % 2 == 0)
+            if lanes == 1 and (code, bits) in SUPPORTED_DTYPES:
+                assert ext.values(c) == model_values(code, bits, RAW, 3), (code, bits)
+            else:
+                with pytest.raises(TypeError, match=rf"argument 'x': unsupported dtype \(code={code}, bits={bits}, lanes={lanes}\)"):
+                    ext.values(c)
+
+
+DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
+                9: "vpi", 10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed",
+                14: "oneapi", 15: "webgpu", 16: "hexagon", 17: "maia", 18: "trn", 19: "tpu",
+                20: "tpu_host"}
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("device_type", [0, 5, 6, 21, 22, 100, 2**31 - 1, 2**31, 2**32 - 1])
+def test_unknown_device_types_are_refused(device_type):
+    as_i32 = device_type - 2**32 if device_type >= 2**31 else device_type
+    with deleters_balanced(2):
+        for versioned in (True, False):
+            c = ext.make_capsule(bytes(8), [1], [1], device=(device_type, 3), versioned=versioned)
+            with pytest.raises(TypeError, match=rf"unsupported device \(device_type={as_i32}, device_id=3\)"):
+                ext.describe(c)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("device_type", sorted(DEVICE_NAMES))
+def test_known_device_types(device_type):
+    # A fake device pointer (data_offset far outside the backing buffer)
+    # is never read unless the device is host memory.
+    host = device_type in (1, 3, 11, 13)
+    with deleters_balanced(2):
+        c = ext.make_capsule(bytes(16), [2], [1], device=(device_type, 1),
+                             data_offset=0 if host else 2**40)
+        assert ext.describe(c)[3] == (device_type, 1)
+        c = ext.make_capsule(bytes(16), [2], [1], device=(device_type, 1))
+        if device_type == 1:
+            assert ext.values(c) == [0.0, 0.0]
+        else:
+            with pytest.raises(TypeError, match=f"expected device cpu, got {DEVICE_NAMES[device_type]}:1"):
+                ext.values(c)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("major", [0, 2, 3, 99, 2**32 - 1])
+@pytest.mark.parametrize("minor", [0, 1, 2**32 - 1])
+def test_unsupported_major_versions_are_refused_after_the_deleter(major, minor):
+    with deleters_balanced(1):
+        # Garbage everywhere after the header: none of it is read.
+        c = ext.make_capsule(b"", [-7], [3], version=(major, minor), ndim=-5,
+                             dtype=(200, 3, 0), device=(99, -1), null_data=True,
+                             byte_offset=2**64 - 1)
+        with pytest.raises(BufferError, match=rf"unsupported DLPack version {major}\.{minor} "):
+            ext.values(c)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("minor", [0, 1, 2, 3, 4, 99, 2**32 - 1])
+def test_major_version_1_any_minor(minor):
+    with deleters_balanced(1):
+        assert ext.values(capsule(np.arange(2.0), version=(1, minor))) == [0.0, 1.0]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "flags,read_only",
+    [(0, False), (1, True), (2, False), (3, True), (4, False), (2**63, False),
+     (2**64 - 1, True), (2**64 - 2, False)],
+)
+def test_flags(flags, read_only):
+    with deleters_balanced(3):
+        assert ext.describe(capsule(np.arange(2.0), flags=flags))[4] is read_only
+        out = capsule(np.arange(2.0), flags=flags)
+        if read_only:
+            with pytest.raises(TypeError, match="read-only"):
+                ext.fill_f64(out, 1.0)
+        else:
+            ext.fill_f64(out, 1.0)
+        # Legacy capsules carry no flags: never read-only.
+        assert ext.describe(capsule(np.arange(2.0), versioned=False))[4] is False
+
+
+@pytest.mark.hostile
+def test_null_deleter_is_never_called():
+    created0, deleted0 = ext.producer_counts()
+    for versioned in (True, False):
+        c = ext.make_capsule(np.arange(2.0).tobytes(), [2], [1], null_deleter=True, versioned=versioned)
+        assert ext.values(c) == [0.0, 1.0]
+        # Error paths too.
+        c = ext.make_capsule(b"", [-1], [1], null_deleter=True, versioned=versioned)
+        with pytest.raises(BufferError):
+            ext.values(c)
+    c = ext.make_capsule(b"", [1], [1], null_deleter=True, version=(2, 0))
+    with pytest.raises(BufferError, match="version 2.0"):
+        ext.values(c)
+    assert ext.producer_counts() == (created0 + 5, deleted0)
+
+
+@pytest.mark.hostile
+def test_capsules_passed_directly_and_through_dlpack_and_as_writable():
+    with deleters_balanced(6):
+        for versioned in (True, False):
+            data = np.arange(4.0)
+            assert ext.values(capsule(data, versioned=versioned)) == data.tolist()
+            assert ext.values(ReturnsEachCall(lambda: capsule(data, versioned=versioned))) == data.tolist()
+            c = capsule(data, versioned=versioned)
+            ext.fill_f64(c, 9.0)  # writes into the producer's own copy
+
+
+def test_major_version_2_refused_and_deleted():
+    with deleters_balanced(2):
+        c = capsule(np.arange(3.0), version=(2, 0))
+        with pytest.raises(BufferError, match=r"unsupported DLPack version 2\.0"):
+            ext.values(c)
+        # Nothing else is read: even garbage fields after the header.
+        c = ext.make_capsule(b"", [-5], [7], version=(2, 1), ndim=-3, dtype=(99, 3, 9), device=(77, 0))
+        with pytest.raises(BufferError, match="version 2.1"):
+            ext.values(c)

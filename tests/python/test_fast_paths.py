@@ -1,4 +1,4 @@
-"""The fast import paths (issue: speed): each is taken where it should be,
+"""The fast import paths: each is taken where it should be,
 gives the same view as the generic path, and allocates nothing on the Rust
 heap for up to 8 dimensions (dlcast_runtime::INLINE_DIMS)."""
 

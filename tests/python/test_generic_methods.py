@@ -1,5 +1,5 @@
 """dtype-generic functions, methods, PyO3 signatures and the signature line
-in docstrings (issue #4)."""
+in docstrings."""
 
 import inspect
 

@@ -1,4 +1,4 @@
-"""GPU arrays and streams without a GPU (issue #7, case C16).
+"""GPU arrays and streams without a GPU.
 
 `ext.FakeGpuArray` is a strict producer of CUDA/ROCm/pinned/managed
 memory whose pointer is never dereferenced: it records every `stream` it is
@@ -126,7 +126,7 @@ def test_stream_parameter_wins_over_function_option(balanced):
 
 
 class OldGpuProducer:
-    """`__dlpack__` predates max_version but knows `stream` (case C9 on a GPU)."""
+    """`__dlpack__` predates max_version but knows `stream` (an old producer on a GPU)."""
 
     def __init__(self, device_type):
         self.inner = ext.FakeGpuArray(device_type)

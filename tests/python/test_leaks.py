@@ -1,4 +1,4 @@
-"""Leaks (issue 6: never leak): a million calls through each import path
+"""Leaks: a million calls through each import path
 and into each export framework leave the resident set size flat (after a
 warm-up) and every buffer, capsule and producer deleter balanced.
 
@@ -31,6 +31,9 @@ import pytest
 import torch
 
 import dlcast_testext as ext
+
+# A million calls per path: every test here is slow.
+pytestmark = pytest.mark.slow
 
 CALLS = int(os.environ.get("DLCAST_LEAK_CALLS", "1000000"))
 JAX_IMPORT_CALLS = int(os.environ.get("DLCAST_LEAK_CALLS_JAX_IMPORT", str(max(CALLS // 5, 1))))

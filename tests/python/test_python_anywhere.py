@@ -1,4 +1,4 @@
-"""Property test of the soundness issue's rule "Python code runs wherever
+"""Property test of the rule "Python code runs wherever
 Python code can run": Python code that swaps, resizes, re-types or
 replaces an argument's memory, run from every hook a call offers (a later
 argument's `__dlpack__`, a `TorchFunctionMode` that sees dlcast's own

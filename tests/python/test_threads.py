@@ -1,4 +1,4 @@
-"""Threads (issue 6): Python threads call dlcast functions concurrently on
+"""Threads: Python threads call dlcast functions concurrently on
 NumPy, PyTorch and raw-capsule inputs, some of whose bodies release the GIL
 (`py.detach`, after copying what they need out of their views: views
 cannot cross into it, see ui-tests/tests/ui/fail/view_in_detach.rs).

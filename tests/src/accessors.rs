@@ -1,5 +1,5 @@
 //! Every view accessor and transform, one function each, for the soundness
-//! tests of hostile layouts (tests/python/test_soundness_export.py): each
+//! tests of hostile layouts (tests/python/test_export_layouts.py): each
 //! must give the right values or raise an `Exception`, never panic.
 
 use dlcast_runtime::prelude::*;

@@ -1,4 +1,4 @@
-//! Conversion, dtype-generic functions, methods and signatures (issue #4).
+//! Conversion, dtype-generic functions, methods and signatures.
 
 use dlcast_runtime::prelude::*;
 use half::f16;

@@ -1,4 +1,4 @@
-//! Functions for the borrow-registry tests (tests/python/test_borrows.py):
+//! Functions for the borrow-registry tests (tests/python/test_registry.py):
 //! bodies that hold a slice while Python code runs (a callback) or while
 //! other threads run (`py.detach`).
 

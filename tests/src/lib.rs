@@ -9,18 +9,18 @@ use pyo3::types::PyComplex;
 
 mod accessors;
 mod api;
-mod attack;
-mod attack2;
 mod borrows;
+mod callbacks;
+mod constructions;
 mod copies;
 mod gpu;
+mod hand_driven;
 mod native;
 mod ownership;
+mod ownership_edges;
 mod producer;
 mod ranked;
-mod review;
-mod soundness;
-mod speed2;
+mod view_drops;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
 /// compiled into it), to show that the fast import paths allocate nothing.
@@ -459,16 +459,16 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::add(m)?;
     borrows::add(m)?;
     copies::add(m)?;
-    soundness::add(m)?;
+    callbacks::add(m)?;
     native::add(m)?;
-    review::add(m)?;
+    view_drops::add(m)?;
     ownership::add(m)?;
     gpu::add(m)?;
     accessors::add(m)?;
-    attack::add(m)?;
-    attack2::add(m)?;
+    hand_driven::add(m)?;
+    ownership_edges::add(m)?;
     ranked::add(m)?;
-    speed2::add(m)?;
+    constructions::add(m)?;
     add_robustness_functions(m)
 }
 
@@ -685,7 +685,7 @@ fn identity_jax(x: TensorDyn<'_>) -> TensorDyn<'_> {
 
 /// Takes a DLPack capsule the way a consumer does (renaming it) and runs its
 /// deleter on a new thread that never holds the GIL, while this thread has
-/// released it (case C13).
+/// released it.
 #[pyfunction]
 fn delete_on_foreign_thread(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<()> {
     use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned};
@@ -809,7 +809,7 @@ fn identity_tf(x: TensorDyn<'_>) -> TensorDyn<'_> {
 }
 
 // ---------------------------------------------------------------------------
-// Robustness (issue 6): functions for the thread and aliasing tests
+// Robustness: functions for the thread and aliasing tests
 // (tests/python/test_threads.py, test_aliasing.py).
 
 /// Sum of the elements, computed with the GIL released. Views are neither

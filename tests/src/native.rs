@@ -1,5 +1,5 @@
 //! Functions whose parameters are Rust's own types: slices and `ndarray`
-//! views (tests/python/test_native.py).
+//! views (tests/python/test_native_views.py).
 
 use dlcast_runtime::prelude::*;
 use ndarray::{ArrayView0, ArrayView2, ArrayViewD, ArrayViewMut2, Ix3};

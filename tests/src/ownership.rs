@@ -1,4 +1,4 @@
-//! Ownership (issue #14): arrays over a `#[pyclass]`'s own buffer, read-only
+//! Ownership: arrays over a `#[pyclass]`'s own buffer, read-only
 //! owned tensors, static and foreign memory, converted inputs returned.
 //! The ideas of nanobind's ownership tests (a matrix class with `data()`,
 //! `data_ref()`, `data_copy()`; a class whose `mutate()` a returned array

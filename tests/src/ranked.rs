@@ -1,8 +1,8 @@
 //! Views whose type fixes the rank (`TensorRef<'_, T, N>`), their
 //! array-typed accessors, iteration, the errors they raise (function,
 //! parameter, index, exception type) and views over Rust data returned to
-//! Python (tests/python/test_ranked.py and the hostile-layout test of
-//! tests/python/test_soundness_export.py).
+//! Python (tests/python/test_ranked_views.py and the hostile-layout test of
+//! tests/python/test_export_layouts.py).
 
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
@@ -145,7 +145,7 @@ fn rk_into_rank2(x: TensorRef<'_, f64>) -> PyResult<[usize; 2]> {
 }
 
 /// A 3x3 box filter with clamped edges written with rank-typed accessors
-/// (the shape of the speed issue's 5x5 convolution), on any strides.
+/// (the shape of a 5x5 convolution), on any strides.
 #[dlpack_fn]
 #[pyfunction]
 fn rk_box3(

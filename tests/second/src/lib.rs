@@ -1,5 +1,5 @@
 //! A second extension module built with dlcast, loaded beside
-//! `dlcast_testext` by tests/python/test_borrows.py: its views must see the
+//! `dlcast_testext` by tests/python/test_registry.py: its views must see the
 //! other module's borrows (one registry per process), and the reverse.
 
 use dlcast_runtime::prelude::*;

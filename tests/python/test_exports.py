@@ -1,11 +1,10 @@
-"""Arrays returned to Python: owned Rust data and views of inputs, into
-every framework, zero-copy, freed exactly once (issue: export)."""
+"""Arrays returned to Python: owned Rust data and views of inputs, into every
+framework (`returns = ...`), `dlcast.Array` and the DLPack protocol's
+keywords, zero-copy where the memory allows, read-only where it must be.
+"""
 
 import ctypes
 import gc
-import subprocess
-import sys
-import textwrap
 
 import array_api_strict as xp
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import torch
 
 import dlcast_testext as ext
 from conftest import buffer_of
+
 
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
               "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
@@ -75,7 +75,7 @@ def test_round_trip_every_dtype(fw, dtype):
     for order in ("c", "f", "rev"):
         if fw == "torch" and order == "rev":
             # PyTorch has no negative strides: refused up front, with a
-            # BufferError that says so (and the export freed, kind 7).
+            # BufferError that says so (and the export freed).
             with pytest.raises(BufferError, match="negative stride"):
                 make(dtype, [2, 3], order)
             continue
@@ -147,97 +147,6 @@ def test_boxed_slice_option_result_and_tuples():
     assert f.tolist() == [0.5] * 3 and i.tolist() == [0, 1, 2]
 
 
-def test_every_export_is_freed_exactly_once():
-    b0 = stats()
-    a, _ = ext.arange_default("float32", [10])
-    del a
-    s = stats()
-    assert s[0] - b0[0] == 1 and s[1] - b0[1] == 1
-    # Consumed by NumPy, PyTorch, JAX; a capsule never consumed.
-    for consume in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack,
-                    lambda a: a.__dlpack__(), lambda a: a.__dlpack__(max_version=(1, 0))):
-        before = stats()
-        a, _ = ext.arange_default("float32", [10], "aligned")
-        held = consume(a)
-        del a
-        mid = stats()
-        assert mid[1] == before[1], "freed while a consumer holds it"
-        del held
-        after = stats()
-        assert after[0] - before[0] == 1, consume
-        assert after[1] - before[1] == 1, consume
-        assert after[2] - before[2] == after[3] - before[3], "capsule deleters unbalanced"
-
-
-def test_c13_deleter_on_a_thread_without_the_gil():
-    before = stats()
-    a, _ = ext.arange_default("float64", [8])
-    cap = a.__dlpack__(max_version=(1, 0))
-    del a
-    ext.delete_on_foreign_thread(cap)
-    del cap
-    after = stats()
-    # The capsule's reference to the array was released off-thread; PyO3
-    # applies it the next time the GIL is taken.
-    np.zeros(1) + 1
-    after = stats()
-    assert after[3] - before[3] == 1
-    assert after[1] - before[1] == 1
-    # A legacy capsule too.
-    a, _ = ext.arange_default("int32", [3])
-    ext.delete_on_foreign_thread(a.__dlpack__())
-
-
-def test_c13_arrays_alive_at_interpreter_exit():
-    script = textwrap.dedent("""
-        import threading, numpy as np, torch, jax.numpy as jnp, dlcast_testext as ext
-        keep = []
-        for fw in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack, lambda a: a):
-            a, _ = ext.arange_default("float32", [64], "aligned")
-            keep.append(fw(a))
-        keep.append(ext.arange_default("float64", [4])[0].__dlpack__(max_version=(1, 0)))
-        keep.append(ext.rows(np.arange(12.0).reshape(3, 4), 0, 2))
-        def hold():
-            t = torch.from_dlpack(ext.arange_default("float32", [8])[0])
-            threading.Event().wait()
-        threading.Thread(target=hold, daemon=True).start()
-        print("ok")
-    """)
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok"
-    assert "GIL" not in r.stderr and "Fatal" not in r.stderr
-
-
-def test_c14_view_outlives_its_input():
-    src = np.arange(12.0).reshape(3, 4)
-    view = ext.rows(src, 1, 3)
-    ptr = src.__array_interface__["data"][0]
-    del src
-    gc.collect()
-    np.zeros((3, 4))  # reuse of freed memory would show up as zeros
-    out = np.asarray(view)
-    assert out.__array_interface__["data"][0] == ptr + 4 * 8
-    assert out.tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
-    # Through PyTorch, after the intermediate dlcast.Array is gone too.
-    t = torch.from_dlpack(ext.rows(torch.arange(6.0, dtype=torch.float64).reshape(3, 2), 2, 3))
-    gc.collect()
-    assert t.tolist() == [[4.0, 5.0]]
-    # The producer's deleter ran exactly once, after the last consumer.
-    from conftest import deleters_balanced
-    with deleters_balanced(1):
-        _, deleted0 = ext.producer_counts()
-        c = ext.make_capsule(np.arange(4.0).tobytes(), [4], [1])
-        v = ext.identity(c)
-        del c
-        assert ext.producer_counts()[1] == deleted0, "the producer's deleter ran too early"
-        n = np.from_dlpack(v)
-        del v
-        assert n.tolist() == [0.0, 1.0, 2.0, 3.0]
-        del n
-
-
 def test_views_transpose_reshape_permute_slice():
     src = np.arange(24.0).reshape(2, 3, 4)
     t = ext.transposed(src)
@@ -286,7 +195,7 @@ def capsule_name(cap):
     return get_name(cap).decode()
 
 
-def test_c15_legacy_without_max_version_versioned_with_it():
+def test_legacy_without_max_version_versioned_with_it():
     a, _ = ext.arange_default("float32", [3])
     assert capsule_name(a.__dlpack__()) == "dltensor"
     assert capsule_name(a.__dlpack__(max_version=None)) == "dltensor"
@@ -411,15 +320,6 @@ def test_transpose_beyond_64_dimensions():
 def test_empty_array_with_huge_extents():
     c = ext.make_capsule(b"", [2**62, 2**62, 0], [0, 0, 0], null_data=True)
     assert ext.describe(c)[0] == [2**62, 2**62, 0]
-
-
-def test_base_exceptions_from_producers_propagate():
-    class Exits:
-        def __dlpack__(self, **kw):
-            raise SystemExit(3)
-
-    with pytest.raises(SystemExit):
-        ext.values(Exits())
 
 
 def test_numpy_results_are_built_through_numpys_c_api():

@@ -1,15 +1,7 @@
-"""PyTorch arguments with and without the disabled regions (torch.rs).
-
-dlcast skips `DisableTorchFunction()` / `_DisableTorchDispatch()` only for
-a tensor whose type is exactly `torch.Tensor` while no torch-function mode
-and no dispatch mode is on the stacks (`plain` in torch.rs), and reads the
-Python dispatch key of the tensor (`TensorBase._python_dispatch`) and the
-lazy negative/conjugate bits of its private alias (`is_neg()`,
-`is_conj()`) on every path. Each test runs the same input
-through every way of reaching phase 1 (plain, a subclass, a function mode,
-a dispatch mode, a monkeypatched `torch.Tensor.__torch_function__`) and
-checks that the outcome is the same, and that no Python code of the mode or
-override saw dlcast's calls.
+"""PyTorch arguments with and without the disabled regions (the runtime's
+torch module): on every path, the values are read right, each lazy bit and
+the Python dispatch key are refused, writable checks hold and no mode sees
+dlcast's calls.
 """
 
 import contextlib

@@ -1,5 +1,6 @@
-//! Functions for the soundness tests (tests/python/test_soundness.py):
-//! bodies that run Python code while they hold views.
+//! Bodies that run Python code while they hold views, for
+//! tests/python/test_lifetimes.py, test_releases.py, test_aliasing.py and the
+//! PyTorch tests (test_torch_tensors.py, test_torch_modes.py).
 
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;

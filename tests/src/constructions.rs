@@ -1,9 +1,8 @@
-//! Second hostile review of the speed work (issue #15): every way a
-//! `Tensor` is built from Rust (`zeros`, `from_vec` with spare capacity,
-//! F order, negative strides, boxed slices, owned `ndarray` arrays in F
-//! order, sliced with a step or with an axis inverted, `from_static`),
+//! Every way a `Tensor` is built from Rust (`zeros`, `from_vec` with spare
+//! capacity, F order, negative strides, boxed slices, owned `ndarray` arrays
+//! in F order, sliced with a step or with an axis inverted, `from_static`),
 //! optionally read-only, returned to every framework; called from
-//! tests/python/test_hostile_speed2.py.
+//! tests/python/test_export_constructions.py.
 
 use dlcast_runtime::ndarray::{self, Axis, Dimension, IxDyn, ShapeBuilder, Slice};
 use dlcast_runtime::prelude::*;

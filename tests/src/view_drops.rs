@@ -1,5 +1,5 @@
-//! Functions for tests/python/test_hostile_review.py (the adversarial
-//! review): bodies that drop one view while they hold another's slice.
+//! Bodies that drop one view while they hold another's slice, for
+//! tests/python/test_registry.py, test_releases.py and test_torch_modes.py.
 
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;

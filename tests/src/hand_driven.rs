@@ -1,7 +1,8 @@
-//! Hostile functions for tests/python/test_hostile_native.py: Rust's own
-//! view types (`&[T]`, `&mut [T]`, `ndarray` views) as parameters, used the
-//! way a careless or hostile extension author would, and the call context of
-//! `dlcast_runtime::__private` driven by hand.
+//! Rust's own view types (`&[T]`, `&mut [T]`, `ndarray` views) as
+//! parameters, used the way a careless or hostile extension author would,
+//! and the call context of `dlcast_runtime::__private` driven by hand; called
+//! from tests/python/test_native_views.py, test_releases.py, test_aliasing.py
+//! and test_registry.py.
 
 use dlcast_runtime::__private::{CallCx, DeviceSpec, FnSpec, Order, ParamSpec};
 use dlcast_runtime::prelude::*;
@@ -440,7 +441,7 @@ fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     Ok(first)
 }
 
-/// `CallCx::new` is infallible since the speed work (issue #15): a context
+/// `CallCx::new` is infallible since the speed work: a context
 /// whose `N` is not the spec's parameter count must refuse every step
 /// (`prepare`, `prepare_opt`, `peek`, `finish`, `take`, `take_opt`) with an
 /// error, never panic or read past the spec. Tries `N` above and below the

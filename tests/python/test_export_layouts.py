@@ -1,21 +1,7 @@
-"""Soundness of the export paths and view accessors against hostile layouts.
-
-Four kinds of failure found by an adversarial review, each tested for its
-whole class of input (the kind is in every test's name):
-
-- kind 5: sizes, byte lengths and strides computed unchecked on export (the
-  buffer protocol's `len` of a broadcast overflowed, and CPython then copied
-  past the allocation);
-- kind 6: allocations sized by a Python input aborted the process instead of
-  raising `MemoryError`;
-- kind 7: an export that PyTorch refuses leaked the export and the input it
-  keeps alive, on every call;
-- kind 9: debug builds panicked (`PanicException`, a `BaseException`) on
-  legal layouts: empty arrays, huge strides on dimensions never stepped
-  along, `isize::MIN` strides.
-
-Every call here must return the right values or raise an `Exception`
-subclass; a `PanicException` (or an abort) fails the test.
+"""The export paths and view accessors against hostile layouts: huge
+broadcasts, extents beyond i64, huge and negative strides, empty arrays.
+Each ends in a clear exception (MemoryError, ValueError, BufferError) or the
+right values, never in a wrapped size, a panic or a leak.
 """
 
 import gc
@@ -27,11 +13,11 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlcast_testext as ext
 from conftest import buffer_of
+
 
 F64 = (2, 64, 1)
 I64_MAX = 2**63 - 1
@@ -72,11 +58,10 @@ def balanced_exports():
     return created - freed, caps - deleters
 
 
-# ---------------------------------------------------------------------------
-# Kind 5: checked sizes on export.
+# Checked sizes on export.
 
-
-def test_kind5_memoryview_of_returned_torch_broadcast_raises_buffererror():
+@pytest.mark.hostile
+def test_memoryview_of_returned_torch_broadcast_raises_buffererror():
     x = torch.zeros(1, dtype=torch.float64).expand(2**61 + 1)
     a = ext.identity(x)
     assert a.shape == (2**61 + 1,)
@@ -88,21 +73,24 @@ def test_kind5_memoryview_of_returned_torch_broadcast_raises_buffererror():
         buffer_of(b)
 
 
-def test_kind5_memoryview_of_a_broadcast_that_fits_has_the_right_length():
+@pytest.mark.hostile
+def test_memoryview_of_a_broadcast_that_fits_has_the_right_length():
     x = np.broadcast_to(np.arange(1.0, 2.0), (2**40,))
     m = buffer_of(ext.identity(x))
     assert m.nbytes == 2**43 and m.strides == (0,) and m.shape == (2**40,)
     assert m[2**40 - 1] == 1.0
 
 
-def test_kind5_returns_numpy_of_a_huge_broadcast_is_an_exception():
+@pytest.mark.hostile
+def test_returns_numpy_of_a_huge_broadcast_is_an_exception():
     x = torch.zeros(1, dtype=torch.float64).expand(2**61 + 1)
     kind, out = call(ext.identity_numpy, x)
     if kind == "ok":
         assert out.shape == (2**61 + 1,) and out[2**61] == 0.0
 
 
-def test_kind5_extent_beyond_i64_is_refused_not_wrapped():
+@pytest.mark.hostile
+def test_extent_beyond_i64_is_refused_not_wrapped():
     # An empty shape holds no bytes, so its other extents are unchecked by
     # the byte size; 2**63 would have been exported as -2**63.
     with pytest.raises(ValueError, match="i64::MAX"):
@@ -111,6 +99,7 @@ def test_kind5_extent_beyond_i64_is_refused_not_wrapped():
         ext.tensor_from_vec_strides(0, [2**64 - 1, 0], [1, 1])
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize(
     "shape, strides",
     [
@@ -120,7 +109,7 @@ def test_kind5_extent_beyond_i64_is_refused_not_wrapped():
         ([1, 0, 5], [2**62, -(2**62), 2**61]),
     ],
 )
-def test_kind5_empty_tensor_with_huge_strides_exports(shape, strides):
+def test_empty_tensor_with_huge_strides_exports(shape, strides):
     a = ext.tensor_from_vec_strides(0, shape, strides)
     assert a.shape == tuple(shape)
     # Byte strides of never-stepped dimensions that overflow are exported
@@ -131,7 +120,8 @@ def test_kind5_empty_tensor_with_huge_strides_exports(shape, strides):
     assert np.from_dlpack(a).shape == tuple(shape)
 
 
-def test_kind5_huge_stride_of_an_extent_one_dimension_exports():
+@pytest.mark.hostile
+def test_huge_stride_of_an_extent_one_dimension_exports():
     # (2, 1) with stride i64::MAX on the extent-1 dimension: a legal layout
     # whose byte stride overflows; exported as 0, values unchanged.
     x = ext.make_capsule(np.array([1.0, 2.0]).tobytes(), [2, 1], [1, I64_MAX], dtype=F64)
@@ -141,9 +131,7 @@ def test_kind5_huge_stride_of_an_extent_one_dimension_exports():
     assert np.from_dlpack(a).tolist() == [[1.0], [2.0]]
 
 
-# ---------------------------------------------------------------------------
-# Kind 6: allocations that cannot be satisfied raise MemoryError.
-
+# Allocations that cannot be satisfied raise MemoryError.
 
 def broadcast(n):
     """A float64 array of `n` zeros broadcast from one element (NumPy caps
@@ -160,8 +148,9 @@ def huge_broadcasts():
     return sizes
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("n", huge_broadcasts())
-def test_kind6_dlpack_copy_true_of_huge_broadcast_raises_memoryerror(n):
+def test_dlpack_copy_true_of_huge_broadcast_raises_memoryerror(n):
     a = ext.identity(broadcast(n))
     before = balanced_exports()
     with pytest.raises(MemoryError, match="cannot allocate"):
@@ -172,8 +161,9 @@ def test_kind6_dlpack_copy_true_of_huge_broadcast_raises_memoryerror(n):
     assert balanced_exports() == (before[0] - 1, before[1])
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("n", huge_broadcasts())
-def test_kind6_returns_jax_of_huge_broadcast_raises_memoryerror(n):
+def test_returns_jax_of_huge_broadcast_raises_memoryerror(n):
     x = broadcast(n)
     before = balanced_exports()
     with pytest.raises(MemoryError, match="cannot allocate"):
@@ -181,8 +171,9 @@ def test_kind6_returns_jax_of_huge_broadcast_raises_memoryerror(n):
     assert balanced_exports() == before
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("n", huge_broadcasts())
-def test_kind6_to_vec_of_huge_broadcast_raises_memoryerror(n):
+def test_to_vec_of_huge_broadcast_raises_memoryerror(n):
     x = broadcast(n)
     with pytest.raises(MemoryError, match="cannot allocate"):
         ext.acc_to_vec(x)
@@ -190,14 +181,16 @@ def test_kind6_to_vec_of_huge_broadcast_raises_memoryerror(n):
         ext.sum_f64(x)
 
 
-def test_kind6_to_vec_beyond_isize_raises_memoryerror():
+@pytest.mark.hostile
+def test_to_vec_beyond_isize_raises_memoryerror():
     x = torch.zeros(1, dtype=torch.float64).expand(2**62)
     with pytest.raises(MemoryError, match="cannot allocate"):
         ext.acc_to_vec(x)
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("shape", [[2**45], [2**20, 2**25], [2**59], [2**62], [2**32, 2**31]])
-def test_kind6_tensor_zeros_and_from_fn_of_huge_shape_raise_memoryerror(shape):
+def test_tensor_zeros_and_from_fn_of_huge_shape_raise_memoryerror(shape):
     with pytest.raises(MemoryError, match="cannot allocate"):
         ext.tensor_zeros(shape)
     with pytest.raises(MemoryError, match="cannot allocate"):
@@ -206,18 +199,18 @@ def test_kind6_tensor_zeros_and_from_fn_of_huge_shape_raise_memoryerror(shape):
     assert ext.tensor_zeros_error(shape).startswith("OutOfMemory")
 
 
-def test_kind6_tensor_zeros_count_overflow_stays_a_value_error():
+@pytest.mark.hostile
+def test_tensor_zeros_count_overflow_stays_a_value_error():
     with pytest.raises(ValueError):
         ext.tensor_zeros([2**40, 2**40])
     assert ext.tensor_zeros_error([2**40, 2**40]).startswith("Length")
     assert ext.tensor_zeros_error([3, 4]) is None
 
 
-# ---------------------------------------------------------------------------
-# Kind 7: a refused export frees everything it holds, exactly once.
+# A refused export frees everything it holds, exactly once.
 
-
-def test_kind7_returns_torch_of_negative_strides_is_a_clear_error_and_frees_all():
+@pytest.mark.hostile
+def test_returns_torch_of_negative_strides_is_a_clear_error_and_frees_all():
     x = np.arange(6.0)
     alive = weakref.ref(x)
     before = balanced_exports()
@@ -230,7 +223,9 @@ def test_kind7_returns_torch_of_negative_strides_is_a_clear_error_and_frees_all(
     assert alive() is None, "the refused export kept the input alive"
 
 
-def test_kind7_returns_torch_refusals_do_not_grow_rss():
+@pytest.mark.slow
+@pytest.mark.hostile
+def test_returns_torch_refusals_do_not_grow_rss():
     def rss():
         with open(f"/proc/{os.getpid()}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -249,7 +244,8 @@ def test_kind7_returns_torch_refusals_do_not_grow_rss():
     assert rss() - r0 < 64 * 2**20
 
 
-def test_kind7_accepted_negative_stride_of_extent_one_still_exports():
+@pytest.mark.hostile
+def test_accepted_negative_stride_of_extent_one_still_exports():
     # PyTorch takes a negative stride where it is never stepped along.
     y = np.zeros(1)[::-1]
     assert y.strides == (-8,)
@@ -257,6 +253,7 @@ def test_kind7_accepted_negative_stride_of_extent_one_still_exports():
     assert t.tolist() == [0.0]
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize(
     "fn, make, exc",
     [
@@ -267,7 +264,7 @@ def test_kind7_accepted_negative_stride_of_extent_one_still_exports():
         (ext.identity_array_api, lambda: (broadcast(2**62),), Exception),
     ],
 )
-def test_kind7_every_refused_export_path_frees_export_and_input(fn, make, exc):
+def test_every_refused_export_path_frees_export_and_input(fn, make, exc):
     args = make()
     x = args[0]
     base = x.base if isinstance(x, np.ndarray) else x._base  # what the view keeps alive
@@ -289,15 +286,14 @@ def test_kind7_every_refused_export_path_frees_export_and_input(fn, make, exc):
     assert alive() is None
 
 
-# ---------------------------------------------------------------------------
-# Kind 9: no panic on legal layouts (explicit cases).
-
+# No panic on legal layouts (explicit cases).
 
 def cap(values, shape, strides, **kw):
     return ext.make_capsule(np.asarray(values, np.float64).tobytes(), shape, strides, dtype=F64, **kw)
 
 
-def test_kind9_as_ndarray_mut_of_empty_arrays():
+@pytest.mark.hostile
+def test_as_ndarray_mut_of_empty_arrays():
     for shape in [(0,), (3, 0), (0, 3), (2, 0, 4), (1, 0)]:
         assert ext.acc_as_ndarray_mut(np.zeros(shape), 1.0) == list(shape)
         assert ext.acc_as_ndarray(np.zeros(shape)) == (list(shape), [])
@@ -309,7 +305,8 @@ def test_kind9_as_ndarray_mut_of_empty_arrays():
         ext.acc_as_ndarray(cap([0.0], [0, 2**62, 4], [1, 1, 1]))
 
 
-def test_kind9_to_vec_with_huge_strides_on_extent_one_dims():
+@pytest.mark.hostile
+def test_to_vec_with_huge_strides_on_extent_one_dims():
     x = np.lib.stride_tricks.as_strided(np.arange(2, dtype=np.uint8), shape=(2, 1), strides=(1, 2**63 - 1))
     assert ext.values(x) == [0, 1]
     assert ext.acc_to_vec(cap([1.0, 2.0], [2, 1], [1, I64_MAX])) == [1.0, 2.0]
@@ -321,7 +318,8 @@ def test_kind9_to_vec_with_huge_strides_on_extent_one_dims():
     assert ext.acc_as_ndarray(cap([1.0, 2.0], [2, 1], [1, I64_MIN])) == ([2, 1], [1.0, 2.0])
 
 
-def test_kind9_flip_of_isize_min_stride():
+@pytest.mark.hostile
+def test_flip_of_isize_min_stride():
     a = ext.acc_flip_axis(cap([7.0], [1], [I64_MIN]), 0)
     assert a.shape == (1,) and np.from_dlpack(a).tolist() == [7.0]
     assert ext.acc_flip_to_vec(cap([7.0], [1, 1], [I64_MIN, I64_MIN]), 1) == [7.0]
@@ -329,7 +327,8 @@ def test_kind9_flip_of_isize_min_stride():
     assert a.shape == (0, 2)
 
 
-def test_kind9_slice_of_empty_arrays_with_huge_strides():
+@pytest.mark.hostile
+def test_slice_of_empty_arrays_with_huge_strides():
     a = ext.acc_slice_axis(cap([0.0], [0, 3], [1, 2**62]), 1, 1, 2)
     assert a.shape == (0, 1)
     assert ext.acc_slice_to_vec(cap([0.0], [0, 3], [I64_MAX, I64_MIN]), 1, 2, 3) == []
@@ -337,7 +336,8 @@ def test_kind9_slice_of_empty_arrays_with_huge_strides():
     assert a.shape == (0, 1)
 
 
-def test_kind9_reshape_and_permute_of_huge_layouts():
+@pytest.mark.hostile
+def test_reshape_and_permute_of_huge_layouts():
     x = cap([0.0], [0, 2**62], [1, 1])
     with pytest.raises(ValueError):
         ext.acc_reshape(x, [0, 2**62, 2**62])
@@ -347,8 +347,7 @@ def test_kind9_reshape_and_permute_of_huge_layouts():
     assert np.from_dlpack(a).tolist() == [[1.0, 2.0]]
 
 
-# ---------------------------------------------------------------------------
-# Kind 9: every accessor against generated hostile layouts (Hypothesis).
+# Every accessor against generated hostile layouts (Hypothesis).
 
 HUGE_STRIDES = [I64_MAX, I64_MIN, 2**62, -(2**62), 2**40, -(2**40), I64_MAX // 8 + 1]
 
@@ -479,13 +478,15 @@ def check_rank_typed_accessors(shape, strides, model, count):
             assert isinstance(out, (TypeError, IndexError, ValueError)), out
 
 
+@pytest.mark.slow
+@pytest.mark.hostile
 @settings(
     max_examples=int(os.environ.get("DLCAST_HYPOTHESIS_EXAMPLES", "300")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(layout=hostile_layouts(), data=st.data())
-def test_kind9_every_accessor_survives_hostile_layouts(layout, data):
+def test_every_accessor_survives_hostile_layouts(layout, data):
     shape, strides = layout
     _, _, model = model_of(shape, strides)
     count = math.prod(shape)
@@ -577,7 +578,8 @@ def test_kind9_every_accessor_survives_hostile_layouts(layout, data):
         assert isinstance(out, ValueError) and "C-contiguous" in str(out)
 
 
-def test_kind9_all_layout_combinations_of_extreme_strides():
+@pytest.mark.hostile
+def test_all_layout_combinations_of_extreme_strides():
     """The deterministic corner: every extent in {0, 1, 2} against every
     extreme stride, in 1 and 2 dimensions, through every read accessor."""
     extents = [0, 1, 2]

@@ -1,13 +1,14 @@
-"""#[shape], #[device], #[order], writability and cross-parameter checks:
-what passes, and the exact error for what does not."""
-
-import re
+"""The checks a parameter declares (#[shape], #[device], #[order],
+writability, cross-parameter extents): what they accept, and errors that say
+the function, the parameter, what was expected and what was given.
+"""
 
 import numpy as np
 import pytest
 import torch
 
 import dlcast_testext as ext
+import dlcast_testext as t
 from conftest import capsule, deleters_balanced
 
 
@@ -147,3 +148,57 @@ def test_overlapping_writable_arguments_are_refused():
     # Disjoint pieces of one array are fine.
     ext.copy_into(a[:5], a[5:])
     assert a[5:].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+@pytest.mark.parametrize("shape", [(), (2,), (1,), (0, 2), (3, 2), (2, 2, 2), (5, 1, 2),
+                                   (2, 3), (4,), (1, 1, 1, 1, 1, 1, 1, 1, 1, 2)])
+def test_match_shape_with_rest(shape):
+    """`batch_of_pairs(#[shape(.., 2)] x)` accepts exactly the shapes ending
+    in 2 (at least one dimension)."""
+    x = np.zeros(shape)
+    if len(shape) >= 1 and shape[-1] == 2:
+        assert t.batch_of_pairs(x) == list(shape)
+    else:
+        with pytest.raises(TypeError, match="expected shape"):
+            t.batch_of_pairs(x)
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+@pytest.mark.parametrize("a,b,ok", [
+    ((2, 3), (3, 4), True), ((2, 3), (4, 4), False), ((0, 3), (3, 0), True),
+    ((2,), (2, 2), False), ((2, 3, 1), (3, 4), False)])
+def test_named_extents_across_parameters(a, b, ok):
+    """`matmul_shapes(#[shape(m, k)] a, #[shape(k, n)] b, #[shape(m, n)] out)`."""
+    m, n = a[0], b[-1]
+    out = np.zeros((m, n)) if len(a) == 2 and len(b) == 2 else np.zeros((1, 1))
+    if ok:
+        t.matmul_shapes(np.zeros(a), np.zeros(b), out)
+    else:
+        with pytest.raises(TypeError):
+            t.matmul_shapes(np.zeros(a), np.zeros(b), out)
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+@pytest.mark.parametrize("shape,ok", [((3, 3), True), ((0, 0), True), ((2, 3), False),
+                                      ((3,), False), ((3, 3, 3), False)])
+def test_one_name_twice_in_one_shape(shape, ok):
+    if ok:
+        assert t.square(np.zeros(shape)) == shape[0]
+    else:
+        with pytest.raises(TypeError):
+            t.square(np.zeros(shape))
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (2, 1, 3), (0, 4)])
+def test_rest_alone_matches_any_rank(shape):
+    """`copy_into(#[shape(..)] src, dst)`: any rank, values copied."""
+    src = np.arange(float(np.prod(shape))).reshape(shape)
+    dst = np.zeros(shape)
+    t.copy_into(src, dst)
+    assert (dst == src).all()

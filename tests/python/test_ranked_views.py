@@ -1,7 +1,10 @@
-"""Views whose type fixes the rank (`TensorRef<'_, T, N>`): array-typed
-accessors on every layout, iteration in C and memory order, errors that name
-the function, the parameter and what was asked, with the standard exception
-types, and views over Rust data returned to Python."""
+"""Views whose type fixes the rank (`TensorRef<'_, T, N>`) and the accessors
+of every view (`get`, iterators, `copy_into`, `into_rank`, reshapes): they
+agree with NumPy on every layout, refuse out-of-bounds indices with errors
+naming the call, and views over Rust data are copied when returned.
+"""
+
+import gc
 
 import numpy as np
 import pytest
@@ -192,3 +195,162 @@ def test_rank_typed_views_of_inputs_are_returned_zero_copy():
     assert isinstance(out, np.ndarray)
     assert out.tolist() == a[:2, ::-1].tolist()
     assert np.shares_memory(out, a)
+
+
+def collect():
+    for _ in range(3):
+        gc.collect()
+
+
+@pytest.mark.hostile
+def test_seven_d_get_and_iter_with_negative_strides():
+    x = np.arange(2.0**7).reshape((2,) * 7)[:, ::-1, :, ::-1, :, :, ::-1]
+    idx = [1, 0, 1, 0, 1, 1, 0]
+    assert ext.a2_get_dyn(x, idx) == x[tuple(idx)]
+    with pytest.raises(IndexError, match="a2_get_dyn.*'x'.*out of bounds"):
+        ext.a2_get_dyn(x, idx[:-1] + [2])
+    with pytest.raises(IndexError, match="has 3 entries, the array 7 dimensions"):
+        ext.a2_get_dyn(x, [1, 0, 1])
+    assert ext.a2_iter7(x) == x.ravel().tolist()
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.hostile
+def test_into_rank_and_reshape():
+    with pytest.raises(TypeError, match=r"a2_into_rank2\(\): argument 'x': into_rank\(\): expected an array of 2 dimensions, got shape \(3,\)"):
+        ext.a2_into_rank2(np.zeros(3))
+    x = np.arange(6.0)
+    assert ext.a2_reshape_get(x, [2, 3], 1, 2) == x.reshape(2, 3)[1, 2]
+    assert ext.a2_reshape_get(x, [3, 2], 2, 1) == x.reshape(3, 2)[2, 1]
+    with pytest.raises(IndexError):
+        ext.a2_reshape_get(x, [3, 2], 1, 2)
+    with pytest.raises(ValueError, match="reshape"):
+        ext.a2_reshape_get(x[::2], [1, 3], 0, 0)
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.hostile
+def test_copy_into_flipped_transpose_and_set_after_slice():
+    o = np.zeros((2, 3))
+    ext.a2_copy_into_flipped_t(o, [float(i) for i in range(6)])
+    expected = np.zeros((2, 3))
+    expected.T[::-1].flat[:] = np.arange(6.0)
+    assert np.array_equal(o, expected)
+    with pytest.raises(ValueError, match="copy_from_slice"):
+        ext.a2_copy_into_flipped_t(o, [1.0] * 5)
+    o = np.zeros((4, 3))
+    with pytest.raises(IndexError, match=r"index \(2, 0\) is out of bounds for shape \(2, 3\)"):
+        ext.a2_set_after_slice(o, 2, 2, 0, 1.0)
+    assert not o.any()
+    ext.a2_set_after_slice(o, 2, 1, 2, 1.0)
+    assert o[1, 2] == 1.0 and o.sum() == 1.0
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.hostile
+def test_as_array_of_a_permuted_strided_view():
+    x = np.arange(24.0).reshape(2, 3, 4)[:, ::-1, ::2]
+    shape, total = ext.a2_as_array_permuted(x)
+    assert shape == list(np.transpose(x, (2, 0, 1)).shape)
+    assert total == x.sum()
+
+
+@pytest.mark.hostile
+def test_rust_data_views_are_copied():
+    grid = np.arange(6.0).reshape(2, 3)
+    f = ext.a2_rust_flipped()
+    assert np.array_equal(f, grid[::-1, ::-1])
+    assert f.flags.writeable
+    f[0, 0] = 100.0  # a copy: the static stays as it was
+    assert np.array_equal(ext.a2_rust_flipped(), grid[::-1, ::-1])
+    b = ext.a2_rust_broadcast(4)
+    assert np.array_equal(b, np.broadcast_to(grid[0], (4, 3)))
+    h = ext.VecHolder(4)
+    v = h.view()
+    h.fill(9.0)
+    h.clear()
+    collect()
+    assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(MemoryError):
+        ext.a2_rust_broadcast(2**60)
+
+
+
+@pytest.mark.hostile
+def test_iterators_and_get_on_random_strided_layouts():
+    import random
+
+    rng = random.Random(7)
+    base = np.arange(1.0, 401.0)
+    checked = 0
+    while checked < 400:
+        nd = rng.randint(0, 5)
+        shape = [rng.choice([0, 1, 1, 2, 3, 4]) for _ in range(nd)]
+        strides = [rng.choice([0, 1, 2, 3, -1, -2, 5, -7, 12]) for _ in range(nd)]
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides) if n > 0)
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides) if n > 0)
+        if hi - lo >= len(base):
+            continue
+        x = np.lib.stride_tricks.as_strided(base[-lo:], shape, [s * 8 for s in strides])
+        assert ext.rk_iter(x) == x.ravel().tolist()
+        assert sorted(ext.rk_iter_memory(x)) == sorted(x.ravel().tolist())
+        if x.size and x.ndim:
+            idx = [rng.randrange(n) for n in x.shape]
+            assert ext.rk_get_dyn(x, idx) == x[tuple(idx)]
+        checked += 1
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.hostile
+def test_copy_from_slice_on_random_non_overlapping_layouts():
+    import itertools
+    import random
+
+    rng = random.Random(3)
+    checked = 0
+    while checked < 300:
+        nd = rng.randint(0, 4)
+        shape = [rng.choice([0, 1, 2, 3, 4]) for _ in range(nd)]
+        strides = [rng.choice([0, 1, 2, -1, -2, 5, -7, 12]) for _ in range(nd)]
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides) if n > 0)
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides) if n > 0)
+        if hi - lo >= 300:
+            continue
+        base = np.zeros(300)
+        x = np.lib.stride_tricks.as_strided(base[-lo:], shape, [s * 8 for s in strides], writeable=True)
+        offsets = [sum(i * s for i, s in zip(ix, strides)) for ix in itertools.product(*map(range, shape))]
+        vals = [float(i + 1) for i in range(x.size)]
+        try:
+            ext.rk_copy_from(x, vals)
+        except TypeError:
+            # Refused (overlapping, or interleaved: see the test of interleaved layouts):
+            # nothing written.
+            assert not base.any()
+            continue
+        assert len(set(offsets)) == len(offsets), (shape, strides)
+        assert x.ravel().tolist() == vals
+        assert base.sum() == sum(vals)  # no stray writes
+        checked += 1
+    assert ext.live_borrows() == 0
+
+
+@pytest.mark.hostile
+def test_extent_one_dims_with_extreme_strides():
+    from conftest import capsule
+
+    m = -(2**63)
+    a = np.arange(3.0)
+    assert ext.rk_get2(capsule(a.reshape(1, 3), strides=[m, 1]), 0, 2) == 2.0
+    with pytest.raises(IndexError, match=r"index \(1, 0\) is out of bounds for shape \(1, 3\)"):
+        ext.rk_get2(capsule(a.reshape(1, 3), strides=[m, 1]), 1, 0)
+    assert ext.rk_iter(capsule(a.reshape(1, 3), strides=[m, 1])) == [0.0, 1.0, 2.0]
+    assert ext.rk_iter_memory(capsule(a.reshape(3, 1), strides=[1, m])) == [0.0, 1.0, 2.0]
+    assert ext.rk_as_array2(capsule(a.reshape(3, 1), strides=[1, m])) == ([3, 1], [0.0, 1.0, 2.0])
+    empty = lambda: capsule(np.zeros(0), shape=[0, 2**62], strides=[m, 2**62])  # noqa: E731
+    assert ext.rk_iter(empty()) == []
+    assert ext.rk_as_array2(empty()) == ([0, 2**62], [])
+    with pytest.raises(IndexError):
+        ext.rk_get_dyn(empty(), [0, 0])
+    assert ext.a2_as_array_permuted(capsule(a.reshape(3, 1, 1), strides=[1, m, 2**62])) == ([1, 3, 1], 3.0)
+    assert np.asarray(ext.rk_first_rows_flipped(capsule(a.reshape(1, 3), strides=[m, 1]), 1)).tolist() == [[2.0, 1.0, 0.0]]
+    assert ext.live_borrows() == 0

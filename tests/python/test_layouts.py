@@ -1,10 +1,7 @@
-"""Rows C1-C12 of ../shared/cases.md: inputs that broke real consumers.
-
-Each test names its row; each covers the row's kind across producers.
+"""Layouts that broke real DLPack consumers are read right: negative strides,
+transposes, strides of extent-one dimensions, empty arrays, NULL strides,
+byte offsets and read-only NumPy arrays.
 """
-
-import gc
-import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +12,7 @@ import dlcast_testext as ext
 from conftest import capsule, deleters_balanced
 
 
-def test_c1_negative_strides():
+def test_negative_strides():
     a = np.arange(12.0).reshape(3, 4)[:, ::-1]
     shape, strides, dtype, *_ = ext.describe(a)
     assert (shape, strides, dtype) == ([3, 4], [4, -1], "float64")
@@ -34,7 +31,7 @@ def test_c1_negative_strides():
         assert ext.values(c) == a.ravel().tolist()
 
 
-def test_c1_negative_strides_writable():
+def test_negative_strides_writable():
     a = np.zeros((3, 4))
     view = a[:, ::-1]
     assert ext.set_f64(view, [0, 0], 5.0)
@@ -42,7 +39,7 @@ def test_c1_negative_strides_writable():
     ext.add_one_f32(np.zeros(4, np.float32)[::-1])  # negative stride, any order
 
 
-def test_c2_transposed_numpy_and_torch():
+def test_transposed_numpy_and_torch():
     a = np.arange(4.0).reshape(2, 2).T
     assert ext.get_f64(a, [0, 1]) == 2.0
     t = torch.arange(6.0, dtype=torch.float64).reshape(2, 3).T
@@ -62,7 +59,7 @@ def test_c2_transposed_numpy_and_torch():
         assert ext.needs_contiguous(x) == list(x.shape)
 
 
-def test_c3_extent_one_dimensions_ignore_strides():
+def test_extent_one_dimensions_ignore_strides():
     t = torch.rand(16)[::3][:1]
     assert t.stride() == (3,)
     assert ext.needs_c(t) == [1]
@@ -75,7 +72,7 @@ def test_c3_extent_one_dimensions_ignore_strides():
         assert ext.needs_c(c) == [1, 77]
 
 
-def test_c4_empty_arrays_are_contiguous_and_never_read():
+def test_empty_arrays_are_contiguous_and_never_read():
     z = np.zeros((1, 8, 0, 128), np.float32)
     for f in (ext.needs_c, ext.needs_f, ext.needs_contiguous):
         assert f(z) == [1, 8, 0, 128]
@@ -92,7 +89,7 @@ def test_c4_empty_arrays_are_contiguous_and_never_read():
     assert ext.values(jnp.zeros((0,))) == []
 
 
-def test_c5_null_strides_are_row_major():
+def test_null_strides_are_row_major():
     data = np.arange(6.0)
     with deleters_balanced(2):
         for version in [(1, 0), (1, 1)]:
@@ -104,7 +101,7 @@ def test_c5_null_strides_are_row_major():
         assert ext.get_f64(c, [1, 0]) == 3.0
 
 
-def test_c6_byte_offset_is_honoured():
+def test_byte_offset_is_honoured():
     data = np.arange(9.0)
     with deleters_balanced(2):
         c = ext.make_capsule(data.tobytes(), [1], [1], byte_offset=8 * 8)
@@ -114,20 +111,7 @@ def test_c6_byte_offset_is_honoured():
         assert ext.values(c) == [2.0, 3.0, 5.0, 6.0]
 
 
-def test_c7_capsule_used_twice():
-    with deleters_balanced(1):
-        c = capsule(np.arange(3.0))
-        assert ext.values(c) == [0.0, 1.0, 2.0]
-        with pytest.raises(BufferError, match="already consumed"):
-            ext.values(c)
-    # A NumPy capsule too.
-    c = np.arange(3.0).__dlpack__()
-    ext.consume(c)
-    with pytest.raises(BufferError, match="argument 'x': the DLPack capsule was already consumed"):
-        ext.consume(c)
-
-
-def test_c8_read_only_numpy():
+def test_read_only_numpy():
     a = np.arange(10.0)
     a.flags.writeable = False
     assert ext.sum_f64(a) == 45.0
@@ -142,102 +126,3 @@ def test_c8_read_only_numpy():
         c = capsule(np.arange(3.0), flags=1)
         with pytest.raises(TypeError, match="read-only"):
             ext.fill_f64(c, 0.0)
-
-
-class OldProducer:
-    """A producer whose __dlpack__ predates max_version (case C9)."""
-
-    def __init__(self, arr):
-        self.arr = arr
-        self.calls = []
-
-    def __dlpack__(self, stream=None):
-        self.calls.append(stream)
-        return self.arr.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
-
-
-def test_c9_producer_without_max_version():
-    p = OldProducer(np.arange(4.0))
-    assert ext.values(p) == [0.0, 1.0, 2.0, 3.0]
-    assert p.calls == [None]
-
-
-class FixedCapsuleProducer:
-    def __init__(self, make):
-        self.make = make
-        self.kwargs = None
-
-    def __dlpack__(self, **kwargs):
-        self.kwargs = kwargs
-        return self.make()
-
-
-def test_c10_capsule_name_decides_the_struct():
-    data = np.arange(5.0)
-    with deleters_balanced(2):
-        legacy = FixedCapsuleProducer(lambda: capsule(data, versioned=False))
-        assert ext.values(legacy) == data.tolist()
-        assert legacy.kwargs == {"max_version": (1, 3)}
-        versioned = FixedCapsuleProducer(lambda: capsule(data, versioned=True))
-        assert ext.values(versioned) == data.tolist()
-
-
-def test_c11_major_version_2_refused_and_deleted():
-    with deleters_balanced(2):
-        c = capsule(np.arange(3.0), version=(2, 0))
-        with pytest.raises(BufferError, match=r"unsupported DLPack version 2\.0"):
-            ext.values(c)
-        # Nothing else is read: even garbage fields after the header.
-        c = ext.make_capsule(b"", [-5], [7], version=(2, 1), ndim=-3, dtype=(99, 3, 9), device=(77, 0))
-        with pytest.raises(BufferError, match="version 2.1"):
-            ext.values(c)
-
-
-class RaisingProducer:
-    def __init__(self, exc):
-        self.exc = exc
-
-    def __dlpack__(self, **kwargs):
-        raise self.exc
-
-
-@pytest.mark.parametrize("exc_type", [BufferError, ValueError, RuntimeError, AssertionError])
-def test_c12_producer_exceptions_name_the_parameter(exc_type):
-    with pytest.raises(BufferError) as info:
-        ext.centroid(RaisingProducer(exc_type("cannot export this")), np.ones(1, np.float32))
-    msg = str(info.value)
-    assert msg.startswith("centroid(): argument 'points': the producer's __dlpack__() raised")
-    assert "cannot export this" in msg
-    assert isinstance(info.value.__cause__, exc_type)
-    assert str(info.value.__cause__) == "cannot export this"
-
-
-def test_c12_real_producer_refusals():
-    # NumPy refuses byte-swapped data with BufferError.
-    swapped = np.arange(3.0).astype(">f8")
-    with pytest.raises(BufferError, match=r"argument 'x': the producer's __dlpack__\(\) raised") as info:
-        ext.values(swapped)
-    assert isinstance(info.value.__cause__, BufferError)
-    # PyTorch's __dlpack__ refuses tensors that require grad; its C exchange
-    # API (the path dlcast takes for torch.Tensor) reads them, as PyTorch's
-    # own C++ extensions do. A subclass that forces __dlpack__ sees the refusal.
-    t = torch.ones(3, requires_grad=True)
-    assert ext.sum_f32(t) == 3.0
-
-    class ViaDlpack:
-        def __dlpack__(self, **kw):
-            return t.__dlpack__(**kw)
-
-    with pytest.raises(BufferError, match="argument 'x'") as info:
-        ext.sum_f32(ViaDlpack())
-    assert "gradient" in str(info.value.__cause__)
-
-
-def test_interrupts_propagate_unchanged():
-    with pytest.raises(KeyboardInterrupt):
-        ext.values(RaisingProducer(KeyboardInterrupt()))
-    with pytest.raises(MemoryError):
-        ext.values(RaisingProducer(MemoryError()))

@@ -1,8 +1,9 @@
-//! Hostile tests of ownership (`ArrayBuffer`, `Tensor::from_static`,
+//! Edge cases of ownership (`ArrayBuffer`, `Tensor::from_static`,
 //! `Tensor::from_raw_parts`, `into_read_only`, `returns = memoryview | mlx |
 //! paddle`) and of the rank-typed views (`TensorRef<'_, T, N>`, views over
 //! Rust data): safe Rust a user could write, called from
-//! tests/python/test_hostile_ownership.py.
+//! tests/python/test_ownership.py, test_ranked_views.py, test_lifetimes.py,
+//! test_registry.py and test_export_constructions.py.
 
 use dlcast_runtime::ndarray::{self, s, ArrayView, ArrayView2};
 use dlcast_runtime::prelude::*;

@@ -1,0 +1,410 @@
+"""PyTorch's rules for a caller's tensor: autograd and views of tensors that
+require grad, version counters (bumped once for a write, never for a refused
+call), inference tensors, and tensors swapped, resized or retyped by a later
+argument or a callback while they are read.
+"""
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dlcast_testext as ext
+import dlcast_testext as t
+
+
+def test_writable_torch_tensors_keep_autograd_right():
+    # A tensor that requires grad is refused: autograd cannot see the write.
+    a = torch.ones(3, requires_grad=True)
+    b = a.exp()
+    for t in (a, b):
+        with pytest.raises(TypeError, match=r"^add_one_f32\(\): argument 'x': the tensor requires grad"):
+            ext.add_one_f32(t)
+    # A tensor saved for backward by another op: the write bumps its version,
+    # so backward raises instead of using the changed values.
+    w = torch.ones(3)
+    y = (a * w).sum()
+    before = w._version
+    ext.add_one_f32(w)
+    assert w._version > before and w.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    # detach() gives a tensor that may be written (sharing memory).
+    d = b.detach()
+    ext.add_one_f32(d)
+    assert torch.allclose(b, d)
+
+
+@pytest.mark.slow
+def test_a_tensor_changed_while_other_arguments_are_read_keeps_its_view():
+    # PyTorch tensors are mutable containers: Python code run while a later
+    # argument is prepared (here its __dlpack__) may swap the first tensor's
+    # storage, which frees the memory a view of the tensor itself would be
+    # made of. dlcast reads a private alias taken before (x.data), which
+    # holds the old storage: the call sees the tensor as it was when its
+    # argument was taken, and no freed memory.
+    n = 2_000_000  # large enough that freed memory goes back to the OS
+    pts = torch.ones(n, 3)
+
+    class SwapsFirst:
+        def __init__(self):
+            self.a = np.ones(n, np.float32)
+
+        def __dlpack__(self, **kw):
+            pts.set_(torch.zeros(1, 3))
+            return self.a.__dlpack__(**kw)
+
+    assert ext.centroid(pts, SwapsFirst()) == [1.0, 1.0, 1.0]
+    assert pts.shape == (1, 3)
+    # The same with a swap to a smaller dtype at the same address (the
+    # `p.data = p.data.half()` idiom), before the read.
+    x = torch.ones(n, dtype=torch.float64)
+
+    class ShrinksFirst:
+        def __dlpack__(self, **kw):
+            x.data = x.data.to(torch.int8)
+            return np.ones(3, np.float64).__dlpack__(**kw)
+
+    assert ext.sum_f64_and_len(x, ShrinksFirst()) == (float(n), 3)
+    # The tensor's own is_neg (asked of the alias) cannot swap the alias:
+    # PyTorch refuses to change a `.data` tensor's storage... or the alias
+    # is kept by the subclass and the call refused. Either way, no view of
+    # freed memory: the call raises or reads the original values.
+    class SwapsItself(torch.Tensor):
+        def is_neg(self):
+            self.set_(torch.zeros(1, 3))
+            return False
+
+    own = torch.ones(n, 3).as_subclass(SwapsItself)
+    try:
+        got = ext.centroid(own, np.ones(n, np.float32))
+    except (TypeError, BufferError):
+        pass
+    else:
+        assert got == [1.0, 1.0, 1.0]
+    # A dtype-generic function: a later argument's __dlpack__ that swaps the
+    # deciding one changes nothing the call reads.
+    a = torch.ones(n, dtype=torch.float32)
+
+    class SwapsDecider:
+        def __dlpack__(self, **kw):
+            a.set_(torch.zeros(1))
+            return np.ones(3, np.float64).__dlpack__(**kw)
+
+    ext.instance_pair(a, None, SwapsDecider())
+    # A writable parameter: the version counter of the caller's tensor is
+    # bumped, and the writes land in the memory the tensor had.
+    g = torch.zeros(4, dtype=torch.float64)
+    ext.fill_f64(g, 2.0)
+    assert g.tolist() == [2.0] * 4 and g._version == 1
+
+
+# A separate process: it fills the type cache (8 slots) on purpose, so that
+# every import looks its type up again (Python code: a descriptor that swaps
+# another argument).
+_LOOKUP_SWAPS = """
+import torch, dlcast_testext as ext
+ext.sum_f32(torch.ones(2))
+for i in range(8):
+    try:
+        ext.sum_f32(type(f"Junk{i}", (), {})())
+    except TypeError:
+        pass
+state = {"calls": 0, "arm": None, "victim": None}
+class Hook:
+    def __get__(self, inst, owner):
+        state["calls"] += 1
+        if state["calls"] == state["arm"]:
+            state["victim"].set_(torch.zeros(1, 3))
+        return None
+class W(torch.Tensor):
+    __dlpack_c_exchange_api__ = Hook()
+def run(arm):
+    pts = torch.ones(1000, 3)
+    state.update(calls=0, arm=arm, victim=pts)
+    try:
+        return str(ext.centroid(pts, torch.ones(1000).as_subclass(W))), state["calls"]
+    except BufferError as e:
+        return str(e), state["calls"]
+_, k = run(None)
+print(k)
+for arm in range(1, k + 2):
+    print(arm, run(arm)[0])
+"""
+
+
+@pytest.mark.slow
+def test_a_type_lookup_cannot_swap_a_tensor_under_its_view():
+    # Each lookup (at any point of the call's Python steps) swaps the first
+    # tensor's storage; its view reads the private alias taken before, so
+    # every call gives the values the tensor had.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _LOOKUP_SWAPS], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    k, *lines = out.stdout.splitlines()
+    assert int(k) > 0 and len(lines) == int(k) + 1, out.stdout
+    for line in lines:
+        assert line.endswith("[1.0, 1.0, 1.0]"), line
+
+
+def test_views_of_tensors_that_require_grad_are_exported_read_only():
+    w = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    out = np.asarray(ext.identity(w))
+    assert not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0, 0] = 5.0
+    # PyTorch has no read-only tensors: returning it there is refused.
+    with pytest.raises(BufferError, match="read-only"):
+        ext.transposed(w)
+    # Without requires_grad the view stays writable (zero-copy both ways).
+    d = w.detach()
+    np.asarray(ext.identity(d))[0, 0] = 5.0
+    assert d[0, 0] == 5.0
+
+
+def test_a_refused_call_leaves_version_counters_alone():
+    x = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match="share memory"):
+        ext.add_one_into(x, x)
+    assert x._version == 0
+    ext.add_one_into(torch.zeros(3, dtype=torch.float64), x)
+    assert x._version == 1
+
+N = 2_000_000  # large enough that freed memory goes back to the OS
+
+
+class Exports:
+    """An array whose `__dlpack__` first runs `hook()` (Python code run
+    while a later argument is prepared)."""
+
+    def __init__(self, hook, arr=None):
+        self.hook, self.arr = hook, np.ones(3) if arr is None else arr
+
+    def __dlpack__(self, **kw):
+        self.hook()
+        return self.arr.__dlpack__(**kw)
+
+
+@pytest.mark.hostile
+def test_a_tensor_shrunk_in_place_by_a_later_argument():
+    # `p.data = p.data.half()`-style: the storage is replaced by one 8x
+    # smaller, possibly at the same address, after dlcast took the argument.
+    x = torch.ones(N, dtype=torch.float64)
+
+    def shrink():
+        x.data = x.data.to(torch.int8)
+
+    assert ext.sum_f64_and_len(x, Exports(shrink)) == (float(N), 3)
+    assert x.dtype == torch.int8
+    # Writable: the writes go to the storage the tensor had (kept alive by
+    # dlcast's alias), never past the new, smaller one.
+    y = torch.zeros(N, dtype=torch.float64)
+
+    def shrink_y():
+        y.data = y.data.to(torch.int8)
+
+    assert ext.fill_then_len(y, Exports(shrink_y), 7.0) == 3
+    assert y.dtype == torch.int8 and int(y.sum()) == 0
+
+
+@pytest.mark.hostile
+def test_a_converted_tensor_swapped_by_a_later_argument():
+    x = torch.ones(N, dtype=torch.float32)  # converted to float64
+    y = torch.ones(4, dtype=torch.float64)
+
+    def swap():
+        x.set_(torch.zeros(1, dtype=torch.float32))
+
+    assert ext.sum_f64_and_len(x, Exports(swap)) == (float(N), 3)
+    assert ext.sum_f64_and_len(y, x) == (4.0, 1)
+
+
+@pytest.mark.hostile
+def test_inference_tensors_are_not_written_outside_inference_mode():
+    with torch.inference_mode():
+        t = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"^fill_f64\(\): argument 'out': the tensor is an "
+                                        r"inference tensor"):
+        ext.fill_f64(t, 1.0)
+    assert t.tolist() == [0.0, 0.0, 0.0]
+    # Read-only views are fine, and inside inference_mode PyTorch allows
+    # the write (an inference tensor has no version counter to bump).
+    assert ext.sum_f64(t) == 0.0
+    with torch.inference_mode():
+        ext.fill_f64(t, 1.0)
+    assert t.tolist() == [1.0, 1.0, 1.0]
+
+
+# A residual the README documents: memory moved or freed by
+# ordinary, flag-free APIs while a body holds a view. torch.rs promises a
+# PyTorch view "stays valid whatever Python code does to the caller's
+# tensor during the call ... with one exception: resizing the storage";
+# `share_memory_()` (also run implicitly by torch.multiprocessing when a
+# tensor is sent to another process) swaps the storage's data pointer and
+# frees the old memory. NumPy's `__setstate__` frees an array's data with
+# no refcheck at all (the README names only `resize(refcheck=False)`).
+
+@pytest.mark.hostile
+def test_shared_memory_tensors_are_documented_as_a_residual():
+    # Neither can be prevented by holding references (PyTorch and NumPy free
+    # the memory under every view of it, their own included): the README's
+    # safety section names both, next to resize(refcheck=False).
+    import pathlib
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    safety = readme[readme.index("## Safety"):readme.index("## Performance")]
+    assert "share_memory_()" in safety and "__setstate__" in safety
+
+
+@pytest.mark.hostile
+def test_later_argument_swaps_and_resizes_an_earlier_tensor():
+    x = torch.ones(4, dtype=torch.float64)
+    keep = torch.zeros(2, dtype=torch.float64)
+
+    class Evil:
+        def __dlpack__(self, **kw):
+            x.set_(torch.zeros(1, dtype=torch.float64))
+            x.resize_(1)
+            gc.collect()
+            return keep.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    # The write goes to the storage the alias holds; nothing dangles.
+    assert ext.fill_then_len(x, Evil(), 3.0) == 2
+    assert x.tolist() == [0.0]
+
+
+@pytest.mark.hostile
+def test_callback_swapping_the_tensor_during_the_body():
+    x = torch.ones(1 << 12, dtype=torch.float64)
+
+    def cb():
+        x.set_(torch.zeros(1, dtype=torch.float64))
+        gc.collect()
+        global _junk
+        _junk = [torch.full((1 << 12,), 5.0, dtype=torch.float64) for _ in range(20)]
+
+    before, after = ext.hold_ref_and_call(x, cb)
+    assert before == after == float(1 << 12)
+
+
+@pytest.mark.hostile
+def test_subclass_data_property_returning_a_shared_tensor():
+    shared = torch.ones(3, dtype=torch.float64)
+
+    class Sub(torch.Tensor):
+        @property
+        def data(self):
+            return shared  # a tensor the caller keeps: not private
+
+    # TensorBase's own `data` getter is used, not the subclass's property:
+    # the tensor's own values are read.
+    s = torch.zeros(3, dtype=torch.float64).as_subclass(Sub)
+    assert ext.sum_f64(s) == 0.0
+
+
+@pytest.mark.hostile
+def test_dtype_generic_peek_then_dtype_change_in_a_later_argument():
+    # `instance_pair` decides A from `a` in phase 1 (peek); the later
+    # argument's __dlpack__ re-types `a` in place (float32 -> int32, NumPy
+    # `a.dtype = ...`); phase 2 re-reads and re-checks `a` against A = f32
+    # (here: a same-kind conversion of the re-typed array, or a TypeError).
+    a = np.ones(4, dtype=np.float32)
+    c_src = np.zeros(4, dtype=np.float64)
+
+    class Later:
+        def __dlpack__(self, **kw):
+            a.dtype = np.int32
+            return c_src.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    try:
+        got = ext.instance_pair(a, None, Later())
+    except TypeError:
+        return
+    assert got == ("f32", "f64", False)
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+def test_a_later_arguments_dlpack_changes_an_earlier_tensor_dtype():
+    # `x.data = ...` (a complex conjugate view) from a later argument's
+    # __dlpack__: the alias taken in x's phase 1 is unchanged, so the call
+    # reads x's old values (or refuses), never the new lazy view's memory.
+    x = torch.arange(4, dtype=torch.float64)
+
+    class Later:
+        def __init__(self):
+            self.arr = np.ones(4)
+
+        def __dlpack__(self, **kw):
+            x.data = torch.tensor([1 + 2j] * 4, dtype=torch.complex128).conj()
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    try:
+        total, n = t.sum_f64_and_len(x, Later())
+    except (BufferError, TypeError, ValueError):
+        pass
+    else:
+        assert (total, n) == (6.0, 4)
+    assert x.is_conj() and x.dtype == torch.complex128
+
+
+class _Changer:
+    """float64 data behind `__dlpack__`, whose export first runs `during()`
+    (phase 1 of a later argument: before any read)."""
+
+    def __init__(self, during, n=4):
+        self.data = np.ones(n)
+        self.during = during
+
+    def __dlpack__(self, **kw):
+        self.during()
+        return self.data.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+@pytest.mark.parametrize("change", ["dtype", "shape", "resize"])
+def test_peeked_argument_changed_by_a_later_argument(change):
+    """`add_into<T>(a, b, out)` decides `T` by peeking at `a`'s dtype in
+    phase 1; `b`'s `__dlpack__` then changes `a` (its dtype, its shape, or
+    frees its memory). Phase 2 reads `a` again: an error, or the right sum
+    of what `a` holds when the body runs -- never a read as the old dtype."""
+    a = np.arange(4.0)
+
+    def during():
+        if change == "dtype":
+            a.dtype = np.int64  # the same bytes, reinterpreted
+        elif change == "shape":
+            a.shape = (2, 2)
+        else:
+            a.resize(8, refcheck=False)
+            a[:] = 10.0
+
+    out = np.zeros(4)
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t.add_into(a, _Changer(during), out)
+    except (TypeError, BufferError):
+        assert (out == 0).all()
+        return
+    assert out.tolist() == (np.asarray(a, dtype=np.float64).ravel()[:4] + 1).tolist()
