@@ -427,7 +427,7 @@ impl<const N: usize> CallCx<N> {
             if !(capsule || numpy_fields && numpy::is_ndarray(obj)) {
                 let (_, flags) = exchange::type_info(obj);
                 if flags.torch_type() {
-                    let p = crate::torch::prepare(obj, flags, sx, writable)?;
+                    let p = crate::import::torch::prepare(obj, flags, sx, writable)?;
                     return Ok((p.source, p.bump));
                 }
             }
@@ -485,7 +485,7 @@ impl<const N: usize> CallCx<N> {
                     self.clear_reads();
                     self.bumped = true;
                     let py = self.py();
-                    crate::torch::bump_versions(py, &self.bump)?;
+                    crate::import::torch::bump_versions(py, &self.bump)?;
                 }
                 Err(Stop::Error(e)) => {
                     self.clear_reads();

@@ -1242,7 +1242,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // writes through it would bypass autograd, which PyTorch's own
     // `.numpy()` and `__dlpack__` refuse.
     if let Some(original) = raw.torch_original() {
-        if crate::torch::requires_grad(original.bind(py))? {
+        if crate::import::torch::requires_grad(original.bind(py))? {
             raw.read_only = true;
         }
     }

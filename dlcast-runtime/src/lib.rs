@@ -50,11 +50,10 @@ pub mod spec;
 pub mod stream;
 #[allow(dead_code)] // the soundness work (issue 20) is wiring its users in
 mod trust;
-// The borrow registry, then import (one module per source of arrays) and
-// PyTorch's own rules.
+// The borrow registry, then import (one module per source of arrays,
+// PyTorch's own rules inside).
 pub mod borrow;
 mod import;
-mod torch;
 // Conversions, the per-call driver, the views (dlcast's, then Rust's own:
 // slices and ndarray views), export.
 pub mod buffer;

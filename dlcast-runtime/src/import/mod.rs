@@ -5,7 +5,7 @@
 //! argument: `__dlpack_device__()`, `__dlpack__()` (the capsule is taken),
 //! `PyObject_GetBuffer`, another producer's exchange-API export,
 //! TensorFlow's `to_dlpack`, type lookups. PyTorch tensors have their own
-//! phase 1 in the `torch` module. The result is a [`Source`].
+//! phase 1 in the [`torch`] module. The result is a [`Source`].
 //!
 //! **Phase 2, [`read`]**: the raw read of a [`Source`] (NumPy's fields, a
 //! managed tensor's `DLTensor`, a held buffer, PyTorch's own exchange
@@ -14,7 +14,9 @@
 //!
 //! Sources, one module each: NumPy's fields ([`numpy`]), the DLPack C
 //! exchange API ([`exchange`]), capsules and `__dlpack__` ([`capsule`]),
-//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]).
+//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]); PyTorch's
+//! own rules (its private alias, its exchange table, its checks) in
+//! [`torch`].
 //!
 //! Whatever path is taken, the producer's deleter (or `PyBuffer_Release`)
 //! runs exactly once: when the [`Owner`] drops, error paths included.
@@ -24,6 +26,7 @@ pub(crate) mod capsule;
 pub(crate) mod exchange;
 pub(crate) mod numpy;
 pub(crate) mod tensorflow;
+pub(crate) mod torch;
 
 use crate::device::{device_type_name, Device};
 use crate::dtype::DType;
