@@ -56,7 +56,10 @@ pub mod borrow;
 mod import;
 // Conversions, the per-call driver, the views (dlcast's, then Rust's own:
 // slices and ndarray views), export.
-pub mod buffer;
+#[doc = include_str!("export/array_buffer.md")]
+pub mod buffer {
+    pub use crate::export::array_buffer::{ArrayBuffer, BufferRef};
+}
 mod call;
 pub mod convert;
 pub mod export;
