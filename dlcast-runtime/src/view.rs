@@ -12,14 +12,67 @@
 //! `0..=6` for a rank fixed by the type, which adds accessors that take and
 //! give arrays (`dims() -> [usize; N]`, `get([usize; N])`, `as_array()`).
 
-use crate::call::{Keep, View};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::import::{Dims, ImportPath, RawTensor};
 use crate::layout;
 use crate::spec::{FnSpec, TupleDisplay};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
 use std::fmt;
 use std::marker::PhantomData;
+
+/// What the call context needs to know of a parameter's view type.
+/// Implemented by the view types only (in the `view` module), each for its own
+/// lifetime `'a`: the call context can then only make a view that borrows
+/// the Python argument, never one that outlives it (`TensorRef<'static, _>`
+/// does not implement `View<'a>` for a shorter `'a`).
+#[doc(hidden)]
+pub trait View<'a>: Sized {
+    /// The element type, or `None` for the untyped views.
+    const DTYPE: Option<DType>;
+    /// Whether the view writes.
+    const WRITABLE: bool;
+    /// The number of dimensions the view type fixes (`TensorRef<'_, T, 2>`,
+    /// `ArrayView2`, `&[T]`), or `None` for any.
+    const NDIM: Option<usize>;
+    /// Makes the view of `raw`, a read that passed every check of the
+    /// parameter's [`ParamSpec`]. A view that owns its read keeps `raw`; one
+    /// that borrows it (a slice, an `ndarray` view) hands it to `keep`,
+    /// which holds it in the call context for `'a`.
+    ///
+    /// # Errors
+    /// What the type needs that the read does not give (a rank, values a
+    /// `bool` may hold), named by `keep`.
+    #[doc(hidden)]
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self>;
+}
+
+/// Where a view that borrows its read (a slice, an `ndarray` view) leaves
+/// it: the call context's slot, which the view's lifetime `'a` borrows, so
+/// the read (its owner, its borrow-registry entry) outlives the view.
+#[doc(hidden)]
+pub struct Keep<'a> {
+    pub(crate) slot: &'a std::cell::Cell<Option<RawTensor>>,
+    /// The function and the parameter (`spec.params[index]`), for errors.
+    pub(crate) spec: &'static FnSpec,
+    pub(crate) index: usize,
+    pub(crate) func: &'static str,
+    pub(crate) param: &'static str,
+}
+
+impl Keep<'_> {
+    /// Holds `raw` until the call context drops.
+    pub(crate) fn hold(self, raw: RawTensor) {
+        self.slot.set(Some(raw));
+    }
+
+    /// A `TypeError` naming the function and the parameter.
+    #[cold]
+    pub(crate) fn error(&self, msg: std::fmt::Arguments<'_>) -> PyErr {
+        PyTypeError::new_err(format!("{}(): argument '{}': {msg}", self.func, self.param))
+    }
+}
 
 /// The rank parameter of a view whose number of dimensions is known only at
 /// run time: `TensorRef<'_, T>` is `TensorRef<'_, T, DYN>`. Any other value
