@@ -59,10 +59,8 @@ pub mod convert;
 
 // The views: dlcast's, with the `View` trait through which the call driver
 // makes every view and what a view keeps (before the driver, which uses
-// them)...
+// them), then Rust's own (slices and ndarray views, in view::native).
 mod view;
-// ... then Rust's own: slices and ndarray views.
-mod native;
 
 // The per-call driver: the two phases, the checks, and the release of what
 // a call holds back while its body runs.
