@@ -50,19 +50,29 @@ pub mod spec;
 pub mod stream;
 #[allow(dead_code)] // the soundness work (issue 20) is wiring its users in
 mod trust;
-// The borrow registry, then import (one module per source of arrays) and
-// PyTorch's own rules.
+// The borrow registry, then import (one module per source of arrays,
+// PyTorch's own rules inside).
 pub mod borrow;
 mod import;
-mod torch;
-// Conversions, the per-call driver, the views (dlcast's, then Rust's own:
-// slices and ndarray views), export.
-pub mod buffer;
-mod call;
+// Conversions (a framework's own, for arguments that do not fit).
 pub mod convert;
-pub mod export;
-mod native;
+
+// The views: dlcast's, with the `View` trait through which the call driver
+// makes every view and what a view keeps (before the driver, which uses
+// them), then Rust's own (slices and ndarray views, in view::native).
 mod view;
+
+// The per-call driver: the two phases, the checks, and the release of what
+// a call holds back while its body runs.
+mod call;
+
+// Export: arrays handed back to Python (`ArrayBuffer` inside, public as
+// `buffer`).
+pub mod export;
+#[doc = include_str!("export/array_buffer.md")]
+pub mod buffer {
+    pub use crate::export::array_buffer::{ArrayBuffer, BufferRef};
+}
 
 pub use buffer::{ArrayBuffer, BufferRef};
 pub use device::{Device, DeviceSpec};
@@ -172,12 +182,13 @@ pub mod prelude {
 /// Used by the code `#[dlpack_fn]` generates; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::{raw_reads_in_progress, CallCx, Peeked, View};
+    pub use crate::call::{raw_reads_in_progress, CallCx, Peeked};
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};
+    pub use crate::view::View;
     /// Element types named by `#[dtype(..)]` (aliases, not re-exports,
     /// so that diagnostics keep the crates' own paths).
     #[cfg(feature = "half")]

@@ -261,9 +261,9 @@ static TORCH_TENSOR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::nul
 pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
     let mut known = TORCH_TABLE.load(Ordering::Acquire);
     if known == 0 {
-        // Until PyTorch's own attributes are found (see `crate::torch`),
+        // Until PyTorch's own attributes are found (see `crate::import::torch`),
         // nothing is trusted, and nothing is noted either.
-        let base = crate::torch::tensor_base(py).ok()?;
+        let base = crate::import::torch::tensor_base(py).ok()?;
         known = find_torch_table(py, base.bind(py))
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_TABLE.store(known, Ordering::Release);

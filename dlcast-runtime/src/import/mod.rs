@@ -5,7 +5,7 @@
 //! argument: `__dlpack_device__()`, `__dlpack__()` (the capsule is taken),
 //! `PyObject_GetBuffer`, another producer's exchange-API export,
 //! TensorFlow's `to_dlpack`, type lookups. PyTorch tensors have their own
-//! phase 1 in the `torch` module. The result is a [`Source`].
+//! phase 1 in the [`torch`] module. The result is a [`Source`].
 //!
 //! **Phase 2, [`read`]**: the raw read of a [`Source`] (NumPy's fields, a
 //! managed tensor's `DLTensor`, a held buffer, PyTorch's own exchange
@@ -14,7 +14,9 @@
 //!
 //! Sources, one module each: NumPy's fields ([`numpy`]), the DLPack C
 //! exchange API ([`exchange`]), capsules and `__dlpack__` ([`capsule`]),
-//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]).
+//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]); PyTorch's
+//! own rules (its private alias, its exchange table, its checks) in
+//! [`torch`].
 //!
 //! Whatever path is taken, the producer's deleter (or `PyBuffer_Release`)
 //! runs exactly once: when the [`Owner`] drops, error paths included.
@@ -24,6 +26,7 @@ pub(crate) mod capsule;
 pub(crate) mod exchange;
 pub(crate) mod numpy;
 pub(crate) mod tensorflow;
+pub(crate) mod torch;
 
 use crate::device::{device_type_name, Device};
 use crate::dtype::DType;
@@ -175,7 +178,7 @@ pub struct RawTensor {
     /// producer's own read-only mark of the temporary (the view itself is
     /// read-only in the body); `None` for a view of the argument.
     pub(crate) converted: Option<bool>,
-    owner: Owner,
+    pub(crate) owner: Owner,
 }
 
 impl RawTensor {
@@ -251,7 +254,7 @@ impl RawTensor {
 
     /// Whether dropping this read runs a producer's code (a deleter, a
     /// buffer release), which [`Drop`] holds back while a body runs (see
-    /// [`BodyGuard`]). A NumPy array or PyTorch alias reference is never
+    /// [`BodyGuard`](crate::call::release::BodyGuard)). A NumPy array or PyTorch alias reference is never
     /// the last one while a call runs, and Rust data has nothing to release.
     #[inline(always)]
     pub(crate) fn defers_release(&self) -> bool {
@@ -381,105 +384,6 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 pub(crate) struct StreamCx {
     pub(crate) request: StreamRequest,
     pub(crate) may_need: bool,
-}
-
-impl Drop for RawTensor {
-    /// Releases the memory (the producer's deleter, `PyBuffer_Release`, a
-    /// reference drop: Python code), unless a body is running: then the
-    /// owner waits for the body to return (see [`BodyGuard`]), so that
-    /// dropping one view inside a body runs no Python code while the body
-    /// holds slices of other views.
-    fn drop(&mut self) {
-        // Only a producer's deleter and a buffer's release run foreign code.
-        // A NumPy array or PyTorch alias reference is not the last one
-        // (the caller's arguments hold theirs; a converted temporary is
-        // held by the call), and dropping the alias runs no Python code.
-        if !self.defers_release() {
-            return;
-        }
-        let owner = std::mem::replace(&mut self.owner, Owner::None);
-        let owner = DEFERRED.with(|d| {
-            let Ok(mut frame) = d.try_borrow_mut() else {
-                return Some(owner);
-            };
-            match frame.as_mut() {
-                Some(v) => {
-                    if v.try_reserve(1).is_err() {
-                        return Some(owner);
-                    }
-                    v.push(owner);
-                    None
-                }
-                None => Some(owner),
-            }
-        });
-        // Dropped outside the borrow: its Python code may call dlcast again.
-        drop(owner);
-    }
-}
-
-thread_local! {
-    /// The owners released while the innermost running body of this thread
-    /// runs (`None` outside bodies).
-    static DEFERRED: std::cell::RefCell<Option<Vec<Owner>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with owners released as they drop, even inside a body: for a
-/// call context that ends (its own body has returned) inside another
-/// call's body — a nested call from a callback, or a wrapper called from
-/// Rust — whose own first phase ran Python code there already, so holding
-/// its owners back to the outer body's end would only delay their release.
-pub(crate) fn undeferred<R>(f: impl FnOnce() -> R) -> R {
-    let outer = DEFERRED.with(|d| d.try_borrow_mut().map(|mut fr| fr.take()).unwrap_or(None));
-    let r = f();
-    if outer.is_some() {
-        DEFERRED.with(|d| {
-            if let Ok(mut fr) = d.try_borrow_mut() {
-                *fr = outer;
-            }
-        });
-    }
-    r
-}
-
-/// Whether a body is running on this thread: owners dropped now would be
-/// held back to its end (`true` as well while the frame is borrowed, which
-/// only the guard's own bookkeeping does).
-#[inline(always)]
-pub(crate) fn in_body() -> bool {
-    DEFERRED.with(|d| d.try_borrow().map_or(true, |f| f.is_some()))
-}
-
-/// While it lives (the body of a `#[dlpack_fn]` function), views that drop
-/// keep their owners here; dropping the guard releases them. Nested calls
-/// (a body's callback calling another dlcast function) stack.
-pub(crate) struct BodyGuard {
-    outer: Option<Vec<Owner>>,
-}
-
-impl BodyGuard {
-    /// Starts a body.
-    pub(crate) fn enter() -> BodyGuard {
-        let outer = DEFERRED.with(|d| {
-            d.try_borrow_mut()
-                .map(|mut f| f.replace(Vec::new()))
-                .unwrap_or(None)
-        });
-        BodyGuard { outer }
-    }
-}
-
-impl Drop for BodyGuard {
-    fn drop(&mut self) {
-        let outer = self.outer.take();
-        let mine = DEFERRED.with(|d| {
-            d.try_borrow_mut()
-                .map(|mut f| std::mem::replace(&mut *f, outer))
-                .unwrap_or(None)
-        });
-        // The body has returned: its views' owners are released now.
-        drop(mine);
-    }
 }
 
 /// What phase 1 made of an argument: every step that may run Python code

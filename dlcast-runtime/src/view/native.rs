@@ -11,10 +11,10 @@
 //! its owner and its borrow-registry entry — in the context
 //! ([`Keep`]), which outlives it.
 
-use crate::call::{Keep, View};
 use crate::dtype::{DType, Element};
 use crate::import::RawTensor;
 use crate::layout;
+use crate::view::{Keep, View};
 use pyo3::PyResult;
 
 /// The checks every Rust view repeats over a read: host memory, aligned for

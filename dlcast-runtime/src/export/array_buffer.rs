@@ -1,40 +1,7 @@
-//! [`ArrayBuffer`]: the data of a `#[pyclass]`, handed to Python as arrays
-//! that write into it (nanobind's `rv_policy::reference_internal`).
-//!
-//! **Design.** The elements live in one heap allocation shared, through an
-//! `Arc`, by the buffer and by every array exported from it; each export
-//! also holds a strong reference to the Python object it came from (the
-//! *owner*, normally the `#[pyclass]` instance). So:
-//!
-//! - the object stays alive while any exported array lives, and the memory
-//!   stays allocated while any exported array lives, even if Rust drops or
-//!   replaces the buffer (`self.buf = ...` in a `&mut self` method): the
-//!   arrays then keep the old memory, detached from the object;
-//! - Rust code takes `&mut [T]` ([`ArrayBuffer::as_mut_slice`]) and
-//!   reallocates ([`ArrayBuffer::resize`]) only when no exported array
-//!   lives (`Arc::get_mut`), else gets a `BufferError` saying how many are
-//!   alive, as PyO3 refuses a mutable borrow of a borrowed `#[pyclass]`;
-//! - Rust code reads through [`ArrayBuffer::read`], a guard registered in
-//!   the process-wide [borrow registry](crate::borrow) as a read borrow: a
-//!   writable dlcast view of an exported array (in a call on another
-//!   thread, or a nested call from a callback) is refused while it lives,
-//!   and so is a new writable export; reads by Rust see no writes through
-//!   dlcast. Writes by Python code that does not go through dlcast
-//!   (`a[0] = 1` on an exported NumPy array) are not seen by the registry,
-//!   as for every dlcast view (README, *Safety*): do not run Python code
-//!   that writes the object's arrays while holding a [`BufferRef`].
-//!
-//! Exports are not entered in the registry themselves: the memory of an
-//! exported array is Python's, like any NumPy array's, and dlcast calls
-//! that take it register their own views (and dlcast's own copies of it,
-//! `__dlpack__(copy=True)` or the copy `returns = jax` makes, their reads).
-//!
-//! **Cycles.** An exported `dlcast.Array` reports its owner to Python's
-//! garbage collector, so a cycle object -> array -> object is collected
-//! when the object's class implements `__traverse__`/`__clear__` for the
-//! field holding the array (PyO3's rule for any `Py<..>` field). Cycles
-//! through a NumPy array are not collected: NumPy arrays do not take part
-//! in garbage collection.
+//! [`ArrayBuffer`] and [`BufferRef`]: the data of a `#[pyclass]`, handed to
+//! Python as arrays that write into it. Public as [`crate::buffer`]; the
+//! design (shared allocation, the owner kept alive, reads registered in the
+//! borrow registry, cycles) is documented there, from `array_buffer.md`.
 
 use crate::borrow::{self, Borrow, Refused};
 use crate::device::Device;

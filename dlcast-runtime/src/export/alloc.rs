@@ -1,0 +1,608 @@
+//! What an export is: the exported layout ([`Exported`], checked once by
+//! [`Exported::describe`]), the memory it keeps alive ([`Keep`] and the
+//! buffers dlcast allocates, [`OwnedAlloc`]), the counters of what was
+//! exported ([`stats`]) and why a [`Tensor`](super::Tensor) cannot be built
+//! ([`ShapeError`]).
+
+use super::tensor::Tensor;
+use crate::borrow::{self, Borrow, Refused};
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::import::{Dims, RawTensor};
+use crate::layout;
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyValueError};
+use pyo3::prelude::*;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Counters of what dlcast exported, for leak tests and debugging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportStats {
+    /// Exported buffers created ([`Array`](super::Array) objects).
+    pub buffers_created: usize,
+    /// Exported buffers freed: their memory (or the input they view) was
+    /// released because neither Python nor any consumer holds them.
+    pub buffers_freed: usize,
+    /// DLPack capsules handed out by `__dlpack__`.
+    pub capsules_created: usize,
+    /// Deleters of those capsules that ran (by a consumer, or by the capsule
+    /// destructor when nobody consumed the capsule).
+    pub capsule_deleters_run: usize,
+}
+
+static BUFFERS_CREATED: AtomicUsize = AtomicUsize::new(0);
+static BUFFERS_FREED: AtomicUsize = AtomicUsize::new(0);
+pub(super) static CAPSULES_CREATED: AtomicUsize = AtomicUsize::new(0);
+pub(super) static CAPSULE_DELETERS: AtomicUsize = AtomicUsize::new(0);
+
+/// The counters since the process started.
+pub fn stats() -> ExportStats {
+    ExportStats {
+        buffers_created: BUFFERS_CREATED.load(Ordering::SeqCst),
+        buffers_freed: BUFFERS_FREED.load(Ordering::SeqCst),
+        capsules_created: CAPSULES_CREATED.load(Ordering::SeqCst),
+        capsule_deleters_run: CAPSULE_DELETERS.load(Ordering::SeqCst),
+    }
+}
+
+/// Set by an `atexit` hook: once the interpreter shuts down, deleters that
+/// would need Python leak instead of touching it (case C13).
+pub(super) static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+/// Why a [`Tensor`] cannot be built from the given parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The shape's element count differs from the data's length.
+    #[error("shape {shape:?} holds {expected} elements, but the data has {got}")]
+    Length {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// Elements the shape holds.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// Shape and strides have different lengths.
+    #[error("shape has {0} dimensions but strides have {1}")]
+    Rank(usize, usize),
+    /// Some index would reach outside the data.
+    #[error(
+        "strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}"
+    )]
+    OutOfBounds {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The requested strides (elements).
+        strides: Vec<isize>,
+        /// Elements given.
+        len: usize,
+    },
+    /// The shape or strides cannot be described to a consumer: an extent
+    /// beyond `i64::MAX`, or a byte stride beyond `isize`.
+    #[error("shape {shape:?} with strides {strides:?} cannot be exported: {why}")]
+    Unrepresentable {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The requested strides (elements).
+        strides: Vec<isize>,
+        /// What does not fit.
+        why: &'static str,
+    },
+    /// The buffer could not be allocated: more bytes than the address space
+    /// holds, or the allocator refused. Converts to Python's `MemoryError`.
+    #[error("cannot allocate {bytes} bytes for shape {shape:?}")]
+    OutOfMemory {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// Bytes asked for (`usize::MAX` when the size itself overflows).
+        bytes: usize,
+    },
+}
+
+impl From<ShapeError> for PyErr {
+    fn from(e: ShapeError) -> Self {
+        match e {
+            ShapeError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+            _ => PyValueError::new_err(e.to_string()),
+        }
+    }
+}
+
+/// The alignment the global allocator is asked for by [`OwnedAlloc`]: the
+/// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
+/// that the request takes the allocator's plain path instead of its aligned
+/// one (glibc's `posix_memalign` splits a larger block and frees the rest,
+/// every call).
+const ALLOC_ALIGN: usize = 16;
+
+/// From this many bytes [`OwnedAlloc::zeroed`] asks the allocator for
+/// zeroed memory (`calloc`, which skips zeroing fresh pages from the system:
+/// glibc maps blocks of 128 KiB and more afresh by default); below, it
+/// zeroes the bytes used itself (`calloc` would zero the slack too).
+const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
+
+/// An allocation an export owns, with the layout it was made with, freed
+/// on drop: a buffer dlcast allocated, or a `Vec`'s. Held inline in
+/// [`Keep`], which stays small so (`Layout` leaves room for its tag): an
+/// export is moved several times on its way into its Python object.
+pub(super) struct OwnedAlloc {
+    ptr: std::ptr::NonNull<u8>,
+    /// Of size 0 when nothing was allocated (an empty `Vec`).
+    layout: std::alloc::Layout,
+}
+
+impl OwnedAlloc {
+    /// `bytes` zero bytes aligned to `align` (a power of two), and the
+    /// address of the first (what the export describes), or `None`
+    /// when the size does not fit a layout (over `isize::MAX` once the
+    /// slack is added) or the allocator refuses: the size comes from a
+    /// Python input, so failure must raise `MemoryError`, not abort.
+    ///
+    /// A plain allocation of `bytes` plus the slack an
+    /// [`ALLOC_ALIGN`]-aligned block may need to reach `align`, the data
+    /// starting at the first aligned address.
+    pub(super) fn zeroed(bytes: usize, align: usize) -> Option<(Self, *mut u8)> {
+        if !align.is_power_of_two() {
+            return None;
+        }
+        // An `ALLOC_ALIGN`-aligned address is at most `align - ALLOC_ALIGN`
+        // bytes below the next `align`-aligned one (both powers of two).
+        let slack = align.max(ALLOC_ALIGN) - ALLOC_ALIGN;
+        let size = bytes.checked_add(slack)?.max(1);
+        let layout = std::alloc::Layout::from_size_align(size, ALLOC_ALIGN).ok()?;
+        let zeroed = bytes >= ZEROED_BY_ALLOCATOR;
+        // SAFETY: `layout` has a non-zero size.
+        let base = std::ptr::NonNull::new(unsafe {
+            if zeroed {
+                std::alloc::alloc_zeroed(layout)
+            } else {
+                std::alloc::alloc(layout)
+            }
+        })?;
+        let this = OwnedAlloc { ptr: base, layout };
+        let misalign = (base.as_ptr() as usize) & (align - 1);
+        let offset = if misalign == 0 { 0 } else { align - misalign };
+        // `base` is `ALLOC_ALIGN`-aligned, so `misalign` is a multiple of it
+        // and `offset <= slack`: the aligned start plus `bytes` stays inside
+        // the `bytes + slack` bytes allocated (`this` frees them otherwise).
+        if offset > slack {
+            return None;
+        }
+        // SAFETY: `offset <= slack <= size`: inside the allocation, or one
+        // past its end when `bytes` is 0.
+        let ptr = unsafe { base.as_ptr().add(offset) };
+        if !zeroed {
+            // SAFETY: `ptr + bytes` ends inside the `bytes + slack` bytes
+            // allocated (`offset <= slack`), which nothing else refers to.
+            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        }
+        Some((this, ptr))
+    }
+
+    /// What keeps `v`'s allocation alive (its elements stay where they are,
+    /// for the export to describe): the allocation itself, or, should its
+    /// layout not be expressible (never, for a live `Vec`), the boxed `Vec`.
+    pub(super) fn keep_vec<T: Element>(v: Vec<T>) -> Keep {
+        let Ok(layout) = std::alloc::Layout::array::<T>(v.capacity()) else {
+            return Keep::Owned(Box::new(v));
+        };
+        let mut v = std::mem::ManuallyDrop::new(v);
+        // `as_mut_ptr`, not `as_mut_slice`: it makes no reference to the
+        // elements, so the pointer the caller took into them for the export
+        // (`as_ptr`/`as_mut_ptr`, used for every later read and write)
+        // stays valid under Rust's aliasing rules, and so does this one, which
+        // frees the allocation after those accesses. A `Vec`'s pointer is
+        // never null (dangling when unallocated).
+        let Some(ptr) = std::ptr::NonNull::new(v.as_mut_ptr().cast::<u8>()) else {
+            return Keep::Owned(Box::new(std::mem::ManuallyDrop::into_inner(v)));
+        };
+        Keep::Alloc(OwnedAlloc { ptr, layout })
+    }
+}
+
+impl Drop for OwnedAlloc {
+    fn drop(&mut self) {
+        if self.layout.size() == 0 {
+            return;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with `layout`:
+        // in `zeroed`, or by a `Vec<T>` with `Layout::array::<T>(capacity)`
+        // (the layout `Vec` documents for its allocation, and that
+        // `Vec::from_raw_parts` requires); this value owns it alone and is
+        // dropped once. An unallocated `Vec` has a layout of size 0.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+// SAFETY: a plain heap allocation (of bytes, or of `Element`s, which are
+// `Send`) owned by this value alone.
+unsafe impl Send for OwnedAlloc {}
+
+/// What keeps an exported buffer's memory alive; held only to be dropped.
+#[allow(dead_code)]
+pub(super) enum Keep {
+    /// Rust data an owner given by the caller keeps alive, dropped then.
+    Owned(Box<dyn Any + Send>),
+    /// A buffer dlcast allocated (`Tensor::zeros`, copies) or a `Vec`'s
+    /// (`Tensor::from_vec`, `ndarray` arrays), freed on drop; inline, with
+    /// no box of its own.
+    Alloc(OwnedAlloc),
+    /// An imported input; dropping it runs the producer's deleter.
+    Imported(Box<RawTensor>),
+}
+
+/// An exported buffer: a description plus what keeps its memory alive.
+pub(super) struct Exported {
+    pub(super) data: *mut u8,
+    /// Extents, as `Py_ssize_t` (the buffer protocol's and NumPy's form);
+    /// each also fits `i64` (DLPack's), checked by [`Exported::describe`].
+    pub(super) shape: ExDims,
+    /// In elements; each also fits `i64`, checked as above.
+    pub(super) strides: ExDims,
+    /// In bytes, as `Py_ssize_t` (the buffer protocol's and NumPy's form).
+    pub(super) byte_strides: ExDims,
+    pub(super) dtype: DType,
+    pub(super) device: Device,
+    pub(super) read_only: bool,
+    /// For CUDA/ROCm memory, the stream the data is ready on (the array API
+    /// standard's integer, see [`crate::stream`]); `None` or `-1` when no
+    /// pending work is known. A consumer asking for another stream is made
+    /// to wait for this one.
+    pub(super) stream: Option<i64>,
+    _keep: Keep,
+    /// The Python object the memory belongs to (an [`ArrayBuffer`]'s
+    /// object), kept alive with the export and reported to the garbage
+    /// collector by `Array.__traverse__`.
+    ///
+    /// [`ArrayBuffer`]: crate::ArrayBuffer
+    pub(super) py_owner: Option<Py<PyAny>>,
+    /// Read-only memory that must never be written (static data, foreign
+    /// read-only memory): `__dlpack__` hands consumers a copy, since some
+    /// (PyTorch) ignore `READ_ONLY` and would write it.
+    pub(super) never_written: bool,
+}
+
+// SAFETY: `data` points into memory that `keep` owns or keeps alive; no
+// thread-bound state is involved except an imported `RawTensor`, which is
+// dropped only in `Array`'s deallocation, with the GIL held (deleters and
+// `PyBuffer_Release` then run with the GIL, as they require), and
+// `py_owner`, a `Py` (which is `Send`: dropped without the GIL, PyO3 defers
+// its decref). Rust never forms references into the exported memory from
+// an `Array`.
+unsafe impl Send for Exported {}
+// SAFETY: all fields are read-only after construction.
+unsafe impl Sync for Exported {}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        BUFFERS_FREED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Why an [`Exported`] cannot describe a layout (see [`Exported::new`]).
+#[derive(Debug)]
+pub(super) struct Unrepresentable(pub(super) &'static str);
+
+/// How many dimensions an export holds inline (no allocation); more spill
+/// to the heap. Small, because an export is moved several times on its way
+/// into its Python object, and each move copies all of it.
+pub(super) const EXPORT_INLINE_DIMS: usize = 4;
+/// Extents or strides of an export.
+type ExDims = smallvec::SmallVec<[isize; EXPORT_INLINE_DIMS]>;
+
+/// `nd` zeros, filled without a loop when they fit inline.
+pub(super) fn zeroed_dims(nd: usize) -> ExDims {
+    if nd <= EXPORT_INLINE_DIMS {
+        ExDims::from_buf_and_len([0; EXPORT_INLINE_DIMS], nd)
+    } else {
+        smallvec::smallvec![0; nd]
+    }
+}
+
+/// Shape and strides in the forms DLPack and the buffer protocol need.
+pub(super) struct Described {
+    pub(super) shape: ExDims,
+    pub(super) strides: ExDims,
+    pub(super) byte_strides: ExDims,
+}
+
+impl Exported {
+    /// The description of an export; the layout was validated by its maker
+    /// (import, or a `Tensor` constructor). Every size is converted with
+    /// checked arithmetic: extents must fit `i64` (DLPack) and `isize`
+    /// (`Py_ssize_t`), `ndim` an `i32`, and byte strides `isize`. A stride
+    /// that no index steps along (extent <= 1, or an empty array) may be
+    /// any value and is exported as 0 when it has no such form.
+    ///
+    /// Inlined, as is `describe`: a `Tensor<T>` constructor's dtype is a
+    /// constant then, and the description is built in place.
+    #[inline(always)]
+    pub(super) fn new(
+        data: *mut u8,
+        shape: &[usize],
+        strides: &[isize],
+        dtype: DType,
+        device: Device,
+        read_only: bool,
+        keep: Keep,
+    ) -> Result<Self, Unrepresentable> {
+        let d = Self::describe(shape, strides, dtype)?;
+        BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
+        Ok(Exported {
+            data,
+            shape: d.shape,
+            strides: d.strides,
+            byte_strides: d.byte_strides,
+            dtype,
+            device,
+            read_only,
+            stream: None,
+            _keep: keep,
+            py_owner: None,
+            never_written: false,
+        })
+    }
+
+    /// The checked conversions of [`Exported::new`], without the data.
+    #[inline(always)]
+    pub(super) fn describe(
+        shape: &[usize],
+        strides: &[isize],
+        dtype: DType,
+    ) -> Result<Described, Unrepresentable> {
+        if shape.len() != strides.len() || i32::try_from(shape.len()).is_err() {
+            return Err(Unrepresentable("too many dimensions"));
+        }
+        let item = isize::try_from(dtype.itemsize().unwrap_or(1))
+            .map_err(|_| Unrepresentable("the itemsize overflows"))?;
+        let nd = shape.len();
+        let mut d = Described {
+            shape: zeroed_dims(nd),
+            strides: zeroed_dims(nd),
+            byte_strides: zeroed_dims(nd),
+        };
+        for (&n, out) in shape.iter().zip(d.shape.iter_mut()) {
+            *out = match (i64::try_from(n), isize::try_from(n)) {
+                (Ok(_), Ok(b)) => b,
+                _ => return Err(Unrepresentable("an extent exceeds i64::MAX")),
+            };
+        }
+        let outs = d.strides.iter_mut().zip(d.byte_strides.iter_mut());
+        for (axis, (&s, (out, out_bytes))) in strides.iter().zip(outs).enumerate() {
+            (*out, *out_bytes) = match (i64::try_from(s), s.checked_mul(item)) {
+                (Ok(_), Some(b)) => (s, b),
+                _ if layout::stride_unused(shape, axis) => (0, 0),
+                // A dimension stepped along: its byte stride is at most the
+                // byte extent its maker checked, so this cannot happen.
+                _ => return Err(Unrepresentable("a byte stride overflows")),
+            };
+        }
+        Ok(d)
+    }
+
+    /// Extents as `i64`, DLPack's form (checked to fit by `describe`).
+    pub(super) fn shape_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.shape.iter().map(|&n| n as i64)
+    }
+
+    /// Strides in elements as `i64`, DLPack's form (checked as above).
+    pub(super) fn strides_i64(&self) -> impl Iterator<Item = i64> + '_ {
+        self.strides.iter().map(|&s| s as i64)
+    }
+
+    /// Extents as `usize` (they were `usize` values, checked to fit `i64`).
+    pub(super) fn shape_usize(&self) -> Dims<usize> {
+        self.shape.iter().map(|&n| n.unsigned_abs()).collect()
+    }
+
+    /// Strides in elements.
+    pub(super) fn strides_isize(&self) -> &[isize] {
+        &self.strides
+    }
+
+    pub(super) fn is_c_contiguous(&self) -> bool {
+        layout::is_c_contiguous(&self.shape_usize(), &self.strides)
+    }
+
+    /// A read of the exported memory entered in the borrow registry, for a
+    /// copy that `what` names (`__dlpack__(copy=True)`, `returns = jax`,
+    /// ...): `None` for an empty array, which touches no memory. The
+    /// memory is Python's (an export is not registered itself), so a
+    /// `&mut` view of it may be live in another call's body (a nested call,
+    /// a callback, another thread while the body is inside `py.detach`);
+    /// every copy dlcast makes of memory it did not just allocate holds
+    /// this read while it reads, as a read-only view would.
+    ///
+    /// # Errors
+    /// `BufferError` naming the call whose writable view holds any of the
+    /// bytes; `MemoryError` when the registry cannot grow; `ValueError` for
+    /// a span that overflows (a validated export has none).
+    fn copy_borrow(&self, py: Python<'_>, what: &'static str) -> PyResult<Option<Borrow>> {
+        // The bytes of one element as DLPack counts them (`bits * lanes`
+        // rounded up), as the registry entries of views are sized.
+        let item = (usize::from(self.dtype.bits) * usize::from(self.dtype.lanes))
+            .div_ceil(8)
+            .max(1);
+        let shape = self.shape_usize();
+        let overflow = || {
+            PyValueError::new_err(format!(
+                "{what}: the array's byte span overflows (shape {shape:?}, strides {:?})",
+                self.strides.as_slice()
+            ))
+        };
+        let Some(extent) = layout::byte_extent(&shape, &self.strides, item).ok_or_else(overflow)?
+        else {
+            return Ok(None);
+        };
+        let base = self.data as usize;
+        let (Some(lo), Some(hi)) = (
+            base.checked_add_signed(extent.lo),
+            base.checked_add_signed(extent.hi),
+        ) else {
+            return Err(overflow());
+        };
+        let req = borrow::request(
+            self.device,
+            lo,
+            hi,
+            base,
+            &shape,
+            &self.strides,
+            item,
+            false,
+            borrow::new_call_id(),
+            "dlcast.Array",
+            what,
+        );
+        match borrow::acquire_with(borrow::api(py)?, &req) {
+            Ok(b) => Ok(Some(b)),
+            Err(Refused::NoMemory) => Err(PyMemoryError::new_err(
+                "dlcast's borrow registry could not grow",
+            )),
+            Err(Refused::Conflict(other)) => {
+                let function = borrow::name(other.function, other.function_len);
+                let holder = if function == borrow::rnp::RUST_NUMPY {
+                    "a rust-numpy PyReadwriteArray".to_string()
+                } else {
+                    format!(
+                        "argument '{}' of {function}(), a writable view",
+                        borrow::name(other.param, other.param_len)
+                    )
+                };
+                Err(PyBufferError::new_err(format!(
+                    "{what}: cannot copy the array: its memory is in use by a call still \
+                     running ({holder}; a nested call, a callback or another thread), and a \
+                     copy would read it while it is written; copy it once that call returned"
+                )))
+            }
+        }
+    }
+
+    /// The elements copied, in C order, into a new buffer aligned to
+    /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
+    /// read-only mark. The copy is a read in the borrow registry while it
+    /// reads ([`Exported::copy_borrow`]; `what` names it in errors).
+    ///
+    /// # Errors
+    /// `BufferError` while a writable dlcast view of the memory is live;
+    /// `MemoryError` when the copy cannot be allocated (a broadcast array
+    /// may hold far more elements than memory), `ValueError` for a layout
+    /// whose offsets overflow.
+    pub(super) fn aligned_copy(&self, py: Python<'_>, what: &'static str) -> PyResult<Exported> {
+        let _read = self.copy_borrow(py, what)?;
+        let item = self.dtype.itemsize().unwrap_or(1);
+        let shape = self.shape_usize();
+        let strides = self.strides_isize();
+        let oom = |bytes| {
+            PyMemoryError::new_err(format!(
+                "cannot allocate {bytes} bytes for a copy of an array of shape {shape:?}"
+            ))
+        };
+        let count = layout::element_count(&shape).ok_or_else(|| oom(usize::MAX))?;
+        let bytes = layout::checked_bytes(count, item)
+            .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
+            .ok_or_else(|| oom(count.saturating_mul(item)))?;
+        let (buf, dst) =
+            OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
+        let mut written = 0usize;
+        let mut overflow = false;
+        let walked = layout::for_each_offset(&shape, strides, |off| {
+            let src = match off.checked_mul(item as isize) {
+                // `written < bytes` always: the walk visits `count` elements.
+                Some(b) if written < bytes => self.data.wrapping_offset(b),
+                _ => {
+                    overflow = true;
+                    return;
+                }
+            };
+            // SAFETY: every offset of the walk is an element inside the
+            // exported memory (validated when the export was made), which is
+            // host-accessible (checked by the caller) and `item` bytes long,
+            // and which no dlcast view writes meanwhile (`_read` above);
+            // `dst + written` has `item` writable bytes left (`written <
+            // bytes = count * item`, a multiple of `item`) in a fresh buffer
+            // that does not overlap the source.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(written), item) };
+            written += item;
+        });
+        if walked.is_none() || overflow {
+            return Err(PyValueError::new_err(format!(
+                "cannot copy an array of shape {shape:?} and strides {strides:?}: \
+                 an element offset overflows"
+            )));
+        }
+        let mut c_strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
+        // Compact strides of a non-empty shape whose byte size fits `isize`
+        // fit too; an empty one gets zeros where they would overflow.
+        layout::fill_c_strides_or_empty(&shape, &mut c_strides)
+            .ok_or_else(|| PyValueError::new_err("the compact strides overflow"))?;
+        Exported::new(
+            dst,
+            &shape,
+            &c_strides,
+            self.dtype,
+            self.device,
+            self.read_only,
+            Keep::Alloc(buf),
+        )
+        .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Keep, OwnedAlloc, ZEROED_BY_ALLOCATOR};
+    use crate::export::Tensor;
+
+    #[test]
+    fn zeroed_buffers_are_aligned_and_zero_on_both_paths() {
+        // Below and above the size from which the allocator zeroes.
+        for bytes in [
+            0,
+            1,
+            15,
+            48,
+            4000,
+            ZEROED_BY_ALLOCATOR - 1,
+            ZEROED_BY_ALLOCATOR + 3,
+        ] {
+            let (buf, ptr) = OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).unwrap();
+            assert_eq!(ptr as usize % Tensor::<u8>::ALIGN, 0, "{bytes} bytes");
+            let start = buf.ptr.as_ptr() as usize;
+            let end = start + buf.layout.size();
+            assert!(
+                ptr as usize >= start && ptr as usize + bytes <= end,
+                "{bytes} bytes"
+            );
+            // SAFETY: `bytes` initialised bytes at `ptr`, inside `buf`.
+            let data = unsafe { std::slice::from_raw_parts(ptr, bytes) };
+            assert!(data.iter().all(|&b| b == 0), "{bytes} bytes");
+        }
+    }
+
+    #[test]
+    fn zeroed_refuses_sizes_without_a_layout() {
+        assert!(OwnedAlloc::zeroed(isize::MAX as usize, 64).is_none());
+        assert!(OwnedAlloc::zeroed(usize::MAX - 8, 64).is_none());
+        assert!(OwnedAlloc::zeroed(16, 48).is_none()); // not a power of two
+    }
+
+    #[test]
+    fn vecs_are_kept_by_their_own_allocation() {
+        let mut v = Vec::<f64>::with_capacity(10);
+        v.extend([1.0, 2.0, 3.0]);
+        let data = v.as_ptr() as usize;
+        match OwnedAlloc::keep_vec(v) {
+            Keep::Alloc(a) => {
+                assert_eq!(a.ptr.as_ptr() as usize, data);
+                assert_eq!(a.layout.size(), 10 * 8);
+                assert_eq!(a.layout.align(), std::mem::align_of::<f64>());
+            }
+            _ => panic!("a Vec<f64> has an array layout"),
+        }
+        match OwnedAlloc::keep_vec(Vec::<u8>::new()) {
+            Keep::Alloc(a) => assert_eq!(a.layout.size(), 0), // nothing to free
+            _ => panic!("an empty Vec has an array layout"),
+        }
+    }
+}

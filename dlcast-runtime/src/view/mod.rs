@@ -1,0 +1,718 @@
+//! The views a `#[dlpack_fn]` parameter receives, and views over Rust data.
+//!
+//! A view made for a call owns the imported DLPack tensor (its deleter runs
+//! when the view drops) and borrows the Python argument for `'a`, so it
+//! cannot outlive the call. A view made from Rust data
+//! ([`TensorRef::from_slice`], [`TensorRef::from_ndarray`], ...) borrows
+//! that data for `'a` and owns nothing. Views are neither `Send` nor
+//! `Sync`: they stay on the thread that made them.
+//!
+//! The const parameter `N` of [`TensorRef`] and [`TensorMut`] is the number
+//! of dimensions: [`DYN`] (the default) for a rank read at run time, or
+//! `0..=6` for a rank fixed by the type, which adds accessors that take and
+//! give arrays (`dims() -> [usize; N]`, `get([usize; N])`, `as_array()`).
+//!
+//! Here: the [`View`] trait through which the call driver makes every view,
+//! what a borrowing view keeps ([`Keep`]), the view types and what they
+//! share (layout transforms, the `layout_methods!`/`transform_methods!`
+//! macros). One module each: `typed` ([`TensorRef`], [`TensorMut`], their
+//! fixed ranks), `untyped` ([`TensorDyn`], [`TensorDynMut`]), `iter`
+//! ([`Iter`]), `error` ([`ViewError`]), `native` (Rust's own views: slices
+//! and `ndarray` views).
+
+use crate::dtype::{DType, Element};
+use crate::import::RawTensor;
+use crate::layout;
+use crate::spec::FnSpec;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use std::marker::PhantomData;
+
+/// What the call context needs to know of a parameter's view type.
+/// Implemented by the view types only (in the `view` module), each for its own
+/// lifetime `'a`: the call context can then only make a view that borrows
+/// the Python argument, never one that outlives it (`TensorRef<'static, _>`
+/// does not implement `View<'a>` for a shorter `'a`).
+#[doc(hidden)]
+pub trait View<'a>: Sized {
+    /// The element type, or `None` for the untyped views.
+    const DTYPE: Option<DType>;
+    /// Whether the view writes.
+    const WRITABLE: bool;
+    /// The number of dimensions the view type fixes (`TensorRef<'_, T, 2>`,
+    /// `ArrayView2`, `&[T]`), or `None` for any.
+    const NDIM: Option<usize>;
+    /// Makes the view of `raw`, a read that passed every check of the
+    /// parameter's [`ParamSpec`]. A view that owns its read keeps `raw`; one
+    /// that borrows it (a slice, an `ndarray` view) hands it to `keep`,
+    /// which holds it in the call context for `'a`.
+    ///
+    /// # Errors
+    /// What the type needs that the read does not give (a rank, values a
+    /// `bool` may hold), named by `keep`.
+    #[doc(hidden)]
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self>;
+}
+
+/// Where a view that borrows its read (a slice, an `ndarray` view) leaves
+/// it: the call context's slot, which the view's lifetime `'a` borrows, so
+/// the read (its owner, its borrow-registry entry) outlives the view.
+#[doc(hidden)]
+pub struct Keep<'a> {
+    pub(crate) slot: &'a std::cell::Cell<Option<RawTensor>>,
+    /// The function and the parameter (`spec.params[index]`), for errors.
+    pub(crate) spec: &'static FnSpec,
+    pub(crate) index: usize,
+    pub(crate) func: &'static str,
+    pub(crate) param: &'static str,
+}
+
+impl Keep<'_> {
+    /// Holds `raw` until the call context drops.
+    pub(crate) fn hold(self, raw: RawTensor) {
+        self.slot.set(Some(raw));
+    }
+
+    /// A `TypeError` naming the function and the parameter.
+    #[cold]
+    pub(crate) fn error(&self, msg: std::fmt::Arguments<'_>) -> PyErr {
+        PyTypeError::new_err(format!("{}(): argument '{}': {msg}", self.func, self.param))
+    }
+}
+
+/// The rank parameter of a view whose number of dimensions is known only at
+/// run time: `TensorRef<'_, T>` is `TensorRef<'_, T, DYN>`. Any other value
+/// `N` fixes the number of dimensions to `N` (checked when the view is
+/// made: a `TypeError` naming the parameter for a call's argument); ranks
+/// `0..=6` get the array-typed accessors. Compiler messages spell it
+/// `usize::MAX` (`TensorRef<'_, f32, usize::MAX>` is `TensorRef<'_, f32>`).
+pub const DYN: usize = usize::MAX;
+
+/// Where a view came from, for its errors: the function and parameter of
+/// the call that made it, or nothing for a view over Rust data. Two words.
+#[derive(Clone, Copy)]
+struct Origin(Option<(&'static FnSpec, u32)>);
+
+impl Origin {
+    const RUST: Origin = Origin(None);
+
+    fn param(spec: &'static FnSpec, index: usize) -> Origin {
+        Origin(u32::try_from(index).ok().map(|i| (spec, i)))
+    }
+
+    /// The error of `method` on this view.
+    #[cold]
+    #[inline(never)]
+    fn error(self, method: &'static str, kind: ViewErrorKind) -> ViewError {
+        let (function, parameter) = match self.0 {
+            Some((spec, i)) => (Some(spec.name), spec.params.get(i as usize).map(|p| p.name)),
+            None => (None, None),
+        };
+        ViewError(Box::new(ErrorInner {
+            kind,
+            method: (!method.is_empty()).then_some(method),
+            function,
+            parameter,
+        }))
+    }
+}
+
+/// The most dimensions of a view with rank-typed accessors.
+const MAX_RANK: usize = 6;
+
+/// What the rank-typed accessors read on every access, kept in the view
+/// itself (not behind the inline-or-heap pointer of the raw tensor's
+/// shape), so that element loops keep it in registers and the compiler can
+/// prove index checks redundant. Refreshed by every layout transform.
+#[derive(Clone, Copy)]
+struct Fast {
+    /// The first `MAX_RANK` extents (0 beyond `ndim`).
+    dims: [usize; MAX_RANK],
+    /// The first `MAX_RANK` strides in elements.
+    strides: [isize; MAX_RANK],
+    /// The number of dimensions.
+    ndim: usize,
+    /// Whether the CPU can read the memory.
+    host: bool,
+}
+
+impl Fast {
+    #[inline(always)]
+    fn of(raw: &RawTensor) -> Fast {
+        // The slices once (a `SmallVec` dereference tests where it lives).
+        let (shape, strides) = (raw.shape.as_slice(), raw.strides.as_slice());
+        Fast {
+            dims: std::array::from_fn(|k| shape.get(k).copied().unwrap_or(0)),
+            strides: std::array::from_fn(|k| strides.get(k).copied().unwrap_or(0)),
+            ndim: shape.len(),
+            host: raw.device.is_host_accessible(),
+        }
+    }
+}
+
+impl RawTensor {
+    fn overflow(&self, why: &'static str) -> ViewErrorKind {
+        ViewErrorKind::Overflow {
+            shape: self.shape.to_vec(),
+            strides: self.strides.to_vec(),
+            why,
+        }
+    }
+}
+
+/// A vector with room for the `count` elements of a view, or
+/// [`ViewErrorKind::OutOfMemory`]: the size comes from a Python input, so an
+/// impossible one must raise instead of aborting the process.
+fn vec_for<T>(count: usize) -> Result<Vec<T>, ViewErrorKind> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(count)
+        .map_err(|_| ViewErrorKind::OutOfMemory {
+            count,
+            bytes: count.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    Ok(out)
+}
+
+/// Whether `raw` has the number of dimensions a view of rank `N` needs.
+fn rank_fits<const N: usize>(raw: &RawTensor) -> Result<(), ViewErrorKind> {
+    if N == DYN || raw.shape.len() == N {
+        Ok(())
+    } else {
+        Err(ViewErrorKind::Rank {
+            expected: N,
+            shape: raw.shape.to_vec(),
+        })
+    }
+}
+
+/// A read-only view of an array with elements of type `T` and `N`
+/// dimensions ([`DYN`], the default: any number, read at run time).
+///
+/// Shape and strides are in elements (DLPack's unit); strides are always
+/// present, whatever the producer sent. Element access (`get`, `iter`,
+/// `to_vec`, `as_slice`, `as_ndarray`) works on memory the CPU can read; for
+/// other devices use [`TensorRef::data_ptr`] with the device's own API.
+/// No accessor panics: each failure is a [`ViewError`] naming the method and,
+/// for a call's argument, the function and parameter.
+///
+/// A `#[dlpack_fn]` parameter `x: TensorRef<'_, f32, 2>` takes 2-d arrays
+/// only; its accessors take and give arrays:
+///
+/// ```
+/// use dlcast_runtime::{TensorRef, ViewError};
+///
+/// fn trace(x: &TensorRef<'_, f32, 2>) -> Result<f32, ViewError> {
+///     let [n, m] = x.dims();
+///     (0..n.min(m)).map(|i| x.get([i, i])).sum()
+/// }
+///
+/// let data = [1.0, 2.0, 3.0, 4.0];
+/// let x = TensorRef::<f32, 2>::from_slice(&data, &[2, 2])?;
+/// assert_eq!(trace(&x)?, 5.0);
+/// assert!(x.get([2, 0]).is_err()); // out of bounds: an error, not a panic
+/// # Ok::<(), ViewError>(())
+/// ```
+pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
+    raw: Held,
+    origin: Origin,
+    fast: Fast,
+    _marker: PhantomData<&'a fn() -> T>,
+    _gil: StaysWithTheGil,
+}
+
+/// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
+/// writes. Refuses read-only inputs (DLPack's `READ_ONLY` flag, non-writeable
+/// NumPy arrays, `bytes`) and layouts where two indices reach one element.
+pub struct TensorMut<'a, T: Element, const N: usize = DYN> {
+    inner: TensorRef<'a, T, N>,
+}
+
+/// A read-only view whose element type is read at run time, for functions
+/// that dispatch on [`TensorDyn::dtype`] themselves.
+pub struct TensorDyn<'a> {
+    raw: Held,
+    origin: Origin,
+    _marker: PhantomData<&'a ()>,
+    _gil: StaysWithTheGil,
+}
+
+/// A writable view whose element type is read at run time.
+pub struct TensorDynMut<'a> {
+    raw: Held,
+    origin: Origin,
+    _marker: PhantomData<&'a ()>,
+    _gil: StaysWithTheGil,
+}
+
+/// Named in the compiler's error when a view is moved into `py.detach`, a
+/// thread or a `static`: views stay on the thread that holds the GIL (their
+/// producer's memory is released with it). Take a slice (`as_slice()`,
+/// `as_array()`) or declare the parameter as `&[T]` / an `ndarray` view,
+/// which are `Send`, and move that instead.
+pub trait TakeASliceOrNdarrayViewBeforeLeavingTheGil {}
+
+/// What makes a view neither `Send` nor `Sync`: the only part of it that is
+/// not, so that the compiler's error names the rule above and nothing else.
+type StaysWithTheGil = PhantomData<dyn TakeASliceOrNdarrayViewBeforeLeavingTheGil>;
+
+/// A view's read. `Send` and `Sync` only so that a view's auto traits come
+/// from [`StaysWithTheGil`] alone (one short error); see the `SAFETY` notes.
+struct Held(RawTensor);
+
+// SAFETY: `Held` is a private field type of the four view types only, and
+// each of them also holds `StaysWithTheGil`, which is neither `Send` nor
+// `Sync`: no view, and so no `Held`, ever reaches another thread, and the
+// read's owner is released on the thread that holds the GIL, as before.
+unsafe impl Send for Held {}
+// SAFETY: as above: no `&Held` is reachable from another thread.
+unsafe impl Sync for Held {}
+
+impl std::ops::Deref for Held {
+    type Target = RawTensor;
+    fn deref(&self) -> &RawTensor {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut RawTensor {
+        &mut self.0
+    }
+}
+
+/// Layout transforms, the same for every view: they change which elements
+/// the view reaches and how, never the memory.
+impl RawTensor {
+    fn itemsize(&self) -> isize {
+        self.dtype.itemsize().unwrap_or(1) as isize
+    }
+
+    fn refresh_extent(&mut self) {
+        // A sub-layout of a validated layout: the arithmetic cannot overflow.
+        self.extent = layout::byte_extent(&self.shape, &self.strides, self.itemsize() as usize)
+            .unwrap_or(None);
+    }
+
+    fn slice_axis(
+        &mut self,
+        axis: usize,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), ViewErrorKind> {
+        let Some(&extent) = self.shape.get(axis) else {
+            return Err(ViewErrorKind::Axes {
+                axes: vec![axis],
+                ndim: self.shape.len(),
+            });
+        };
+        if range.start > range.end || range.end > extent {
+            return Err(ViewErrorKind::Range {
+                axis,
+                start: range.start,
+                end: range.end,
+                extent,
+            });
+        }
+        let new_extent = range.end - range.start;
+        let empty = new_extent == 0 || self.shape.contains(&0);
+        if !empty {
+            // Element `start` along `axis` is an element of the validated
+            // layout, so its byte offset fits `isize` (byte_extent checked
+            // it); checked anyway. An empty result keeps `data`: it is
+            // never read, and the strides of empty arrays are unchecked.
+            let step = isize::try_from(range.start)
+                .ok()
+                .and_then(|i| i.checked_mul(self.strides[axis]))
+                .and_then(|o| o.checked_mul(self.itemsize()))
+                .ok_or_else(|| self.overflow("the slice start's byte offset overflows"))?;
+            self.data = self.data.wrapping_offset(step);
+        }
+        self.shape[axis] = new_extent;
+        self.refresh_extent();
+        Ok(())
+    }
+
+    fn flip_axis(&mut self, axis: usize) -> Result<(), ViewErrorKind> {
+        let Some(&extent) = self.shape.get(axis) else {
+            return Err(ViewErrorKind::Axes {
+                axes: vec![axis],
+                ndim: self.shape.len(),
+            });
+        };
+        if layout::stride_unused(&self.shape, axis) {
+            // No index ever steps along `axis` (extent <= 1, or the array
+            // is empty): flipping changes no address, and the stride, which
+            // import never checked here, may be any value (`isize::MIN`
+            // has no negation), so it becomes 0.
+            self.strides[axis] = self.strides[axis].checked_neg().unwrap_or(0);
+            self.refresh_extent();
+            return Ok(());
+        }
+        // The last element along `axis` is an element of the validated
+        // layout: its byte offset fits `isize`; checked anyway.
+        let step = isize::try_from(extent - 1)
+            .ok()
+            .and_then(|n| n.checked_mul(self.strides[axis]))
+            .and_then(|o| o.checked_mul(self.itemsize()))
+            .ok_or_else(|| self.overflow("the last element's byte offset overflows"))?;
+        let flipped = self.strides[axis]
+            .checked_neg()
+            .ok_or_else(|| self.overflow("the stride has no negation"))?;
+        self.data = self.data.wrapping_offset(step);
+        self.strides[axis] = flipped;
+        self.refresh_extent();
+        Ok(())
+    }
+
+    fn permute(&mut self, axes: &[usize]) -> Result<(), ViewErrorKind> {
+        let ndim = self.shape.len();
+        let mut seen: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; ndim];
+        let valid = axes.len() == ndim
+            && axes
+                .iter()
+                .all(|&a| a < ndim && !std::mem::replace(&mut seen[a], true));
+        if !valid {
+            return Err(ViewErrorKind::Axes {
+                axes: axes.to_vec(),
+                ndim,
+            });
+        }
+        self.shape = axes.iter().map(|&a| self.shape[a]).collect();
+        self.strides = axes.iter().map(|&a| self.strides[a]).collect();
+        Ok(())
+    }
+
+    fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewErrorKind> {
+        let err = |why| ViewErrorKind::Reshape {
+            from: self.shape.to_vec(),
+            to: shape.to_vec(),
+            why,
+        };
+        if !layout::is_c_contiguous(&self.shape, &self.strides) {
+            return Err(err("only a C-contiguous view can be reshaped"));
+        }
+        if layout::element_count(shape) != layout::element_count(&self.shape) {
+            return Err(err("the element counts differ"));
+        }
+        let mut strides: crate::import::Dims<isize> = smallvec::smallvec![0; shape.len()];
+        layout::fill_c_strides(shape, &mut strides).ok_or_else(|| err("the shape overflows"))?;
+        self.shape = shape.iter().copied().collect();
+        self.strides = strides;
+        self.refresh_extent();
+        Ok(())
+    }
+}
+
+/// Read-only layout queries shared by every view.
+macro_rules! layout_methods {
+    () => {
+        /// Extents, one per dimension (`[]` for a 0-d array).
+        pub fn shape(&self) -> &[usize] {
+            &self.raw.shape
+        }
+        /// Strides in elements, one per dimension, never absent (compact
+        /// row-major strides when the producer sent none).
+        pub fn strides(&self) -> &[isize] {
+            &self.raw.strides
+        }
+        /// Number of dimensions.
+        pub fn ndim(&self) -> usize {
+            self.raw.shape.len()
+        }
+        /// Number of elements (1 for a 0-d array).
+        pub fn len(&self) -> usize {
+            // The import checked that the count fits.
+            layout::element_count(&self.raw.shape).unwrap_or(0)
+        }
+        /// Whether the array has no elements.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        /// The DLPack data type.
+        pub fn dtype(&self) -> DType {
+            self.raw.dtype
+        }
+        /// The DLPack device.
+        pub fn device(&self) -> Device {
+            self.raw.device
+        }
+        /// Whether the elements are laid out in C (row-major) order without
+        /// gaps; extent-1 dimensions are ignored, empty arrays qualify.
+        pub fn is_c_contiguous(&self) -> bool {
+            layout::is_c_contiguous(&self.raw.shape, &self.raw.strides)
+        }
+        /// Whether the elements are laid out in F (column-major) order
+        /// without gaps; same rules as [`Self::is_c_contiguous`].
+        pub fn is_f_contiguous(&self) -> bool {
+            layout::is_f_contiguous(&self.raw.shape, &self.raw.strides)
+        }
+        /// Whether the producer marked the data read-only.
+        pub fn is_read_only(&self) -> bool {
+            self.raw.read_only
+        }
+        /// The stream the data is ready on, as the array API standard's
+        /// `__dlpack__(stream=...)` integer: for CUDA `1` (legacy default),
+        /// `2` (per-thread default) or a `cudaStream_t`; for ROCm `0`
+        /// (default) or a `hipStream_t`; `-1` if the function asked for no
+        /// synchronisation. It is what dlcast passed to the producer's
+        /// `__dlpack__`, or the producer's current work stream from the
+        /// DLPack C exchange API. Launch work on the data on this stream.
+        /// `None` for memory without streams (CPU, pinned host memory), for
+        /// a DLPack capsule passed directly, and for a producer without
+        /// `__dlpack_device__` (which could not be told a stream).
+        /// See [`crate::stream`].
+        pub fn stream(&self) -> Option<i64> {
+            self.raw.stream
+        }
+        /// The device address of element 0 (`data + byte_offset`) as a
+        /// `cudarc` `CUdeviceptr`, for CUDA device and managed memory; pass
+        /// `&ptr` to a kernel launch, on [`Self::cu_stream`].
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::NotCuda`] for memory on other devices.
+        #[cfg(feature = "cudarc")]
+        pub fn cuda_device_ptr(&self) -> Result<cudarc::driver::sys::CUdeviceptr, ViewError> {
+            match self.raw.device.device_type {
+                crate::device::kind::CUDA | crate::device::kind::CUDA_MANAGED => {
+                    Ok(self.raw.data as usize as u64)
+                }
+                _ => Err(self
+                    .origin
+                    .error("cuda_device_ptr", ViewErrorKind::NotCuda(self.raw.device))),
+            }
+        }
+        /// [`Self::stream`] as a CUDA driver handle (`1` and `2` are
+        /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`); `None` when there
+        /// is no stream to order work on (`None` or `-1`).
+        #[cfg(feature = "cudarc")]
+        pub fn cu_stream(&self) -> Option<cudarc::driver::sys::CUstream> {
+            self.raw.stream.and_then(crate::cuda::cu_stream)
+        }
+        /// How the argument was imported (NumPy fields, the exchange API, a
+        /// capsule, `__dlpack__`, the buffer protocol, TensorFlow).
+        pub fn import_path(&self) -> crate::import::ImportPath {
+            self.raw.path
+        }
+    };
+}
+
+/// Layout transforms shared by every view; each keeps the number of
+/// dimensions. They consume the view and return it, so a function can return
+/// a slice of its input zero-copy. Needs `parts_mut` and `refresh` methods.
+macro_rules! transform_methods {
+    () => {
+        /// Keeps the indices `range` along `axis`.
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`] or [`ViewErrorKind::Range`].
+        pub fn slice_axis(
+            mut self,
+            axis: usize,
+            range: std::ops::Range<usize>,
+        ) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.slice_axis(axis, range)
+                .map_err(|k| origin.error("slice_axis", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// Reverses the order of the indices along `axis` (a negative stride).
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`].
+        pub fn flip_axis(mut self, axis: usize) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.flip_axis(axis)
+                .map_err(|k| origin.error("flip_axis", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// Reorders the dimensions: dimension `i` of the result is
+        /// dimension `axes[i]` of `self`.
+        ///
+        /// # Errors
+        /// [`ViewErrorKind::Axes`] if `axes` is not a permutation of `0..ndim`.
+        pub fn permute(mut self, axes: &[usize]) -> Result<Self, ViewError> {
+            let (raw, origin) = self.parts_mut();
+            raw.permute(axes).map_err(|k| origin.error("permute", k))?;
+            self.refresh();
+            Ok(self)
+        }
+        /// The transpose: the dimensions in reverse order.
+        pub fn t(mut self) -> Self {
+            let (raw, _) = self.parts_mut();
+            let axes: Vec<usize> = (0..raw.shape.len()).rev().collect();
+            // A reversal is always a valid permutation.
+            let _ = raw.permute(&axes);
+            self.refresh();
+            self
+        }
+    };
+}
+
+// The views, one module each; after the macros above, which they use.
+mod error;
+mod iter;
+pub(crate) mod native;
+mod typed;
+mod untyped;
+
+use error::ErrorInner;
+pub use error::{ViewError, ViewErrorKind};
+pub use iter::Iter;
+
+/// The rank a view type fixes, for [`View::NDIM`].
+const fn ndim_of(n: usize) -> Option<usize> {
+    if n == DYN {
+        None
+    } else {
+        Some(n)
+    }
+}
+
+impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = false;
+    const NDIM: Option<usize> = ndim_of(N);
+    #[inline(always)]
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        let origin = Origin::param(keep.spec, keep.index);
+        rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
+        Ok(TensorRef::new(raw, origin))
+    }
+}
+
+impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
+    const DTYPE: Option<DType> = Some(T::DTYPE);
+    const WRITABLE: bool = true;
+    const NDIM: Option<usize> = ndim_of(N);
+    #[inline(always)]
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorMut {
+            inner: TensorRef::from_raw(raw, keep)?,
+        })
+    }
+}
+
+impl<'a> View<'a> for TensorDyn<'a> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = false;
+    const NDIM: Option<usize> = None;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDyn {
+            raw: Held(raw),
+            origin: Origin::param(keep.spec, keep.index),
+            _marker: PhantomData,
+            _gil: PhantomData,
+        })
+    }
+}
+
+impl<'a> View<'a> for TensorDynMut<'a> {
+    const DTYPE: Option<DType> = None;
+    const WRITABLE: bool = true;
+    const NDIM: Option<usize> = None;
+    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+        Ok(TensorDynMut {
+            raw: Held(raw),
+            origin: Origin::param(keep.spec, keep.index),
+            _marker: PhantomData,
+            _gil: PhantomData,
+        })
+    }
+}
+
+/// What `ndarray` needs for a view: the shape alone for an empty array (a
+/// view over an empty slice), else a base pointer, shape, non-negative
+/// strides and the axes to invert afterwards to restore negative strides.
+#[cfg(feature = "ndarray")]
+pub(crate) enum NdParts {
+    Empty(ndarray::IxDyn),
+    Strided((*mut u8, ndarray::IxDyn, ndarray::IxDyn, Vec<usize>)),
+}
+
+/// Shape, non-negative strides and a base pointer for `ndarray`, checked
+/// against `ndarray::ArrayView::from_shape_ptr`'s requirements: element
+/// count within `isize::MAX`, non-negative strides (as `isize`), every
+/// offset in bytes within `isize`.
+#[cfg(feature = "ndarray")]
+pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts, ViewErrorKind> {
+    if raw.shape.contains(&0) {
+        return Ok(NdParts::Empty(ndarray::IxDyn(&raw.shape)));
+    }
+    // A broadcast view may hold more elements than `isize::MAX`, which
+    // ndarray does not allow (it could not index them).
+    layout::element_count(&raw.shape)
+        .filter(|&n| isize::try_from(n).is_ok())
+        .ok_or_else(|| raw.overflow("ndarray views hold at most isize::MAX elements"))?;
+    let item = isize::try_from(itemsize).map_err(|_| raw.overflow("the itemsize overflows"))?;
+    let mut ptr = raw.data;
+    let mut flips = Vec::new();
+    // Inline up to `INLINE_DIMS` dimensions, as the read's own strides: no
+    // allocation for the view of an ordinary array.
+    let mut strides: crate::import::Dims<usize> = smallvec::SmallVec::new();
+    for (axis, (&n, &s)) in raw.shape.iter().zip(&raw.strides).enumerate() {
+        if n <= 1 {
+            // Never stepped along: any stride will do, and 0 is one ndarray
+            // takes whatever the producer sent (`isize::MIN`, say).
+            strides.push(0);
+            continue;
+        }
+        if s < 0 {
+            // Move to the lowest address along this axis: the byte offset
+            // of an element of the validated layout (fits; checked anyway).
+            let step = isize::try_from(n - 1)
+                .ok()
+                .and_then(|k| k.checked_mul(s))
+                .and_then(|o| o.checked_mul(item))
+                .ok_or_else(|| raw.overflow("an element offset overflows"))?;
+            ptr = ptr.wrapping_offset(step);
+            flips.push(axis);
+        }
+        strides.push(s.unsigned_abs());
+    }
+    Ok(NdParts::Strided((
+        ptr,
+        ndarray::IxDyn(&raw.shape),
+        ndarray::IxDyn(&strides),
+        flips,
+    )))
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Never implemented: it makes PyO3's extraction of a view type fail with a
+/// message that says what is missing, when a function takes a view without
+/// `#[dlpack_fn]` or with `#[dlpack_fn]` placed below `#[pyfunction]` (PyO3
+/// then sees the view parameter itself).
+#[diagnostic::on_unimplemented(
+    message = "array parameter of type `{Self}` needs #[dlpack_fn] above #[pyfunction]",
+    label = "PyO3 cannot take a dlcast view by itself",
+    note = "place #[dlpack_fn] above #[pyfunction], or, for methods, on the impl block above #[pymethods]",
+    note = "#[dlpack_fn] recognises a view parameter spelled directly (`TensorRef<'_, T>`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or an `Option` of one), not through a type alias or inside another type"
+)]
+pub trait NeedsDlpackFn: sealed::Sealed {}
+
+macro_rules! refuse_direct_extraction {
+    ($(impl[$($g:tt)*] $t:ty;)*) => {$(
+        impl<'a, 'py, $($g)*> pyo3::FromPyObject<'a, 'py> for $t
+        where
+            Self: NeedsDlpackFn,
+        {
+            type Error = pyo3::PyErr;
+            fn extract(_obj: pyo3::Borrowed<'a, 'py, pyo3::PyAny>) -> pyo3::PyResult<Self> {
+                Err(pyo3::exceptions::PyTypeError::new_err(
+                    "dlcast views are taken through #[dlpack_fn]",
+                ))
+            }
+        }
+    )*};
+}
+
+refuse_direct_extraction! {
+    impl[T: Element, const N: usize] TensorRef<'a, T, N>;
+    impl[T: Element, const N: usize] TensorMut<'a, T, N>;
+    impl[] TensorDyn<'a>;
+    impl[] TensorDynMut<'a>;
+}

@@ -1,0 +1,118 @@
+//! The untyped views, [`TensorDyn`] and [`TensorDynMut`]: any dtype, and
+//! the typed view when the dtype is known.
+
+use super::*;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::import::RawTensor;
+use crate::layout;
+use std::fmt;
+
+impl<'a> TensorDyn<'a> {
+    layout_methods!();
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.raw, self.origin)
+    }
+
+    /// Untyped views keep no accessor cache.
+    fn refresh(&mut self) {}
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw.0
+    }
+
+    /// The same elements in C order under another shape with the same
+    /// element count; the view must be C-contiguous.
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .reshape(shape)
+            .map_err(|k| origin.error("reshape", k))?;
+        Ok(self)
+    }
+
+    /// Address of element 0 (`data + byte_offset`), untyped.
+    pub fn data_ptr(&self) -> *const u8 {
+        self.raw.data
+    }
+
+    /// The typed view, if the data type is `T`'s; otherwise `self` back.
+    // Handing the view back by value is the point (like `Box::downcast`);
+    // it is moved once per dispatch step.
+    #[allow(clippy::result_large_err)]
+    pub fn into_typed<T: Element>(self) -> Result<TensorRef<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorRef::new(self.raw.0, self.origin))
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl<'a> TensorDynMut<'a> {
+    layout_methods!();
+    transform_methods!();
+
+    fn parts_mut(&mut self) -> (&mut RawTensor, Origin) {
+        (&mut self.raw, self.origin)
+    }
+
+    /// Untyped views keep no accessor cache.
+    fn refresh(&mut self) {}
+
+    /// The raw tensor, for export.
+    pub(crate) fn into_raw(self) -> RawTensor {
+        self.raw.0
+    }
+
+    /// As [`TensorDyn::reshape`].
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Reshape`].
+    pub fn reshape(mut self, shape: &[usize]) -> Result<Self, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .reshape(shape)
+            .map_err(|k| origin.error("reshape", k))?;
+        Ok(self)
+    }
+
+    /// Address of element 0 (`data + byte_offset`), untyped and writable.
+    pub fn data_ptr_mut(&mut self) -> *mut u8 {
+        self.raw.data
+    }
+
+    /// The typed writable view, if the data type is `T`'s; otherwise `self`.
+    #[allow(clippy::result_large_err)]
+    pub fn into_typed<T: Element>(self) -> Result<TensorMut<'a, T>, Self> {
+        if self.raw.dtype == T::DTYPE {
+            Ok(TensorMut {
+                inner: TensorRef::new(self.raw.0, self.origin),
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+macro_rules! debug_impl {
+    ($($t:ty),*) => {$(
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("shape", &self.raw.shape.as_slice())
+                    .field("strides", &self.raw.strides.as_slice())
+                    .field("dtype", &self.raw.dtype)
+                    .field("device", &self.raw.device)
+                    .finish()
+            }
+        }
+    )*};
+}
+debug_impl!(TensorDyn<'_>, TensorDynMut<'_>);
