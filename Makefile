@@ -63,18 +63,26 @@ abi3-check:
 ## The test extension built for the lowest abi3 level (abi3-py39), where
 ## dlcast takes its fallbacks for what the limited API lacks, into a target
 ## dir of its own (kept between runs) and target/abi3/site, not the
-## virtualenv; then the pytest suite against it (PYTHONPATH puts it first;
-## the other test modules come from `make ext`),
-## less the leak tests but the buffer import's (the fallback's; the others
-## take two minutes and exercise no code that differs by abi3 level).
+## virtualenv; then the pytest files below against it (PYTHONPATH puts it
+## first; the other test modules come from `make ext`).
 ABI3_LOWEST := abi3-py39
+## Not the whole suite again: the files that exercise the runtime's code that
+## differs by abi3 level (each `cfg(Py_LIMITED_API)` / `cfg(Py_3_x)` branch;
+## test_abi3.py's ABI3_BRANCHES maps each branch to its files and checks
+## this list against it), the soundness files whose fallbacks differ there,
+## and, of the leak tests, the buffer import's.
+ABI3_PYTEST_FILES := test_abi3 test_exports test_export_constructions test_ownership \
+	test_frameworks test_producers test_gpu_streams test_exchange_api test_torch_paths \
+	test_torch_tensors test_torch_modes test_fast_paths test_replaced_attributes \
+	test_torch_trusts_c_state test_registry_is_one test_copies_respect_borrows test_leaks
 ABI3_PYTEST_ARGS ?= -k "not test_leaks or test_import_path_does_not_leak and buffer"
 abi3: ext abi3-check
 	rm -rf target/abi3/wheels target/abi3/site
 	CARGO_TARGET_DIR=target/abi3 maturin build -q --profile dev -m tests/Cargo.toml \
 		-F pyo3/$(ABI3_LOWEST) -i $(PY) --out target/abi3/wheels
 	$(PY) -m pip install -q --no-deps --no-index --target target/abi3/site target/abi3/wheels/*.whl
-	PYTHONPATH=$(abspath target/abi3/site) $(PY) -m pytest tests/python -q -p no:cacheprovider $(ABI3_PYTEST_ARGS)
+	PYTHONPATH=$(abspath target/abi3/site) $(PY) -m pytest -q -p no:cacheprovider \
+		$(patsubst %,tests/python/%.py,$(ABI3_PYTEST_FILES)) $(ABI3_PYTEST_ARGS)
 
 py-test: ext
 	$(PY) -m pytest tests/python -q

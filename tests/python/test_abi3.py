@@ -203,3 +203,50 @@ def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-1] == "python code inside the raw reads: False", r.stdout
+
+
+# Where the runtime's code differs by abi3 level (`cfg(Py_LIMITED_API)`,
+# `cfg(Py_3_x)`), what differs, and the test files that exercise each
+# branch. `make abi3` runs the files the Makefile lists in
+# ABI3_PYTEST_FILES against the abi3-py39 build, not the whole suite.
+ABI3_BRANCHES = {
+    "export/array.rs": ("the buffer protocol, or `__array_interface__` below 3.11",
+                        ["test_abi3", "test_exports", "test_export_constructions", "test_ownership"]),
+    "import/buffer.rs": ("buffer inputs: the C buffer protocol, or a private memoryview "
+                         "(and NumPy) below 3.11", ["test_abi3", "test_frameworks", "test_producers"]),
+    "import/capsule.rs": ("`__dlpack__` by vectorcall, or with a keyword dict below 3.12",
+                          ["test_producers", "test_gpu_streams"]),
+    "import/exchange.rs": ("the exchange table's per-type cache (no version tags under abi3)",
+                           ["test_exchange_api", "test_torch_paths"]),
+    "import/mod.rs": ("the private alias's weak-reference check",
+                      ["test_torch_tensors", "test_torch_modes", "test_torch_trusts_c_state"]),
+    "import/numpy.rs": ("how the ndarray type's name is read", ["test_fast_paths"]),
+    "import/torch.rs": ("TensorBase's getters through `tp_descr_get` or `__get__`",
+                        ["test_torch_paths", "test_torch_modes"]),
+    "lib.rs": ("abi3t refused at compile time (`make abi3-check`)", []),
+}
+# The soundness files, whose checked fallbacks differ under abi3, and the
+# buffer import's leak test.
+ABI3_ALSO = ["test_replaced_attributes", "test_registry_is_one", "test_copies_respect_borrows",
+             "test_leaks"]
+
+
+def test_the_abi3_subset_covers_every_branch():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).parent.parent.parent
+    src = root / "dlcast-runtime" / "src"
+    branches = {
+        str(p.relative_to(src))
+        for p in src.rglob("*.rs")
+        if re.search(r"cfg!?\(.*Py_(?:LIMITED_API|3_\d+)", p.read_text())
+    }
+    assert branches == set(ABI3_BRANCHES), "a runtime file gained or lost an abi3 branch: map it"
+    make = (root / "Makefile").read_text()
+    listed = re.search(r"ABI3_PYTEST_FILES := ((?:.*\\\n)*.*)", make).group(1)
+    listed = set(listed.replace("\\", " ").split())
+    wanted = {f for _, files in ABI3_BRANCHES.values() for f in files} | set(ABI3_ALSO)
+    assert wanted <= listed, sorted(wanted - listed)
+    for name in listed:
+        assert (pathlib.Path(__file__).parent / f"{name}.py").exists(), name
