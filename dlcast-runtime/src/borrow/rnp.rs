@@ -73,6 +73,11 @@
 //! borrows are compared by memory with every view in the registry.
 
 use super::{BorrowApi, BorrowReq, EMPTY};
+// NumPy's array object (as rust-numpy's functions are passed it) and dtype.
+use crate::npyffi::{
+    PyArrayDescr1 as Descr1, PyArrayDescr2 as Descr2, PyArrayObject as ArrayHead,
+    NPY_ARRAY_WRITEABLE,
+};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -399,52 +404,6 @@ fn publish(py: Python<'_>, registry: &'static BorrowApi) -> PyResult<*mut ffi::P
     Ok(cap)
 }
 
-/// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x), and
-/// the struct passed to rust-numpy's functions (with `weakreflist`, the
-/// last field its bindings declare).
-#[repr(C)]
-struct ArrayHead {
-    ob_base: ffi::PyObject,
-    data: *mut c_char,
-    nd: c_int,
-    dimensions: *const isize,
-    strides: *const isize,
-    base: *mut ffi::PyObject,
-    descr: *mut ffi::PyObject,
-    flags: c_int,
-    weakreflist: *mut ffi::PyObject,
-}
-
-/// `NPY_ARRAY_WRITEABLE`.
-const NPY_WRITEABLE: c_int = 0x0400;
-
-/// The leading fields of NumPy's `PyArray_Descr`.
-#[repr(C)]
-struct DescrHead {
-    ob_base: ffi::PyObject,
-    typeobj: *mut ffi::PyTypeObject,
-    kind: c_char,
-    type_char: c_char,
-    byteorder: c_char,
-    flags_or_former: c_char,
-    type_num: c_int,
-}
-
-/// NumPy 2's `PyArray_Descr` up to `elsize`.
-#[repr(C)]
-struct Descr2 {
-    head: DescrHead,
-    flags: u64,
-    elsize: isize,
-}
-
-/// NumPy 1's `PyArray_Descr` up to `elsize`.
-#[repr(C)]
-struct Descr1 {
-    head: DescrHead,
-    elsize: c_int,
-}
-
 // ---- dlcast's table, published when rust-numpy had none -----------------
 
 /// rust-numpy's live borrows entered in dlcast's registry: the array (which
@@ -590,7 +549,7 @@ unsafe extern "C" fn np_acquire(flags: *mut c_void, a: *mut ffi::PyObject) -> c_
 
 unsafe extern "C" fn np_acquire_mut(flags: *mut c_void, a: *mut ffi::PyObject) -> c_int {
     // SAFETY: rust-numpy passes a live array, with the GIL held.
-    if unsafe { (*a.cast::<ArrayHead>()).flags } & NPY_WRITEABLE == 0 {
+    if unsafe { (*a.cast::<ArrayHead>()).flags } & NPY_ARRAY_WRITEABLE == 0 {
         return -2;
     }
     // SAFETY: as above.
@@ -667,7 +626,7 @@ impl Hold {
             dimensions: self.dims.as_ptr(),
             strides: self.dims[nd..].as_ptr(),
             base: self.root.as_ptr(),
-            descr: self.descr.as_ptr(),
+            descr: self.descr.as_ptr().cast(),
             flags: self.flags,
             weakreflist: std::ptr::null_mut(),
         }
@@ -757,7 +716,7 @@ fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> R
         // objects: new strong references (an incref, no Python code).
         root: unsafe { Bound::from_borrowed_ptr(py, root) }.unbind(),
         // SAFETY: as above.
-        descr: unsafe { Bound::from_borrowed_ptr(py, h.descr) }.unbind(),
+        descr: unsafe { Bound::from_borrowed_ptr(py, h.descr.cast()) }.unbind(),
     };
     let mut head = hold.head();
     let acquire = if writable {
