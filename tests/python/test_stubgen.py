@@ -50,11 +50,11 @@ def test_stub_names_each_frameworks_array_type(stubgen, stub_text, function, ann
 
 
 def test_every_framework_of_the_table_has_a_stub_type(stubgen):
-    # The generated table holds the nine frameworks `returns = ...` accepts,
-    # each stub type a valid Python expression.
+    # The generated table holds every framework `returns = ...` accepts,
+    # each stub type a valid Python expression in the modules it imports.
     import ast
 
-    assert len(stubgen.FRAMEWORK_TYPES) == 9
+    assert {"numpy.ndarray", "torch.Tensor", "jax.Array", "memoryview"} < stubgen.FRAMEWORK_TYPES.keys()
     for name, (stub, modules, _typed) in stubgen.FRAMEWORK_TYPES.items():
         ast.parse(stub, mode="eval")
         assert all(stub.startswith(m + ".") for m in modules[:1]), (name, stub, modules)
