@@ -54,21 +54,44 @@ class _DLCastArray(Protocol):
     def __len__(self) -> int: ...
 '''
 
-# Return types the signature line names, and what the stub writes for them
-# (with the import it needs).
-KNOWN_TYPES = {
-    "dlcast.Array": ("_DLCastArray", None),
-    "numpy.ndarray": ("numpy.typing.NDArray[typing.Any]", "import numpy\nimport numpy.typing"),
-    "torch.Tensor": ("torch.Tensor", "import torch"),
-    "jax.Array": ("jax.Array", "import jax"),
+# ---- generated from dlcast-runtime/src/facts.rs; do not edit ----
+# `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts` rewrites it;
+# that test fails while it differs from the tables.
+# Each framework's array type as a signature line names it: its type in the
+# stub, the modules the stub imports for it, whether those ship types.
+FRAMEWORK_TYPES: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "numpy.ndarray": ("numpy.typing.NDArray[typing.Any]", ("numpy", "numpy.typing"), True),
+    "torch.Tensor": ("torch.Tensor", ("torch",), True),
+    "jax.Array": ("jax.Array", ("jax",), True),
+    "cupy.ndarray": ("cupy.ndarray", ("cupy",), False),
+    "tensorflow.Tensor": ("tensorflow.Tensor", ("tensorflow",), False),
+    "array_api_strict.Array": ("array_api_strict._array_object.Array", ("array_api_strict._array_object",), True),
+    "memoryview": ("memoryview", (), True),
+    "mlx.core.array": ("mlx.core.array", ("mlx.core",), False),
+    "paddle.Tensor": ("paddle.Tensor", ("paddle",), True),
 }
-
-# `numpy.ndarray[float32]` (a dtype the Rust element type fixes) becomes
-# `numpy.typing.NDArray[numpy.float32]`; other frameworks' array types are
-# not generic, so the dtype is dropped for them.
-NUMPY_DTYPES = {
+# The dtypes NumPy has scalar types for (`numpy.float32`, ...).
+NUMPY_DTYPES: set[str] = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
+}
+# ---- end of generated ----
+
+# An import of a package without type information: a type checker then
+# takes its arrays as `Any` (and the stub still passes where the package is
+# missing or gains types).
+UNTYPED_IMPORT = "  # type: ignore[import-not-found, import-untyped, unused-ignore]"
+
+# Return types the signature line names, and what the stub writes for them
+# (with the imports it needs). `numpy.ndarray[float32]` (a dtype the Rust
+# element type fixes) becomes `numpy.typing.NDArray[numpy.float32]`; other
+# frameworks' array types are not generic, so the dtype is dropped for them.
+KNOWN_TYPES: dict[str, tuple[str, list[str]]] = {
+    "dlcast.Array": ("_DLCastArray", []),
+    **{
+        name: (stub, [f"import {m}" + ("" if typed else UNTYPED_IMPORT) for m in modules])
+        for name, (stub, modules, typed) in FRAMEWORK_TYPES.items()
+    },
 }
 
 
@@ -86,7 +109,7 @@ class _Rewrite(ast.NodeTransformer):
             # A returned array with its dtype: `numpy.ndarray[float32]`.
             framework, dtype = ast.unparse(node.value), node.slice.id
             if framework == "numpy.ndarray" and dtype in NUMPY_DTYPES:
-                self.imports.update(["import numpy", "import numpy.typing"])
+                self.imports.update(KNOWN_TYPES[framework][1])
                 return ast.parse(f"numpy.typing.NDArray[numpy.{dtype}]", mode="eval").body
             return self.visit_Attribute(node.value)
         if isinstance(node.value, ast.Name) and node.value.id == "memoryview":
@@ -96,9 +119,8 @@ class _Rewrite(ast.NodeTransformer):
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         name = ast.unparse(node)
         if name in KNOWN_TYPES:
-            stub, imp = KNOWN_TYPES[name]
-            if imp:
-                self.imports.update(imp.splitlines())
+            stub, imports = KNOWN_TYPES[name]
+            self.imports.update(imports)
             return ast.parse(stub, mode="eval").body
         if name.startswith("typing."):
             return node

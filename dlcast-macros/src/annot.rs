@@ -9,6 +9,8 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Error, Ident, LitInt, Token};
 
+use crate::facts::DTYPES;
+
 /// One entry of `#[shape(..)]`.
 #[derive(Clone)]
 pub enum Dim {
@@ -134,37 +136,13 @@ pub enum Order {
     Contiguous,
 }
 
-/// The dtypes `#[dtype(..)]` accepts: the Rust name, the element type's
-/// path, and the array API / NumPy name shown to Python.
-pub const DTYPES: &[(&str, &str, &str)] = &[
-    ("bool", "bool", "bool"),
-    ("i8", "i8", "int8"),
-    ("i16", "i16", "int16"),
-    ("i32", "i32", "int32"),
-    ("i64", "i64", "int64"),
-    ("u8", "u8", "uint8"),
-    ("u16", "u16", "uint16"),
-    ("u32", "u32", "uint32"),
-    ("u64", "u64", "uint64"),
-    ("f16", "::dlcast_runtime::__private::F16", "float16"),
-    ("bf16", "::dlcast_runtime::__private::BF16", "bfloat16"),
-    ("f32", "f32", "float32"),
-    ("f64", "f64", "float64"),
-    ("c64", "::dlcast_runtime::__private::Complex64", "complex64"),
-    (
-        "c128",
-        "::dlcast_runtime::__private::Complex128",
-        "complex128",
-    ),
-];
-
 /// The annotations of one parameter.
 #[derive(Default)]
 pub struct Annotations {
     pub shape: Option<Vec<Dim>>,
     pub devices: Option<Vec<DeviceEntry>>,
     pub order: Option<Order>,
-    /// `#[dtype(..)]`: names from [`DTYPES`], checked.
+    /// `#[dtype(..)]`: names of the dtype table's `rust` column, checked.
     pub dtypes: Option<Vec<Ident>>,
     /// `#[noconvert]`.
     pub noconvert: bool,
@@ -255,8 +233,8 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
             let mut seen: Vec<String> = Vec::new();
             for id in &list {
                 let s = id.to_string();
-                if !DTYPES.iter().any(|(n, _, _)| *n == s) {
-                    let known: Vec<&str> = DTYPES.iter().map(|(n, _, _)| *n).collect();
+                if !DTYPES.iter().any(|d| d.rust == s) {
+                    let known: Vec<&str> = DTYPES.iter().map(|d| d.rust).collect();
                     return Err(Error::new(
                         id.span(),
                         format!(

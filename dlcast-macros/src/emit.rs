@@ -9,6 +9,7 @@ use syn::{Attribute, Block, Error, FnArg, GenericParam, Ident, Signature, Type, 
 
 use crate::analyse::{analyze, Analysis, ViewParam};
 use crate::annot::{self, Dim};
+use crate::facts::DTYPES;
 use crate::parse::{
     body_value_type, element_type, has_attr, returns_result, returns_unit, FnOptions, Returns,
     ViewKind,
@@ -35,10 +36,10 @@ pub(crate) fn self_name(ctx: &Ctx) -> Option<&str> {
 
 /// The Rust element type for a `#[dtype(..)]` name.
 pub(crate) fn dtype_type(name: &Ident) -> Type {
-    let path = annot::DTYPES
+    let path = DTYPES
         .iter()
-        .find(|(n, _, _)| name == n)
-        .map(|t| t.1)
+        .find(|d| name == d.rust)
+        .map(|d| d.element)
         .expect("checked by annot");
     let mut ty: Type = syn::parse_str(path).expect("valid type path");
     respan(&mut ty, name.span());
@@ -60,10 +61,10 @@ pub(crate) fn respan(ty: &mut Type, span: Span) {
 
 /// The NumPy name shown for a `#[dtype(..)]` name.
 pub(crate) fn dtype_python_name(name: &Ident) -> &'static str {
-    annot::DTYPES
+    DTYPES
         .iter()
-        .find(|(n, _, _)| name == n)
-        .map(|t| t.2)
+        .find(|d| name == d.rust)
+        .map(|d| d.name)
         .expect("checked by annot")
 }
 
@@ -237,7 +238,11 @@ pub(crate) fn expand_callable(
     // `like(param)` reads the argument's framework before it is imported.
     let mut like_prelude = quote!();
     let framework = match &opts.returns {
-        Some(Returns::Framework(v)) => quote!(::core::option::Option::Some(#rt::Framework::#v)),
+        Some(Returns::Framework(f, span)) => {
+            // The variant's name is the table's (`Debug` prints it).
+            let v = Ident::new(&format!("{f:?}"), *span);
+            quote!(::core::option::Option::Some(#rt::Framework::#v))
+        }
         Some(Returns::Like(p)) => {
             let Some(v) = views.iter().find(|v| v.ident == *p) else {
                 return Err(Error::new_spanned(
@@ -290,17 +295,7 @@ pub(crate) fn expand_callable(
     let array_type = match &opts.returns {
         None => "dlcast.Array",
         Some(Returns::Like(_)) => "...",
-        Some(Returns::Framework(v)) => match v.to_string().as_str() {
-            "Numpy" => "numpy.ndarray",
-            "Torch" => "torch.Tensor",
-            "Jax" => "jax.Array",
-            "Cupy" => "cupy.ndarray",
-            "Tensorflow" => "tensorflow.Tensor",
-            "Memoryview" => "memoryview",
-            "Mlx" => "mlx.core.array",
-            "Paddle" => "paddle.Tensor",
-            _ => "array_api_strict.Array",
-        },
+        Some(Returns::Framework(f, _)) => f.facts().python_type,
     };
     let mut py_params = a.py_params.clone();
     for v in views {

@@ -11,6 +11,10 @@ use syn::{parse_macro_input, Error, FnArg, ImplItem, Item, ItemFn, ItemImpl, Typ
 mod analyse;
 mod annot;
 mod emit;
+// The framework and dtype tables, shared with the runtime (a symlink to
+// `dlcast-runtime/src/facts.rs`); the macro reads only some columns.
+#[allow(dead_code)]
+mod facts;
 mod parse;
 mod pysig;
 mod stream;
@@ -49,8 +53,9 @@ use parse::{has_array_params, has_attr, parse_options, take_method_options, FnOp
 /// `dlcast.Array`), inside `Option`, `PyResult` or tuples.
 ///
 /// Options: `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`,
-/// `tensorflow`, `array_api`, `like(param)`) hands every returned array to
-/// that framework instead; `#[dlpack_fn(noconvert)]` turns conversion off
+/// `tensorflow`, `array_api`, `memoryview`, `mlx`, `paddle`: the framework
+/// table of `dlcast_runtime`, or `like(param)`) hands every returned array
+/// to that framework instead; `#[dlpack_fn(noconvert)]` turns conversion off
 /// for every parameter.
 ///
 /// Place it above `#[pyfunction]`, or, for methods, on the `impl` block

@@ -7,6 +7,7 @@ use syn::{
     Attribute, Error, FnArg, GenericArgument, Ident, PathArguments, ReturnType, Signature, Type,
 };
 
+use crate::facts::{Framework, FRAMEWORKS};
 use crate::stream;
 
 /// `ty` without the invisible groups a `macro_rules` `$t:ty` fragment adds,
@@ -291,24 +292,11 @@ pub(crate) fn returns_unit(ret: &ReturnType) -> bool {
     }
 }
 
-/// The frameworks `returns = ...` accepts and the runtime's names for them.
-pub(crate) const FRAMEWORKS: &[(&str, &str)] = &[
-    ("numpy", "Numpy"),
-    ("torch", "Torch"),
-    ("jax", "Jax"),
-    ("cupy", "Cupy"),
-    ("tensorflow", "Tensorflow"),
-    ("array_api", "ArrayApi"),
-    ("memoryview", "Memoryview"),
-    ("mlx", "Mlx"),
-    ("paddle", "Paddle"),
-];
-
 /// `returns = ...` of `#[dlpack_fn(...)]`.
 #[derive(Clone)]
 pub(crate) enum Returns {
-    /// A framework: the runtime's `Framework` variant.
-    Framework(Ident),
+    /// A framework, and the span of its name.
+    Framework(Framework, proc_macro2::Span),
     /// `like(param)`: the framework of that argument, decided per call.
     Like(Ident),
 }
@@ -337,8 +325,8 @@ pub(crate) fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 opts.returns = Some(Returns::Like(inner.parse()?));
                 return Ok(());
             }
-            let Some((_, variant)) = FRAMEWORKS.iter().find(|(n, _)| value == n) else {
-                let names: Vec<&str> = FRAMEWORKS.iter().map(|(n, _)| *n).collect();
+            let Some(f) = FRAMEWORKS.iter().find(|f| value == f.option) else {
+                let names: Vec<&str> = FRAMEWORKS.iter().map(|f| f.option).collect();
                 return Err(Error::new_spanned(
                     &value,
                     format!(
@@ -347,7 +335,7 @@ pub(crate) fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                     ),
                 ));
             };
-            opts.returns = Some(Returns::Framework(Ident::new(variant, value.span())));
+            opts.returns = Some(Returns::Framework(f.id, value.span()));
             Ok(())
         } else if meta.path.is_ident("noconvert") {
             if opts.noconvert {

@@ -11,7 +11,8 @@
 //! `c_contiguous`, `f_contiguous` or `contiguous`; `<device>` is `cpu`,
 //! `cuda(0)`, ... joined with `|`.
 
-use crate::annot::{Annotations, Dim, Order, DTYPES};
+use crate::annot::{Annotations, Dim, Order};
+use crate::facts::DTYPES;
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use syn::{Attribute, GenericArgument, PathArguments, ReturnType, Type};
 
@@ -24,7 +25,7 @@ pub fn element_name(ty: &Type) -> Option<&'static str> {
     let Type::Path(p) = ty else { return None };
     let last = p.path.segments.last()?;
     let id = last.ident.to_string();
-    let scalar = |n: &str| DTYPES.iter().find(|(r, _, _)| *r == n).map(|t| t.2);
+    let scalar = |n: &str| DTYPES.iter().find(|d| d.rust == n).map(|d| d.name);
     match id.as_str() {
         "Complex" => {
             let PathArguments::AngleBracketed(a) = &last.arguments else {

@@ -16,32 +16,20 @@
 //! The converted array is a temporary that the view owns: it lives exactly
 //! as long as the view, i.e. for the call.
 
-use crate::dtype::{code, DType};
+use crate::dtype::DType;
 use crate::framework::Framework;
 use crate::spec::Order;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The position of a dtype's kind on NumPy's casting ladder, `None` for
-/// dtypes dlcast does not convert (vector lanes, opaque handles, unknown
-/// codes).
-fn kind_rank(d: DType) -> Option<u8> {
-    d.name()?;
-    Some(match d.code {
-        code::BOOL => 0,
-        code::UINT => 1,
-        code::INT => 2,
-        code::FLOAT | code::BFLOAT => 3,
-        code::COMPLEX => 4,
-        _ => return None,
-    })
-}
-
 /// Whether `from` converts implicitly to `to`: NumPy's
-/// `can_cast(from, to, casting="same_kind")` (bfloat16 counts as a float).
+/// `can_cast(from, to, casting="same_kind")`, i.e. the kind (the dtype
+/// table's `kind` column: bfloat16 counts as a float) never goes down the
+/// ladder. `false` for dtypes dlcast does not convert (vector lanes, opaque
+/// handles, unknown codes).
 pub fn same_kind(from: DType, to: DType) -> bool {
-    matches!((kind_rank(from), kind_rank(to)), (Some(a), Some(b)) if a <= b)
+    matches!((from.facts(), to.facts()), (Some(a), Some(b)) if a.kind <= b.kind)
 }
 
 /// What a conversion must produce.
@@ -211,6 +199,7 @@ fn numpy_fallback<'py>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::code;
 
     #[test]
     fn same_kind_follows_the_ladder() {

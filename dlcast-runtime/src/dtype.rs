@@ -16,23 +16,23 @@ pub struct DType {
     pub lanes: u16,
 }
 
-/// `DLDataTypeCode` values from the DLPack header (v1.3).
-pub mod code {
-    /// Signed integer.
-    pub const INT: u8 = 0;
-    /// Unsigned integer.
-    pub const UINT: u8 = 1;
-    /// IEEE floating point.
-    pub const FLOAT: u8 = 2;
-    /// Opaque handle (testing only).
-    pub const OPAQUE_HANDLE: u8 = 3;
-    /// bfloat16.
-    pub const BFLOAT: u8 = 4;
-    /// Complex: two floats of `bits / 2` each.
-    pub const COMPLEX: u8 = 5;
-    /// Boolean, stored as one byte per element.
-    pub const BOOL: u8 = 6;
-}
+pub use crate::facts::code;
+use crate::facts::{DTypeFacts, DTYPES};
+
+/// For each DLPack code up to [`code::BOOL`] and each size of 8 to 128
+/// bits (by `log2(bits) - 3`), the index of its row in [`DTYPES`] plus one
+/// (0: none); built from the table at compile time.
+const ROWS: [[u8; 5]; 7] = {
+    let mut rows = [[0u8; 5]; 7];
+    let mut i = 0;
+    while i < DTYPES.len() {
+        let d = &DTYPES[i];
+        assert!(d.bits.is_power_of_two() && d.bits >= 8 && d.bits <= 128 && d.code <= code::BOOL);
+        rows[d.code as usize][(d.bits.trailing_zeros() - 3) as usize] = i as u8 + 1;
+        i += 1;
+    }
+    rows
+};
 
 impl DType {
     /// Builds a data type from its raw DLPack fields.
@@ -70,38 +70,32 @@ impl DType {
     /// `complex128` (two `float64`).
     pub const COMPLEX128: DType = DType::new(code::COMPLEX, 128, 1);
 
+    /// This dtype's row of the dtype table ([`crate::facts::DTYPES`]):
+    /// `None` for every `(code, bits, lanes)` dlcast does not map to a
+    /// Rust element type.
+    #[inline]
+    pub(crate) fn facts(&self) -> Option<&'static DTypeFacts> {
+        if self.lanes != 1 || !self.bits.is_power_of_two() || self.bits < 8 || self.bits > 128 {
+            return None;
+        }
+        let row = *ROWS
+            .get(usize::from(self.code))?
+            .get(self.bits.trailing_zeros() as usize - 3)?;
+        DTYPES.get(usize::from(row).checked_sub(1)?)
+    }
+
     /// The NumPy-style name (`"float32"`) of the data types dlcast maps to a
     /// Rust element type; `None` for every other `(code, bits, lanes)`.
     #[inline]
     pub fn name(&self) -> Option<&'static str> {
-        if self.lanes != 1 {
-            return None;
-        }
-        Some(match (self.code, self.bits) {
-            (code::BOOL, 8) => "bool",
-            (code::INT, 8) => "int8",
-            (code::INT, 16) => "int16",
-            (code::INT, 32) => "int32",
-            (code::INT, 64) => "int64",
-            (code::UINT, 8) => "uint8",
-            (code::UINT, 16) => "uint16",
-            (code::UINT, 32) => "uint32",
-            (code::UINT, 64) => "uint64",
-            (code::FLOAT, 16) => "float16",
-            (code::FLOAT, 32) => "float32",
-            (code::FLOAT, 64) => "float64",
-            (code::BFLOAT, 16) => "bfloat16",
-            (code::COMPLEX, 64) => "complex64",
-            (code::COMPLEX, 128) => "complex128",
-            _ => return None,
-        })
+        self.facts().map(|f| f.name)
     }
 
     /// Size of one element in bytes, for the data types that [`DType::name`]
     /// knows; `None` for sub-byte, vector (`lanes != 1`) and unknown types.
     #[inline]
     pub fn itemsize(&self) -> Option<usize> {
-        self.name().map(|_| usize::from(self.bits) / 8)
+        self.facts().map(|_| usize::from(self.bits) / 8)
     }
 
     /// The alignment in bytes of the Rust element type of this dtype (a
@@ -230,6 +224,72 @@ mod tests {
             "dtype(code=9, bits=8, lanes=1)"
         );
         assert_eq!(DType::new(2, 32, 4).itemsize(), None);
+    }
+
+    #[test]
+    fn each_row_is_its_element_type() {
+        fn check<T: Element>(rust: &str) -> usize {
+            let row = DTYPES.iter().find(|d| d.rust == rust).expect("a row");
+            let dtype = DType::new(row.code, row.bits, 1);
+            assert_eq!(T::DTYPE, dtype, "{rust}");
+            assert_eq!(dtype.name(), Some(row.name));
+            assert_eq!(dtype.facts().map(|f| f.rust), Some(row.rust));
+            assert_eq!(dtype.itemsize(), Some(std::mem::size_of::<T>()), "{rust}");
+            assert_eq!(dtype.align(), Some(std::mem::align_of::<T>()), "{rust}");
+            1
+        }
+        let mut n = check::<bool>("bool")
+            + check::<i8>("i8")
+            + check::<i16>("i16")
+            + check::<i32>("i32")
+            + check::<i64>("i64")
+            + check::<u8>("u8")
+            + check::<u16>("u16")
+            + check::<u32>("u32")
+            + check::<u64>("u64")
+            + check::<f32>("f32")
+            + check::<f64>("f64");
+        #[cfg(feature = "half")]
+        {
+            n += check::<half::f16>("f16") + check::<half::bf16>("bf16");
+        }
+        #[cfg(feature = "complex")]
+        {
+            n += check::<num_complex::Complex<f32>>("c64")
+                + check::<num_complex::Complex<f64>>("c128");
+        }
+        if cfg!(all(feature = "half", feature = "complex")) {
+            assert_eq!(n, DTYPES.len(), "a row without an Element type");
+        }
+    }
+
+    #[test]
+    fn typestrs_are_kind_and_size() {
+        for d in DTYPES {
+            let Some(typestr) = d.typestr else {
+                assert!(d.numpy.is_empty(), "{}", d.name);
+                continue;
+            };
+            let kind = match d.kind {
+                crate::facts::Kind::Bool => 'b',
+                crate::facts::Kind::UInt => 'u',
+                crate::facts::Kind::Int => 'i',
+                crate::facts::Kind::Float => 'f',
+                crate::facts::Kind::Complex => 'c',
+            };
+            assert_eq!(typestr, format!("{kind}{}", d.bits / 8), "{}", d.name);
+        }
+        // Unknown codes, sizes and lanes have no row.
+        for (c, b, l) in [
+            (2, 32, 2),
+            (2, 24, 1),
+            (2, 0, 1),
+            (2, 255, 1),
+            (7, 8, 1),
+            (3, 64, 1),
+        ] {
+            assert!(DType::new(c, b, l).facts().is_none(), "{c} {b} {l}");
+        }
     }
 
     #[test]

@@ -43,9 +43,12 @@ compile_error!(
 mod cuda;
 pub mod device;
 pub mod dtype;
+#[doc(hidden)]
+pub mod facts;
 mod framework;
 pub mod layout;
 mod npapi;
+mod npyffi;
 pub mod spec;
 pub mod stream;
 #[allow(dead_code)] // the soundness work (issue 20) is wiring its users in

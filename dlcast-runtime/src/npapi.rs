@@ -17,29 +17,15 @@
 //! `numpy.__version__` or the `numpy.ndarray` attribute, which Python code
 //! can replace.
 
-use crate::dtype::{code, DType};
+use crate::dtype::DType;
+use crate::npyffi::{
+    api, DescrFromType, NewFromDescr, SetBaseObject, NPY_2_0_ABI_VERSION, NPY_ARRAY_WRITEABLE,
+    NPY_MAXDIMS,
+};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use std::ffi::{c_int, c_void};
-
-/// `NPY_ARRAY_WRITEABLE` (ndarraytypes.h).
-const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
-/// The most dimensions NumPy 1.x accepts (`NPY_MAXDIMS`; NumPy 2 has 64).
-const MAX_DIMS: usize = 32;
-
-type DescrFromType = unsafe extern "C" fn(c_int) -> *mut ffi::PyObject;
-type NewFromDescr = unsafe extern "C" fn(
-    *mut ffi::PyTypeObject,
-    *mut ffi::PyObject,
-    c_int,
-    *const ffi::Py_ssize_t,
-    *const ffi::Py_ssize_t,
-    *mut c_void,
-    c_int,
-    *mut ffi::PyObject,
-) -> *mut ffi::PyObject;
-type SetBaseObject = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
 
 /// NumPy's `_ARRAY_API` table, verified (see [`table`]).
 pub(crate) struct Table {
@@ -55,7 +41,7 @@ pub(crate) struct Table {
 impl Table {
     /// Whether NumPy is 2.x or later (its ABI version says so).
     pub(crate) fn numpy2(&self) -> bool {
-        self.abi >= 0x0200_0000
+        self.abi >= NPY_2_0_ABI_VERSION
     }
 }
 
@@ -127,7 +113,12 @@ fn verify(capsule: &Bound<'_, PyAny>) -> Option<Table> {
     // SAFETY: `table` lies in a loaded library's image, where only that
     // library's own data is (see above): NumPy's API array, whose entries
     // 0..=282 exist in every NumPy since 1.7. Entry 2 is `&PyArray_Type`.
-    let (version_fn, ndarray) = unsafe { (*table, *table.add(2)) };
+    let (version_fn, ndarray) = unsafe {
+        (
+            *table.add(api::GET_NDARRAY_C_VERSION),
+            *table.add(api::ARRAY_TYPE),
+        )
+    };
     if !in_image(ndarray) || !in_image(version_fn) {
         return None;
     }
@@ -146,7 +137,11 @@ fn verify(capsule: &Bound<'_, PyAny>) -> Option<Table> {
     // SAFETY: as above; the entries at these indices have the signatures in
     // `__multiarray_api.h` in every NumPy version that has them.
     let api = unsafe {
-        let (d, n, s) = (*table.add(45), *table.add(94), *table.add(282));
+        let (d, n, s) = (
+            *table.add(api::DESCR_FROM_TYPE),
+            *table.add(api::NEW_FROM_DESCR),
+            *table.add(api::SET_BASE_OBJECT),
+        );
         (in_image(d) && in_image(n) && in_image(s)).then(|| Api {
             descr_from_type: std::mem::transmute::<*mut c_void, DescrFromType>(d),
             new_from_descr: std::mem::transmute::<*mut c_void, NewFromDescr>(n),
@@ -160,41 +155,10 @@ fn verify(capsule: &Bound<'_, PyAny>) -> Option<Table> {
     })
 }
 
-/// NumPy's type number for a dtype (`NPY_TYPES`), where NumPy has the type.
+/// NumPy's type number for a dtype (`NPY_TYPES`), where NumPy has the type:
+/// the first of the dtype table's NumPy column.
 fn type_num(d: DType) -> Option<c_int> {
-    let long_is_64 = std::mem::size_of::<std::ffi::c_long>() == 8;
-    if d.lanes != 1 {
-        return None;
-    }
-    Some(match (d.code, d.bits) {
-        (code::BOOL, 8) => 0,
-        (code::INT, 8) => 1,
-        (code::UINT, 8) => 2,
-        (code::INT, 16) => 3,
-        (code::UINT, 16) => 4,
-        (code::INT, 32) => 5,
-        (code::UINT, 32) => 6,
-        (code::INT, 64) => {
-            if long_is_64 {
-                7
-            } else {
-                9
-            }
-        }
-        (code::UINT, 64) => {
-            if long_is_64 {
-                8
-            } else {
-                10
-            }
-        }
-        (code::FLOAT, 16) => 23,
-        (code::FLOAT, 32) => 11,
-        (code::FLOAT, 64) => 12,
-        (code::COMPLEX, 64) => 14,
-        (code::COMPLEX, 128) => 15,
-        _ => return None,
-    })
+    d.facts()?.numpy.first().copied()
 }
 
 /// Whether `byte_strides` are the very strides NumPy gives an array of
@@ -241,7 +205,7 @@ pub(crate) fn ndarray<'py>(
         return Ok(None);
     };
     let nd = arr.shape.len();
-    if arr.data.is_null() || nd > MAX_DIMS || arr.byte_strides.len() != nd {
+    if arr.data.is_null() || nd > NPY_MAXDIMS || arr.byte_strides.len() != nd {
         return Ok(None);
     }
     // C-order strides NumPy fills itself (the same values: it computes them

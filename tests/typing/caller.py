@@ -4,9 +4,11 @@ the stub and on this file (tests/typing/check.py)."""
 
 from typing import Any
 
+import array_api_strict._array_object
 import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
+import paddle
 import torch
 
 import dlcast_testext as ext
@@ -54,3 +56,11 @@ def matrix_data(m: ext.Matrix4f) -> npt.NDArray[np.float32]:
     view: memoryview = ext.range_memoryview(3)
     assert view.readonly is False
     return m.data_ref()
+
+
+def to_array_api(x: npt.NDArray[np.float64]) -> array_api_strict._array_object.Array:
+    return ext.identity_array_api(x)  # returns = array_api
+
+
+def static_paddle() -> paddle.Tensor:
+    return ext.a2_static_paddle()  # returns = paddle

@@ -11,3 +11,5 @@ ext.Accumulator().weighted(np.ones(2), np.ones(2))  # E: call-arg
 ext.with_signature(x=np.ones(2, np.float32))  # E: call-arg
 ext.scale(np.ones(3, np.float32))  # E: call-arg
 wrong_dtype: "np.ndarray[tuple[int, ...], np.dtype[np.float64]]" = ext.static_table_numpy()  # E: assignment
+not_a_paddle_tensor: str = ext.a2_static_paddle()  # E: assignment
+not_an_array_api_array: str = ext.identity_array_api(np.ones(2))  # E: assignment

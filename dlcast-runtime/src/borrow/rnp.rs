@@ -73,6 +73,8 @@
 //! borrows are compared by memory with every view in the registry.
 
 use super::{BorrowApi, BorrowReq, EMPTY};
+// NumPy's array object (as rust-numpy's functions are passed it) and dtype.
+use crate::npyffi::{PyArrayObject as ArrayHead, NPY_ARRAY_WRITEABLE};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -399,68 +401,6 @@ fn publish(py: Python<'_>, registry: &'static BorrowApi) -> PyResult<*mut ffi::P
     Ok(cap)
 }
 
-/// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x), and
-/// the struct passed to rust-numpy's functions (with `weakreflist`, the
-/// last field its bindings declare).
-#[repr(C)]
-struct ArrayHead {
-    ob_base: ffi::PyObject,
-    data: *mut c_char,
-    nd: c_int,
-    dimensions: *const isize,
-    strides: *const isize,
-    base: *mut ffi::PyObject,
-    descr: *mut ffi::PyObject,
-    flags: c_int,
-    weakreflist: *mut ffi::PyObject,
-}
-
-/// `NPY_ARRAY_WRITEABLE`.
-const NPY_WRITEABLE: c_int = 0x0400;
-
-/// The leading fields of NumPy's `PyArray_Descr`.
-#[repr(C)]
-struct DescrHead {
-    ob_base: ffi::PyObject,
-    typeobj: *mut ffi::PyTypeObject,
-    kind: c_char,
-    type_char: c_char,
-    byteorder: c_char,
-    flags_or_former: c_char,
-    type_num: c_int,
-}
-
-/// NumPy 2's `PyArray_Descr` up to `elsize`.
-#[repr(C)]
-struct Descr2 {
-    head: DescrHead,
-    flags: u64,
-    elsize: isize,
-}
-
-/// NumPy 1's `PyArray_Descr` up to `elsize`.
-#[repr(C)]
-struct Descr1 {
-    head: DescrHead,
-    elsize: c_int,
-}
-
-/// A dtype's `elsize`, read from its C struct in NumPy 2's or NumPy 1's
-/// layout.
-///
-/// # Safety
-/// `descr` is a live `PyArray_Descr` of the NumPy whose major version
-/// `numpy2` says.
-pub(crate) unsafe fn descr_elsize(descr: *const ffi::PyObject, numpy2: bool) -> isize {
-    if numpy2 {
-        // SAFETY: (caller) NumPy 2's layout.
-        unsafe { (*descr.cast::<Descr2>()).elsize }
-    } else {
-        // SAFETY: (caller) NumPy 1's layout.
-        unsafe { (*descr.cast::<Descr1>()).elsize as isize }
-    }
-}
-
 // ---- dlcast's table, published when rust-numpy had none -----------------
 
 /// rust-numpy's live borrows entered in dlcast's registry: the array (which
@@ -491,7 +431,7 @@ unsafe fn array_request(a: *mut ffi::PyObject, writable: bool) -> Option<BorrowR
         )
     };
     // SAFETY: every array has a live descr.
-    let itemsize = unsafe { descr_elsize(descr, NUMPY2.load(Ordering::Relaxed)) };
+    let itemsize = unsafe { crate::npyffi::descr_elsize(descr, NUMPY2.load(Ordering::Relaxed)) };
     let itemsize = usize::try_from(itemsize).ok().filter(|&i| i > 0)?;
     let nd = usize::try_from(nd).unwrap_or(0);
     let (dims, strides): (&[isize], &[isize]) = if nd == 0 {
@@ -601,7 +541,7 @@ unsafe extern "C" fn np_acquire(flags: *mut c_void, a: *mut ffi::PyObject) -> c_
 
 unsafe extern "C" fn np_acquire_mut(flags: *mut c_void, a: *mut ffi::PyObject) -> c_int {
     // SAFETY: rust-numpy passes a live array, with the GIL held.
-    if unsafe { (*a.cast::<ArrayHead>()).flags } & NPY_WRITEABLE == 0 {
+    if unsafe { (*a.cast::<ArrayHead>()).flags } & NPY_ARRAY_WRITEABLE == 0 {
         return -2;
     }
     // SAFETY: as above.
@@ -678,7 +618,7 @@ impl Hold {
             dimensions: self.dims.as_ptr(),
             strides: self.dims[nd..].as_ptr(),
             base: self.root.as_ptr(),
-            descr: self.descr.as_ptr(),
+            descr: self.descr.as_ptr().cast(),
             flags: self.flags,
             weakreflist: std::ptr::null_mut(),
         }
@@ -782,7 +722,7 @@ impl PreHold {
             && h.nd == first.nd
             && h.flags == first.flags
             && root == first.root.as_ptr()
-            && h.descr == first.descr.as_ptr()
+            && h.descr.cast::<ffi::PyObject>() == first.descr.as_ptr()
     }
 
     /// After the last pass: the holds live as long as the dlcast borrow
@@ -831,7 +771,7 @@ fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> R
         // objects: new strong references (an incref, no Python code).
         root: unsafe { Bound::from_borrowed_ptr(py, root) }.unbind(),
         // SAFETY: as above.
-        descr: unsafe { Bound::from_borrowed_ptr(py, h.descr) }.unbind(),
+        descr: unsafe { Bound::from_borrowed_ptr(py, h.descr.cast()) }.unbind(),
     };
     let mut head = hold.head();
     let acquire = if writable {

@@ -470,6 +470,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_exported_format_reads_back_as_its_dtype() {
+        for d in crate::facts::DTYPES {
+            let Some(format) = d.format else { continue };
+            let dtype = DType::new(d.code, d.bits, 1);
+            let item = usize::from(d.bits / 8);
+            assert_eq!(buffer_dtype(format, item), Some(dtype), "{}", d.name);
+            // Explicitly native byte order reads the same.
+            let native = if cfg!(target_endian = "little") {
+                "<"
+            } else {
+                ">"
+            };
+            let explicit =
+                std::ffi::CString::new(format!("{native}{}", format.to_str().unwrap())).unwrap();
+            assert_eq!(buffer_dtype(&explicit, item), Some(dtype), "{}", d.name);
+        }
+    }
+
+    #[test]
     fn buffer_formats() {
         assert_eq!(buffer_dtype(c"d", 8), Some(DType::FLOAT64));
         assert_eq!(buffer_dtype(c"<f", 4), Some(DType::FLOAT32));

@@ -5,42 +5,15 @@
 //! at the same offsets in NumPy 1.x and 2.x.
 
 use super::{Dims, ImportPath, RawTensor, INLINE_DIMS};
-use crate::dtype::{code, DType};
+use crate::dtype::DType;
+use crate::facts::DTYPES;
 use crate::layout::ByteExtent;
+use crate::npyffi::{PyArrayObject, NPY_ARRAY_WRITEABLE};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
-
-/// The leading fields of NumPy's `PyArrayObject_fields` (1.x and 2.x).
-#[repr(C)]
-struct NpArray {
-    ob_base: ffi::PyObject,
-    data: *mut u8,
-    nd: c_int,
-    dimensions: *const isize,
-    strides: *const isize,
-    base: *mut ffi::PyObject,
-    descr: *const NpDescr,
-    flags: c_int,
-}
-
-/// The leading fields of NumPy's `PyArray_Descr` (1.x and 2.x: the fourth
-/// char is `flags` in 1.x and `_former_flags` in 2.x; `type_num` follows).
-#[repr(C)]
-struct NpDescr {
-    ob_base: ffi::PyObject,
-    typeobj: *mut ffi::PyTypeObject,
-    kind: c_char,
-    type_char: c_char,
-    byteorder: c_char,
-    former_flags: c_char,
-    type_num: c_int,
-}
-
-/// `NPY_ARRAY_WRITEABLE`.
-const NPY_WRITEABLE: c_int = 0x0400;
 
 /// `numpy.ndarray` (`&PyArray_Type`, a static type of NumPy's extension
 /// module: valid for the process), once learned.
@@ -110,28 +83,32 @@ fn type_named_ndarray(obj: &Bound<'_, PyAny>, _tp: *mut ffi::PyTypeObject) -> bo
         .is_ok_and(|n| n.to_cow().is_ok_and(|n| n == "numpy.ndarray"))
 }
 
-/// DLPack type of a NumPy `type_num`, for the types DLPack can describe.
+/// For each NumPy type number below 32, the index of its row in the dtype
+/// table plus one (0: none), built from the table's NumPy column at
+/// compile time.
+const BY_TYPE_NUM: [u8; 32] = {
+    let mut rows = [0u8; 32];
+    let mut i = 0;
+    while i < DTYPES.len() {
+        let mut k = 0;
+        while k < DTYPES[i].numpy.len() {
+            let num = DTYPES[i].numpy[k] as usize;
+            assert!(num < 32 && rows[num] == 0);
+            rows[num] = i as u8 + 1;
+            k += 1;
+        }
+        i += 1;
+    }
+    rows
+};
+
+/// DLPack type of a NumPy `type_num`, for the types DLPack can describe
+/// (the NumPy column of the dtype table).
+#[inline(always)]
 fn numpy_dtype(type_num: c_int) -> Option<DType> {
-    let long_bits = (std::mem::size_of::<std::ffi::c_long>() * 8) as u8;
-    Some(match type_num {
-        0 => DType::BOOL,
-        1 => DType::INT8,
-        2 => DType::UINT8,
-        3 => DType::INT16,
-        4 => DType::UINT16,
-        5 => DType::INT32,
-        6 => DType::UINT32,
-        7 => DType::new(code::INT, long_bits, 1),
-        8 => DType::new(code::UINT, long_bits, 1),
-        9 => DType::INT64,
-        10 => DType::UINT64,
-        11 => DType::FLOAT32,
-        12 => DType::FLOAT64,
-        14 => DType::COMPLEX64,
-        15 => DType::COMPLEX128,
-        23 => DType::FLOAT16,
-        _ => return None,
-    })
+    let row = *BY_TYPE_NUM.get(usize::try_from(type_num).ok()?)?;
+    let d = DTYPES.get(usize::from(row).checked_sub(1)?)?;
+    Some(DType::new(d.code, d.bits, 1))
 }
 
 /// Imports an exact `numpy.ndarray` from its fields, in one pass over its
@@ -156,10 +133,10 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
         return None;
     }
     // SAFETY: `obj` is exactly a `numpy.ndarray`, whose object starts with
-    // the fields of `NpArray`; we hold the GIL and a reference to `obj`, so
+    // the fields of `PyArrayObject`; we hold the GIL and a reference to `obj`, so
     // the fields and the descr they point to stay valid while we read.
-    let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
-    // SAFETY: every array has a descr.
+    let arr = unsafe { &*obj.as_ptr().cast::<PyArrayObject>() };
+    // SAFETY: every array has a descr, live while the array is.
     let descr = unsafe { &*arr.descr };
     let dtype = numpy_dtype(descr.type_num)?;
     let native = if cfg!(target_endian = "little") {
@@ -234,11 +211,11 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     };
     // Built where it is kept, then filled: no copy of its inline dims.
     let raw = out.insert(RawTensor::new(
-        arr.data,
+        arr.data.cast(),
         zeros(ndim),
         zeros(ndim),
         dtype,
-        arr.flags & NPY_WRITEABLE == 0,
+        arr.flags & NPY_ARRAY_WRITEABLE == 0,
         extent,
         ImportPath::Numpy,
     ));
@@ -278,12 +255,12 @@ pub(crate) fn byte_bounds(obj: &Bound<'_, PyAny>) -> Option<Option<(usize, usize
     }
     let numpy2 = crate::npapi::table(obj.py())?.numpy2();
     // SAFETY: `obj` is exactly NumPy's array type (checked above), whose
-    // objects start with the fields of `NpArray`; we hold the GIL and a
+    // objects start with the fields of `PyArrayObject`; we hold the GIL and a
     // reference to `obj`, so the fields stay valid while we read.
-    let arr = unsafe { &*obj.as_ptr().cast::<NpArray>() };
+    let arr = unsafe { &*obj.as_ptr().cast::<PyArrayObject>() };
     // SAFETY: every array has a live descr, of the NumPy the verified C API
     // table belongs to.
-    let item = unsafe { crate::borrow::rnp::descr_elsize(arr.descr.cast(), numpy2) };
+    let item = unsafe { crate::npyffi::descr_elsize(arr.descr, numpy2) };
     if item < 0 {
         return None;
     }
@@ -346,4 +323,32 @@ pub(crate) fn try_zeros<T: Copy + Default>(ndim: usize) -> Option<Dims<T>> {
     v.try_reserve_exact(ndim).ok()?;
     v.resize(ndim, T::default());
     Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::npy_type;
+
+    #[test]
+    fn numpy_type_numbers_read_as_their_rows() {
+        for d in DTYPES {
+            for &num in d.numpy {
+                assert_eq!(numpy_dtype(num), Some(DType::new(d.code, d.bits, 1)));
+            }
+        }
+        // C `long` is the platform's: 64 bits on LP64, 32 on Windows.
+        let long = DType::new(
+            crate::dtype::code::INT,
+            (std::mem::size_of::<std::ffi::c_long>() * 8) as u8,
+            1,
+        );
+        assert_eq!(numpy_dtype(npy_type::LONG), Some(long));
+        assert_eq!(numpy_dtype(npy_type::LONGLONG), Some(DType::INT64));
+        assert_eq!(numpy_dtype(npy_type::HALF), Some(DType::FLOAT16));
+        // long double, its complex, objects, strings, datetimes: none.
+        for num in [13, 16, 17, 18, 19, 20, 21, 22, 24, 31, 32, 256, -1] {
+            assert_eq!(numpy_dtype(num), None, "{num}");
+        }
+    }
 }

@@ -1,0 +1,1 @@
+../../dlcast-runtime/src/facts.rs

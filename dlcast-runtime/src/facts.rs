@@ -1,0 +1,417 @@
+//! The facts dlcast keeps about array frameworks and element types: one
+//! table each, one row per framework or dtype.
+//!
+//! This file is shared, unchanged, by both crates: it is
+//! `dlcast-runtime/src/facts.rs`, and `dlcast-macros/src/facts.rs` is a
+//! symlink to it (packaged as a copy, like each crate's README). It
+//! therefore depends on nothing but `core`: plain `const` tables and the
+//! enums their columns use. Who reads what:
+//! - the runtime: [`Framework`] itself, `Framework::of` (the `modules`
+//!   column), the names, sizes, NumPy type numbers, buffer formats and
+//!   casting kinds of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
+//!   `import/numpy.rs`, `import/buffer.rs`);
+//! - the macro: `returns = <option>` and the Python type name of the
+//!   signature line ([`FRAMEWORKS`]), `#[dtype(..)]`'s names, element types
+//!   and NumPy names ([`DTYPES`]);
+//! - the stub generator (`scripts/dlcast_stubgen.py`, Python): a block
+//!   generated from these tables (the stub types of [`FRAMEWORKS`], the
+//!   NumPy scalar types of [`DTYPES`]); the test `ui-tests/tests/facts.rs`
+//!   fails when that block differs from what these tables give, and
+//!   `DLCAST_BLESS=1` rewrites it.
+//!
+//! Adding a framework: one row of [`FRAMEWORKS`] (which also declares its
+//! [`Framework`] variant), then its quirks where the compiler asks for them
+//! (the exhaustive matches of the export), its tests, and
+//! `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`. Adding a
+//! dtype: one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its
+//! tests, and the same command.
+
+use core::ffi::CStr;
+
+/// `DLDataTypeCode` values from the DLPack header (v1.3).
+pub mod code {
+    /// Signed integer.
+    pub const INT: u8 = 0;
+    /// Unsigned integer.
+    pub const UINT: u8 = 1;
+    /// IEEE floating point.
+    pub const FLOAT: u8 = 2;
+    /// Opaque handle (testing only).
+    pub const OPAQUE_HANDLE: u8 = 3;
+    /// bfloat16.
+    pub const BFLOAT: u8 = 4;
+    /// Complex: two floats of `bits / 2` each.
+    pub const COMPLEX: u8 = 5;
+    /// Boolean, stored as one byte per element.
+    pub const BOOL: u8 = 6;
+}
+
+/// NumPy's type numbers (`enum NPY_TYPES` of `ndarraytypes.h`, the same in
+/// NumPy 1.x and 2.x), part of NumPy's ABI: declared here because the
+/// dtype table uses them, and re-exported by the runtime's NumPy ABI
+/// module with the rest of that ABI.
+pub mod npy_type {
+    /// `NPY_BOOL`.
+    pub const BOOL: i32 = 0;
+    /// `NPY_BYTE` (`signed char`).
+    pub const BYTE: i32 = 1;
+    /// `NPY_UBYTE`.
+    pub const UBYTE: i32 = 2;
+    /// `NPY_SHORT`.
+    pub const SHORT: i32 = 3;
+    /// `NPY_USHORT`.
+    pub const USHORT: i32 = 4;
+    /// `NPY_INT` (`int`, 32 bits on every platform dlcast supports).
+    pub const INT: i32 = 5;
+    /// `NPY_UINT`.
+    pub const UINT: i32 = 6;
+    /// `NPY_LONG` (C `long`: 64 bits on Unix, 32 on Windows).
+    pub const LONG: i32 = 7;
+    /// `NPY_ULONG`.
+    pub const ULONG: i32 = 8;
+    /// `NPY_LONGLONG` (64 bits).
+    pub const LONGLONG: i32 = 9;
+    /// `NPY_ULONGLONG`.
+    pub const ULONGLONG: i32 = 10;
+    /// `NPY_FLOAT`.
+    pub const FLOAT: i32 = 11;
+    /// `NPY_DOUBLE`.
+    pub const DOUBLE: i32 = 12;
+    /// `NPY_CFLOAT`.
+    pub const CFLOAT: i32 = 14;
+    /// `NPY_CDOUBLE`.
+    pub const CDOUBLE: i32 = 15;
+    /// `NPY_HALF`.
+    pub const HALF: i32 = 23;
+}
+
+/// Whether C's `long` has 64 bits (NumPy's `NPY_LONG` then is `int64`).
+const LONG_IS_64: bool = core::mem::size_of::<core::ffi::c_long>() == 8;
+
+/// A dtype's kind: its place on NumPy's casting ladder, lowest first. A
+/// same-kind cast (what dlcast converts implicitly) never goes down it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// `bool`.
+    Bool,
+    /// Unsigned integers.
+    UInt,
+    /// Signed integers.
+    Int,
+    /// Floats, bfloat16 included.
+    Float,
+    /// Complex numbers.
+    Complex,
+}
+
+/// One element type dlcast maps to a Rust type.
+#[derive(Clone, Copy, Debug)]
+pub struct DTypeFacts {
+    /// The NumPy / array API name (`"float32"`), shown to Python.
+    pub name: &'static str,
+    /// The name `#[dtype(..)]` takes (`f32`).
+    pub rust: &'static str,
+    /// The element type's path in generated code.
+    pub element: &'static str,
+    /// DLPack's `DLDataType.code` ([`code`]).
+    pub code: u8,
+    /// DLPack's `DLDataType.bits` (`lanes` is 1 for every row).
+    pub bits: u8,
+    /// The kind, for same-kind casts.
+    pub kind: Kind,
+    /// NumPy's type numbers ([`npy_type`]) whose arrays are this dtype on
+    /// this platform; the first is the one dlcast creates. Empty where
+    /// NumPy has no such type (bfloat16).
+    pub numpy: &'static [i32],
+    /// The buffer protocol's format (PEP 3118 / `struct`) dlcast exports;
+    /// `None` where `struct` has none.
+    pub format: Option<&'static CStr>,
+    /// NumPy's array-interface `typestr` without its byte-order character
+    /// (`"f4"`); `None` where NumPy has none.
+    pub typestr: Option<&'static str>,
+}
+
+macro_rules! dtypes {
+    ($($name:literal $rust:ident $element:literal $code:ident $bits:literal $kind:ident
+       [$numpy:expr] $format:expr, $typestr:expr;)*) => {
+        /// The element types dlcast supports, one row each.
+        pub const DTYPES: &[DTypeFacts] = &[$(DTypeFacts {
+            name: $name,
+            rust: stringify!($rust),
+            element: $element,
+            code: code::$code,
+            bits: $bits,
+            kind: Kind::$kind,
+            numpy: $numpy,
+            format: $format,
+            typestr: $typestr,
+        }),*];
+    };
+}
+
+dtypes! {
+    // name      #[dtype] element type path                          code    bits kind
+    //     [NumPy type numbers]                                              format       typestr
+    "bool"       bool "bool"                                         BOOL    8    Bool
+        [&[npy_type::BOOL]]                                                   Some(c"?"),  Some("b1");
+    "int8"       i8   "i8"                                           INT     8    Int
+        [&[npy_type::BYTE]]                                                   Some(c"b"),  Some("i1");
+    "int16"      i16  "i16"                                          INT     16   Int
+        [&[npy_type::SHORT]]                                                  Some(c"h"),  Some("i2");
+    "int32"      i32  "i32"                                          INT     32   Int
+        [if LONG_IS_64 { &[npy_type::INT] } else { &[npy_type::INT, npy_type::LONG] }]
+                                                                              Some(c"i"),  Some("i4");
+    "int64"      i64  "i64"                                          INT     64   Int
+        [if LONG_IS_64 { &[npy_type::LONG, npy_type::LONGLONG] } else { &[npy_type::LONGLONG] }]
+                                                                              Some(c"q"),  Some("i8");
+    "uint8"      u8   "u8"                                           UINT    8    UInt
+        [&[npy_type::UBYTE]]                                                  Some(c"B"),  Some("u1");
+    "uint16"     u16  "u16"                                          UINT    16   UInt
+        [&[npy_type::USHORT]]                                                 Some(c"H"),  Some("u2");
+    "uint32"     u32  "u32"                                          UINT    32   UInt
+        [if LONG_IS_64 { &[npy_type::UINT] } else { &[npy_type::UINT, npy_type::ULONG] }]
+                                                                              Some(c"I"),  Some("u4");
+    "uint64"     u64  "u64"                                          UINT    64   UInt
+        [if LONG_IS_64 { &[npy_type::ULONG, npy_type::ULONGLONG] } else { &[npy_type::ULONGLONG] }]
+                                                                              Some(c"Q"),  Some("u8");
+    "float16"    f16  "::dlcast_runtime::__private::F16"             FLOAT   16   Float
+        [&[npy_type::HALF]]                                                   Some(c"e"),  Some("f2");
+    "bfloat16"   bf16 "::dlcast_runtime::__private::BF16"            BFLOAT  16   Float
+        [&[]]                                                                 None,        None;
+    "float32"    f32  "f32"                                          FLOAT   32   Float
+        [&[npy_type::FLOAT]]                                                  Some(c"f"),  Some("f4");
+    "float64"    f64  "f64"                                          FLOAT   64   Float
+        [&[npy_type::DOUBLE]]                                                 Some(c"d"),  Some("f8");
+    "complex64"  c64  "::dlcast_runtime::__private::Complex64"       COMPLEX 64   Complex
+        [&[npy_type::CFLOAT]]                                                 Some(c"Zf"), Some("c8");
+    "complex128" c128 "::dlcast_runtime::__private::Complex128"      COMPLEX 128  Complex
+        [&[npy_type::CDOUBLE]]                                                Some(c"Zd"), Some("c16");
+}
+
+/// How an array is handed to a framework (`returns = ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// The `dlcast.Array` itself, to the importer, which calls its
+    /// `__dlpack__`.
+    Array,
+    /// A legacy DLPack capsule, to the importer (which takes no object
+    /// with `__dlpack__`).
+    LegacyCapsule,
+    /// An `ndarray` made through NumPy's verified C API, whose `base` is
+    /// the `dlcast.Array`; the importer where that API cannot be used.
+    NumpyCApi,
+    /// PyTorch's verified DLPack exchange table, or its C export; the
+    /// importer where neither can be used.
+    TorchExchange,
+}
+
+/// What becomes of read-only data handed to a framework.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOnly {
+    /// It goes marked read-only (DLPack's `READ_ONLY` flag, NumPy's
+    /// `writeable=False`, a read-only buffer).
+    Marked,
+    /// The framework's arrays are immutable: it goes as it is, to a
+    /// consumer that never asks to write.
+    Immutable,
+    /// The framework has no read-only arrays: it is refused.
+    Refused,
+}
+
+/// What becomes of a layout a framework cannot take as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Every layout goes as it is.
+    AsIs,
+    /// Host memory that is not compact (C or F order) and aligned, or that
+    /// an object may still write, goes as an aligned C-order copy.
+    CompactCopy,
+    /// Negative strides go as a C-order copy.
+    NegativeStridesCopied,
+    /// Negative strides are refused.
+    NegativeStridesRefused,
+}
+
+/// How the stub generator writes a framework's array type.
+#[derive(Clone, Copy, Debug)]
+pub struct Stub {
+    /// The type in the stub (`"torch.Tensor"`).
+    pub ty: &'static str,
+    /// The modules the stub imports for it (none for a builtin).
+    pub imports: &'static [&'static str],
+    /// Whether the package ships type information (`py.typed`); the stub
+    /// imports the others with a `type: ignore` (their arrays then type as
+    /// `Any` under a type checker).
+    pub typed: bool,
+}
+
+/// One framework dlcast hands arrays to and recognises arrays of.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameworkFacts {
+    /// The framework (`FRAMEWORKS[f as usize].id == f`).
+    pub id: Framework,
+    /// Its name in `#[dlpack_fn(returns = <option>)]`.
+    pub option: &'static str,
+    /// The top-level packages of its array types (`returns = like(x)`,
+    /// conversions): `type(x).__module__` up to the first dot.
+    pub modules: &'static [&'static str],
+    /// The Python type of its arrays as the signature line names it.
+    pub python_type: &'static str,
+    /// The module and attribute of the function that takes the array.
+    pub importer: (&'static str, &'static str),
+    /// How an array is handed over.
+    pub handover: Handover,
+    /// Whether it takes host memory only (device memory is refused).
+    pub host_only: bool,
+    /// What becomes of read-only data.
+    pub read_only: ReadOnly,
+    /// What becomes of layouts it cannot take.
+    pub layout: Layout,
+    /// Its array type in a stub.
+    pub stub: Stub,
+}
+
+macro_rules! frameworks {
+    ($($(#[$doc:meta])* $id:ident {
+        option: $option:literal,
+        modules: [$($module:literal),*],
+        python_type: $python_type:literal,
+        importer: $importer:expr,
+        handover: $handover:ident,
+        host_only: $host_only:literal,
+        read_only: $read_only:ident,
+        layout: $layout:ident,
+        stub: $stub:literal [$($import:literal),*] typed: $typed:literal,
+    })*) => {
+        /// A framework a `#[dlpack_fn(returns = ...)]` function hands its
+        /// arrays to, or whose array an argument is (`returns = like(x)`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Framework {$($(#[$doc])* $id,)*}
+
+        /// The frameworks dlcast knows by name, in the order of
+        /// [`Framework`]'s variants.
+        pub const FRAMEWORKS: &[FrameworkFacts] = &[$(FrameworkFacts {
+            id: Framework::$id,
+            option: $option,
+            modules: &[$($module),*],
+            python_type: $python_type,
+            importer: $importer,
+            handover: Handover::$handover,
+            host_only: $host_only,
+            read_only: ReadOnly::$read_only,
+            layout: Layout::$layout,
+            stub: Stub { ty: $stub, imports: &[$($import),*], typed: $typed },
+        }),*];
+    };
+}
+
+frameworks! {
+    /// `numpy.from_dlpack`.
+    Numpy {
+        option: "numpy", modules: ["numpy"], python_type: "numpy.ndarray",
+        importer: ("numpy", "from_dlpack"), handover: NumpyCApi, host_only: true,
+        read_only: Marked, layout: AsIs,
+        stub: "numpy.typing.NDArray[typing.Any]" ["numpy", "numpy.typing"] typed: true,
+    }
+    /// `torch.from_dlpack`.
+    Torch {
+        option: "torch", modules: ["torch"], python_type: "torch.Tensor",
+        importer: ("torch", "from_dlpack"), handover: TorchExchange, host_only: false,
+        read_only: Refused, layout: NegativeStridesRefused,
+        stub: "torch.Tensor" ["torch"] typed: true,
+    }
+    /// `jax.numpy.from_dlpack`.
+    Jax {
+        option: "jax", modules: ["jax", "jaxlib"], python_type: "jax.Array",
+        importer: ("jax.numpy", "from_dlpack"), handover: Array, host_only: false,
+        read_only: Immutable, layout: CompactCopy,
+        stub: "jax.Array" ["jax"] typed: true,
+    }
+    /// `cupy.from_dlpack`.
+    Cupy {
+        option: "cupy", modules: ["cupy"], python_type: "cupy.ndarray",
+        importer: ("cupy", "from_dlpack"), handover: Array, host_only: false,
+        read_only: Marked, layout: AsIs,
+        stub: "cupy.ndarray" ["cupy"] typed: false,
+    }
+    /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
+    Tensorflow {
+        option: "tensorflow", modules: ["tensorflow"], python_type: "tensorflow.Tensor",
+        importer: ("tensorflow.experimental.dlpack", "from_dlpack"), handover: LegacyCapsule,
+        host_only: false, read_only: Immutable, layout: AsIs,
+        stub: "tensorflow.Tensor" ["tensorflow"] typed: false,
+    }
+    /// `array_api_strict.from_dlpack`.
+    ArrayApi {
+        option: "array_api", modules: ["array_api_strict"],
+        python_type: "array_api_strict.Array",
+        importer: ("array_api_strict", "from_dlpack"), handover: Array, host_only: false,
+        read_only: Marked, layout: AsIs,
+        stub: "array_api_strict._array_object.Array" ["array_api_strict._array_object"]
+            typed: true,
+    }
+    /// A built-in `memoryview` over the exported array (the buffer
+    /// protocol: host memory, dtypes with a `struct` format).
+    Memoryview {
+        option: "memoryview", modules: [], python_type: "memoryview",
+        importer: ("builtins", "memoryview"), handover: Array, host_only: true,
+        read_only: Marked, layout: AsIs,
+        stub: "memoryview" [] typed: true,
+    }
+    /// `mlx.core.from_dlpack` (MLX arrays are immutable).
+    Mlx {
+        option: "mlx", modules: ["mlx"], python_type: "mlx.core.array",
+        importer: ("mlx.core", "from_dlpack"), handover: Array, host_only: false,
+        read_only: Immutable, layout: NegativeStridesCopied,
+        stub: "mlx.core.array" ["mlx.core"] typed: false,
+    }
+    /// `paddle.from_dlpack` (PaddlePaddle, which like PyTorch has no
+    /// read-only tensors).
+    Paddle {
+        option: "paddle", modules: ["paddle"], python_type: "paddle.Tensor",
+        importer: ("paddle", "from_dlpack"), handover: Array, host_only: false,
+        read_only: Refused, layout: NegativeStridesRefused,
+        stub: "paddle.Tensor" ["paddle"] typed: true,
+    }
+}
+
+impl Framework {
+    /// This framework's row of [`FRAMEWORKS`].
+    #[doc(hidden)]
+    pub const fn facts(self) -> &'static FrameworkFacts {
+        &FRAMEWORKS[self as usize]
+    }
+}
+
+// Each row sits at its variant's index (the macro writes them in the same
+// order; checked at compile time all the same).
+const _: () = {
+    let mut i = 0;
+    while i < FRAMEWORKS.len() {
+        assert!(FRAMEWORKS[i].id as usize == i);
+        i += 1;
+    }
+};
+
+/// The row of [`DTYPES`] with this DLPack code and bits (lanes 1), found
+/// by a scan (constant evaluation and the macro; the runtime indexes it).
+pub const fn dtype_row(code: u8, bits: u8) -> Option<usize> {
+    let mut i = 0;
+    while i < DTYPES.len() {
+        if DTYPES[i].code == code && DTYPES[i].bits == bits {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+// No two rows describe the same `(code, bits)` or name.
+const _: () = {
+    let mut i = 0;
+    while i < DTYPES.len() {
+        assert!(matches!(dtype_row(DTYPES[i].code, DTYPES[i].bits), Some(j) if j == i));
+        assert!(DTYPES[i].bits % 8 == 0);
+        i += 1;
+    }
+};
