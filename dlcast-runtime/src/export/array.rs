@@ -2,7 +2,7 @@
 //! (managed tensors and their deleters), the buffer protocol (or NumPy's
 //! `__array_interface__` where the limited API has none), streams.
 
-use crate::dtype::{code, DType};
+use crate::dtype::DType;
 use crate::layout;
 use dlpack_rs::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
@@ -172,23 +172,7 @@ unsafe extern "C" fn capsule_destructor(cap: *mut ffi::PyObject) {
 /// The struct format character of a dtype (PEP 3118), for the buffer
 /// protocol; `None` where `struct` has none (bfloat16).
 fn buffer_format(dtype: DType) -> Option<&'static CStr> {
-    Some(match (dtype.code, dtype.bits) {
-        (code::BOOL, 8) => c"?",
-        (code::INT, 8) => c"b",
-        (code::INT, 16) => c"h",
-        (code::INT, 32) => c"i",
-        (code::INT, 64) => c"q",
-        (code::UINT, 8) => c"B",
-        (code::UINT, 16) => c"H",
-        (code::UINT, 32) => c"I",
-        (code::UINT, 64) => c"Q",
-        (code::FLOAT, 16) => c"e",
-        (code::FLOAT, 32) => c"f",
-        (code::FLOAT, 64) => c"d",
-        (code::COMPLEX, 64) => c"Zf",
-        (code::COMPLEX, 128) => c"Zd",
-        _ => return None,
-    })
+    dtype.facts()?.format
 }
 
 /// What the buffer protocol (and, below Python 3.11 in abi3 builds,
@@ -246,21 +230,14 @@ pub const BUFFER_PROTOCOL: bool = cfg!(any(Py_3_11, not(Py_LIMITED_API)));
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
 fn array_typestr(dtype: DType) -> Option<String> {
     buffer_format(dtype)?;
-    let kind = match dtype.code {
-        code::BOOL => 'b',
-        code::INT => 'i',
-        code::UINT => 'u',
-        code::FLOAT => 'f',
-        code::COMPLEX => 'c',
-        _ => return None,
-    };
-    let bytes = dtype.itemsize()?;
-    let order = match (bytes, cfg!(target_endian = "little")) {
+    let facts = dtype.facts()?;
+    let typestr = facts.typestr?;
+    let order = match (dtype.itemsize()?, cfg!(target_endian = "little")) {
         (1, _) => '|',
         (_, true) => '<',
         (_, false) => '>',
     };
-    Some(format!("{order}{kind}{bytes}"))
+    Some(format!("{order}{typestr}"))
 }
 
 /// Checks a consumer's `stream` against the array API standard's rules for

@@ -19,29 +19,11 @@ use std::sync::Arc;
 
 impl Framework {
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        static CACHE: [PyOnceLock<Py<PyAny>>; 9] = [
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-        ];
-        let (slot, module, attr) = match self {
-            Framework::Numpy => (0, "numpy", "from_dlpack"),
-            Framework::Torch => (1, "torch", "from_dlpack"),
-            Framework::Jax => (2, "jax.numpy", "from_dlpack"),
-            Framework::Cupy => (3, "cupy", "from_dlpack"),
-            Framework::Tensorflow => (4, "tensorflow.experimental.dlpack", "from_dlpack"),
-            Framework::ArrayApi => (5, "array_api_strict", "from_dlpack"),
-            Framework::Memoryview => (6, "builtins", "memoryview"),
-            Framework::Mlx => (7, "mlx.core", "from_dlpack"),
-            Framework::Paddle => (8, "paddle", "from_dlpack"),
-        };
-        CACHE[slot]
+        // One slot per row of the framework table, indexed like it.
+        static CACHE: [PyOnceLock<Py<PyAny>>; crate::facts::FRAMEWORKS.len()] =
+            [const { PyOnceLock::new() }; crate::facts::FRAMEWORKS.len()];
+        let (module, attr) = self.facts().importer;
+        CACHE[self as usize]
             .get_or_try_init(py, || Ok(py.import(module)?.getattr(attr)?.unbind()))
             .map(|f| f.bind(py).clone())
     }
