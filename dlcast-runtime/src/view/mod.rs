@@ -185,65 +185,6 @@ fn rank_fits<const N: usize>(raw: &RawTensor) -> Result<(), ViewErrorKind> {
     }
 }
 
-/// A read-only view of an array with elements of type `T` and `N`
-/// dimensions ([`DYN`], the default: any number, read at run time).
-///
-/// Shape and strides are in elements (DLPack's unit); strides are always
-/// present, whatever the producer sent. Element access (`get`, `iter`,
-/// `to_vec`, `as_slice`, `as_ndarray`) works on memory the CPU can read; for
-/// other devices use [`TensorRef::data_ptr`] with the device's own API.
-/// No accessor panics: each failure is a [`ViewError`] naming the method and,
-/// for a call's argument, the function and parameter.
-///
-/// A `#[dlpack_fn]` parameter `x: TensorRef<'_, f32, 2>` takes 2-d arrays
-/// only; its accessors take and give arrays:
-///
-/// ```
-/// use dlcast_runtime::{TensorRef, ViewError};
-///
-/// fn trace(x: &TensorRef<'_, f32, 2>) -> Result<f32, ViewError> {
-///     let [n, m] = x.dims();
-///     (0..n.min(m)).map(|i| x.get([i, i])).sum()
-/// }
-///
-/// let data = [1.0, 2.0, 3.0, 4.0];
-/// let x = TensorRef::<f32, 2>::from_slice(&data, &[2, 2])?;
-/// assert_eq!(trace(&x)?, 5.0);
-/// assert!(x.get([2, 0]).is_err()); // out of bounds: an error, not a panic
-/// # Ok::<(), ViewError>(())
-/// ```
-pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
-    raw: Held,
-    origin: Origin,
-    fast: Fast,
-    _marker: PhantomData<&'a fn() -> T>,
-    _gil: StaysWithTheGil,
-}
-
-/// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
-/// writes. Refuses read-only inputs (DLPack's `READ_ONLY` flag, non-writeable
-/// NumPy arrays, `bytes`) and layouts where two indices reach one element.
-pub struct TensorMut<'a, T: Element, const N: usize = DYN> {
-    inner: TensorRef<'a, T, N>,
-}
-
-/// A read-only view whose element type is read at run time, for functions
-/// that dispatch on [`TensorDyn::dtype`] themselves.
-pub struct TensorDyn<'a> {
-    raw: Held,
-    origin: Origin,
-    _marker: PhantomData<&'a ()>,
-    _gil: StaysWithTheGil,
-}
-
-/// A writable view whose element type is read at run time.
-pub struct TensorDynMut<'a> {
-    raw: Held,
-    origin: Origin,
-    _marker: PhantomData<&'a ()>,
-    _gil: StaysWithTheGil,
-}
-
 /// Named in the compiler's error when a view is moved into `py.detach`, a
 /// thread or a `static`: views stay on the thread that holds the GIL (their
 /// producer's memory is released with it). Take a slice (`as_slice()`,
@@ -559,6 +500,8 @@ mod untyped;
 use error::ErrorInner;
 pub use error::{ViewError, ViewErrorKind};
 pub use iter::Iter;
+pub use typed::{TensorMut, TensorRef};
+pub use untyped::{TensorDyn, TensorDynMut};
 
 /// The rank a view type fixes, for [`View::NDIM`].
 const fn ndim_of(n: usize) -> Option<usize> {

@@ -9,6 +9,48 @@ use crate::layout;
 use std::fmt;
 use std::marker::PhantomData;
 
+/// A read-only view of an array with elements of type `T` and `N`
+/// dimensions ([`DYN`], the default: any number, read at run time).
+///
+/// Shape and strides are in elements (DLPack's unit); strides are always
+/// present, whatever the producer sent. Element access (`get`, `iter`,
+/// `to_vec`, `as_slice`, `as_ndarray`) works on memory the CPU can read; for
+/// other devices use [`TensorRef::data_ptr`] with the device's own API.
+/// No accessor panics: each failure is a [`ViewError`] naming the method and,
+/// for a call's argument, the function and parameter.
+///
+/// A `#[dlpack_fn]` parameter `x: TensorRef<'_, f32, 2>` takes 2-d arrays
+/// only; its accessors take and give arrays:
+///
+/// ```
+/// use dlcast_runtime::{TensorRef, ViewError};
+///
+/// fn trace(x: &TensorRef<'_, f32, 2>) -> Result<f32, ViewError> {
+///     let [n, m] = x.dims();
+///     (0..n.min(m)).map(|i| x.get([i, i])).sum()
+/// }
+///
+/// let data = [1.0, 2.0, 3.0, 4.0];
+/// let x = TensorRef::<f32, 2>::from_slice(&data, &[2, 2])?;
+/// assert_eq!(trace(&x)?, 5.0);
+/// assert!(x.get([2, 0]).is_err()); // out of bounds: an error, not a panic
+/// # Ok::<(), ViewError>(())
+/// ```
+pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
+    pub(super) raw: Held,
+    pub(super) origin: Origin,
+    pub(super) fast: Fast,
+    pub(super) _marker: PhantomData<&'a fn() -> T>,
+    pub(super) _gil: StaysWithTheGil,
+}
+
+/// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
+/// writes. Refuses read-only inputs (DLPack's `READ_ONLY` flag, non-writeable
+/// NumPy arrays, `bytes`) and layouts where two indices reach one element.
+pub struct TensorMut<'a, T: Element, const N: usize = DYN> {
+    pub(super) inner: TensorRef<'a, T, N>,
+}
+
 /// Checks that the elements of a view over Rust data are addressable, and
 /// makes its raw tensor: host memory, no owner, no borrow-registry entry
 /// (Rust's borrow checker guards the data). `strides` `None`: C order.

@@ -8,6 +8,23 @@ use crate::import::RawTensor;
 use crate::layout;
 use std::fmt;
 
+/// A read-only view whose element type is read at run time, for functions
+/// that dispatch on [`TensorDyn::dtype`] themselves.
+pub struct TensorDyn<'a> {
+    pub(super) raw: Held,
+    pub(super) origin: Origin,
+    pub(super) _marker: PhantomData<&'a ()>,
+    pub(super) _gil: StaysWithTheGil,
+}
+
+/// A writable view whose element type is read at run time.
+pub struct TensorDynMut<'a> {
+    pub(super) raw: Held,
+    pub(super) origin: Origin,
+    pub(super) _marker: PhantomData<&'a ()>,
+    pub(super) _gil: StaysWithTheGil,
+}
+
 impl<'a> TensorDyn<'a> {
     layout_methods!();
     transform_methods!();
