@@ -2,7 +2,7 @@
 //! impls), and how a `Tensor` or a returned view becomes a Python object
 //! ([`IntoPyObject`], [`export_view`]).
 
-use super::alloc::{zeroed_dims, Exported, Keep, OwnedAlloc, ShapeError, Unrepresentable};
+use super::alloc::{zeroed_dims, Exported, KeepAlive, OwnedAlloc, ShapeError, Unrepresentable};
 use super::array::Array;
 use crate::device::Device;
 use crate::dtype::Element;
@@ -218,7 +218,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Alloc(buf),
+            KeepAlive::Alloc(buf),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -541,7 +541,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             device,
             read_only,
-            Keep::Owned(keep),
+            KeepAlive::Owned(keep),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -590,7 +590,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             device,
             false,
-            Keep::Owned(keep),
+            KeepAlive::Owned(keep),
         )
         .map_err(|e| unrepresentable(e.0, &strides))?;
         inner.stream = stream;
@@ -697,7 +697,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         dtype,
         device,
         raw.read_only,
-        Keep::Imported(Box::new(raw)),
+        KeepAlive::Imported(Box::new(raw)),
     )
     .map_err(|e| {
         PyBufferError::new_err(format!(
