@@ -46,7 +46,7 @@ pub fn stats() -> ExportStats {
 }
 
 /// Set by an `atexit` hook: once the interpreter shuts down, deleters that
-/// would need Python leak instead of touching it (case C13).
+/// would need Python leak instead of touching it.
 pub(super) static FINALIZING: AtomicBool = AtomicBool::new(false);
 
 /// Why a [`Tensor`] cannot be built from the given parts.

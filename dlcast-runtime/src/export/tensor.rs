@@ -746,7 +746,7 @@ impl<'py, T: Element> IntoPyObject<'py> for Tensor<T> {
 }
 
 /// Returning a view exports it: the input stays alive inside the exported
-/// object until the last consumer lets go (case C14); a view of a read-only
+/// object until the last consumer lets go; a view of a read-only
 /// input is exported read-only. A view over Rust data (`TensorRef::from_slice`
 /// and friends) is copied into a new C-order array instead: Python objects
 /// may outlive the Rust data it borrows.

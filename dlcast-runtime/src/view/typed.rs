@@ -746,7 +746,7 @@ impl<'a, T: Element, const N: usize> TensorMut<'a, T, N> {
             NdParts::Empty(shape) => {
                 // As in `as_ndarray`: no memory, a view over `&mut []`
                 // (ndarray's debug checks refused the dangling pointer
-                // and zero strides this used to pass: kind 9).
+                // and zero strides this used to pass).
                 return ndarray::ArrayViewMutD::from_shape(shape, &mut []).map_err(|_| {
                     origin.error(method, self.inner.raw.overflow("ndarray refuses the shape"))
                 });
