@@ -9,7 +9,7 @@
 //! - the runtime: [`Framework`] itself, `Framework::of` (the `modules`
 //!   column), the names, sizes, NumPy type numbers, buffer formats and
 //!   casting kinds of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
-//!   `import/numpy.rs`, `import/buffer.rs`);
+//!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
 //!   signature line ([`FRAMEWORKS`]), `#[dtype(..)]`'s names, element types
 //!   and NumPy names ([`DTYPES`]);

@@ -344,7 +344,7 @@ mod tests {
     #[test]
     fn huge_strides_of_unused_dimensions_walk_without_overflow() {
         // Extent-1 dimensions with extreme strides: the walk never steps
-        // along them (kind 9: this overflowed in debug builds).
+        // along them (this overflowed in debug builds once).
         let mut seen = Vec::new();
         let r = for_each_offset(&[2, 1], &[1, isize::MAX], |o| seen.push(o));
         assert_eq!((r, seen), (Some(()), vec![0, 1]));

@@ -51,7 +51,6 @@ mod npapi;
 mod npyffi;
 pub mod spec;
 pub mod stream;
-#[allow(dead_code)] // the soundness work (issue 20) is wiring its users in
 mod trust;
 // The borrow registry, then import (one module per source of arrays,
 // PyTorch's own rules inside).

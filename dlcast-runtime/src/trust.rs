@@ -210,14 +210,6 @@ pub(crate) fn builtin_doc(obj: &Bound<'_, PyAny>) -> Option<&'static std::ffi::C
     (!def.ml_doc.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(def.ml_doc) })
 }
 
-/// The `self` a builtin is bound to (its module, for a module's function),
-/// read from its C struct; `None` unless `obj` is exactly a builtin.
-pub(crate) fn builtin_self(obj: &Bound<'_, PyAny>) -> Option<*mut ffi::PyObject> {
-    builtin_def(obj)?;
-    // SAFETY: `obj` is exactly a `PyCFunctionObject` (checked above).
-    Some(unsafe { (*obj.as_ptr().cast::<CFunction>()).m_self })
-}
-
 /// The function an `instancemethod` wraps, read from its C struct; `None`
 /// unless `obj` is exactly an `instancemethod`.
 pub(crate) fn instancemethod_function<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {

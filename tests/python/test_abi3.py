@@ -212,8 +212,9 @@ def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
 ABI3_BRANCHES = {
     "export/array.rs": ("the buffer protocol, or `__array_interface__` below 3.11",
                         ["test_abi3", "test_exports", "test_export_constructions", "test_ownership"]),
-    "import/buffer.rs": ("buffer inputs: the C buffer protocol, or a private memoryview "
-                         "(and NumPy) below 3.11", ["test_abi3", "test_frameworks", "test_producers"]),
+    "import/buffer_protocol.rs": ("buffer inputs: the C buffer protocol, or a private "
+                                  "memoryview (and NumPy) below 3.11",
+                                  ["test_abi3", "test_frameworks", "test_producers"]),
     "import/capsule.rs": ("`__dlpack__` by vectorcall, or with a keyword dict below 3.12",
                           ["test_producers", "test_gpu_streams"]),
     "import/exchange.rs": ("the exchange table's per-type cache (no version tags under abi3)",

@@ -302,3 +302,26 @@ print(json.dumps(outcome(lambda: ext.sum_f64(x))))
         "before_first_use",
     )
     assert "refused" in got or got.get("value") == -3.0, got
+
+
+def test_pytorch_imported_after_another_pybind11_library_is_still_its_own():
+    # pybind11's classes inherit `tp_new`/`tp_dealloc` from pybind11's base
+    # type, made by the first pybind11 module loaded: here TensorFlow's,
+    # not PyTorch's. PyTorch's dispatch guard is still PyTorch's own.
+    r = run_py("""
+        import tensorflow
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        import dlcast_testext as ext
+
+        class Seen(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                raise AssertionError(f"the mode saw {func}")
+
+        t = torch.arange(4.0, dtype=torch.float64)
+        print(ext.sum_f64(t))
+        with Seen():
+            print(ext.sum_f64(t))
+    """, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["6.0", "6.0"], r.stdout + r.stderr[-2000:]

@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 mod checks;
 pub(crate) mod release;
 
-use crate::view::{Keep, View};
+use crate::view::{ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
 
@@ -68,7 +68,7 @@ struct Slot {
     dtype: Option<DType>,
     writable: bool,
     /// The read of the current phase-2 pass; after [`CallCx::take`], what a
-    /// borrowing view keeps (see [`Keep`]).
+    /// borrowing view keeps (see [`ReadSlot`]).
     raw: std::cell::Cell<Option<RawTensor>>,
     /// Whether [`CallCx::take`] ran for this slot.
     taken: std::cell::Cell<bool>,
@@ -761,7 +761,7 @@ impl<const N: usize> CallCx<N> {
             }
             Some(raw) => V::from_raw(
                 raw,
-                Keep {
+                ReadSlot {
                     slot: &slot.raw,
                     spec: self.spec,
                     index,

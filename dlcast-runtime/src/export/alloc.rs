@@ -1,5 +1,5 @@
 //! What an export is: the exported layout ([`Exported`], checked once by
-//! [`Exported::describe`]), the memory it keeps alive ([`Keep`] and the
+//! [`Exported::describe`]), the memory it keeps alive ([`KeepAlive`] and the
 //! buffers dlcast allocates, [`OwnedAlloc`]), the counters of what was
 //! exported ([`stats`]) and why a [`Tensor`](super::Tensor) cannot be built
 //! ([`ShapeError`]).
@@ -46,7 +46,7 @@ pub fn stats() -> ExportStats {
 }
 
 /// Set by an `atexit` hook: once the interpreter shuts down, deleters that
-/// would need Python leak instead of touching it (case C13).
+/// would need Python leak instead of touching it.
 pub(super) static FINALIZING: AtomicBool = AtomicBool::new(false);
 
 /// Why a [`Tensor`] cannot be built from the given parts.
@@ -123,7 +123,7 @@ const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
 
 /// An allocation an export owns, with the layout it was made with, freed
 /// on drop: a buffer dlcast allocated, or a `Vec`'s. Held inline in
-/// [`Keep`], which stays small so (`Layout` leaves room for its tag): an
+/// [`KeepAlive`], which stays small so (`Layout` leaves room for its tag): an
 /// export is moved several times on its way into its Python object.
 pub(super) struct OwnedAlloc {
     ptr: std::ptr::NonNull<u8>,
@@ -182,9 +182,9 @@ impl OwnedAlloc {
     /// What keeps `v`'s allocation alive (its elements stay where they are,
     /// for the export to describe): the allocation itself, or, should its
     /// layout not be expressible (never, for a live `Vec`), the boxed `Vec`.
-    pub(super) fn keep_vec<T: Element>(v: Vec<T>) -> Keep {
+    pub(super) fn keep_vec<T: Element>(v: Vec<T>) -> KeepAlive {
         let Ok(layout) = std::alloc::Layout::array::<T>(v.capacity()) else {
-            return Keep::Owned(Box::new(v));
+            return KeepAlive::Owned(Box::new(v));
         };
         let mut v = std::mem::ManuallyDrop::new(v);
         // `as_mut_ptr`, not `as_mut_slice`: it makes no reference to the
@@ -194,9 +194,9 @@ impl OwnedAlloc {
         // frees the allocation after those accesses. A `Vec`'s pointer is
         // never null (dangling when unallocated).
         let Some(ptr) = std::ptr::NonNull::new(v.as_mut_ptr().cast::<u8>()) else {
-            return Keep::Owned(Box::new(std::mem::ManuallyDrop::into_inner(v)));
+            return KeepAlive::Owned(Box::new(std::mem::ManuallyDrop::into_inner(v)));
         };
-        Keep::Alloc(OwnedAlloc { ptr, layout })
+        KeepAlive::Alloc(OwnedAlloc { ptr, layout })
     }
 }
 
@@ -220,7 +220,7 @@ unsafe impl Send for OwnedAlloc {}
 
 /// What keeps an exported buffer's memory alive; held only to be dropped.
 #[allow(dead_code)]
-pub(super) enum Keep {
+pub(super) enum KeepAlive {
     /// Rust data an owner given by the caller keeps alive, dropped then.
     Owned(Box<dyn Any + Send>),
     /// A buffer dlcast allocated (`Tensor::zeros`, copies) or a `Vec`'s
@@ -249,7 +249,7 @@ pub(super) struct Exported {
     /// pending work is known. A consumer asking for another stream is made
     /// to wait for this one.
     pub(super) stream: Option<i64>,
-    _keep: Keep,
+    _keep: KeepAlive,
     /// The Python object the memory belongs to (an [`ArrayBuffer`]'s
     /// object), kept alive with the export and reported to the garbage
     /// collector by `Array.__traverse__`.
@@ -324,7 +324,7 @@ impl Exported {
         dtype: DType,
         device: Device,
         read_only: bool,
-        keep: Keep,
+        keep: KeepAlive,
     ) -> Result<Self, Unrepresentable> {
         let d = Self::describe(shape, strides, dtype)?;
         BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
@@ -543,7 +543,7 @@ impl Exported {
             self.dtype,
             self.device,
             self.read_only,
-            Keep::Alloc(buf),
+            KeepAlive::Alloc(buf),
         )
         .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
     }
@@ -551,7 +551,7 @@ impl Exported {
 
 #[cfg(test)]
 mod tests {
-    use super::{Keep, OwnedAlloc, ZEROED_BY_ALLOCATOR};
+    use super::{KeepAlive, OwnedAlloc, ZEROED_BY_ALLOCATOR};
     use crate::export::Tensor;
 
     #[test]
@@ -593,7 +593,7 @@ mod tests {
         v.extend([1.0, 2.0, 3.0]);
         let data = v.as_ptr() as usize;
         match OwnedAlloc::keep_vec(v) {
-            Keep::Alloc(a) => {
+            KeepAlive::Alloc(a) => {
                 assert_eq!(a.ptr.as_ptr() as usize, data);
                 assert_eq!(a.layout.size(), 10 * 8);
                 assert_eq!(a.layout.align(), std::mem::align_of::<f64>());
@@ -601,7 +601,7 @@ mod tests {
             _ => panic!("a Vec<f64> has an array layout"),
         }
         match OwnedAlloc::keep_vec(Vec::<u8>::new()) {
-            Keep::Alloc(a) => assert_eq!(a.layout.size(), 0), // nothing to free
+            KeepAlive::Alloc(a) => assert_eq!(a.layout.size(), 0), // nothing to free
             _ => panic!("an empty Vec has an array layout"),
         }
     }

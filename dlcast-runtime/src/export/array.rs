@@ -117,7 +117,7 @@ struct Managed<M> {
 /// inside a call of ours after it released the GIL itself (JAX does). PyO3's
 /// own bookkeeping can then believe the GIL is held when it is not, so this
 /// takes the GIL through `PyGILState_Ensure`, which asks CPython. Once the
-/// interpreter is shutting down the reference is leaked instead (case C13).
+/// interpreter is shutting down the reference is leaked instead.
 fn release_array(owner: Py<Array>) {
     let ptr = owner.into_ptr();
     if FINALIZING.load(Ordering::SeqCst) {

@@ -390,7 +390,7 @@ impl<T: Element> ArrayBuffer<T> {
     }
 
     fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {
-        let keep = Keep {
+        let keep = ExportedStorage {
             _storage: self.storage.clone(),
         };
         let data = self.storage.ptr.as_ptr().cast::<u8>();
@@ -447,7 +447,7 @@ impl<T: Element> ArrayBuffer<T> {
 
 /// What an export of an [`ArrayBuffer`] holds besides the object: the
 /// memory.
-struct Keep<T> {
+struct ExportedStorage<T> {
     _storage: Arc<Storage<T>>,
 }
 

@@ -4,7 +4,7 @@
 //!   `ndarray::Array`); its allocation becomes the exported buffer.
 //! - A view of an input (`TensorRef`, `TensorMut`, `TensorDyn`, ...) returned
 //!   from a `#[dlpack_fn]` function keeps the input's producer alive until
-//!   the last consumer lets go (case C14).
+//!   the last consumer lets go.
 //!
 //! Both become an [`Array`]: a small Python class (`dlcast.Array`) that
 //! follows the array API standard's `__dlpack__` / `__dlpack_device__`

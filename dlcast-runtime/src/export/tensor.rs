@@ -2,7 +2,7 @@
 //! impls), and how a `Tensor` or a returned view becomes a Python object
 //! ([`IntoPyObject`], [`export_view`]).
 
-use super::alloc::{zeroed_dims, Exported, Keep, OwnedAlloc, ShapeError, Unrepresentable};
+use super::alloc::{zeroed_dims, Exported, KeepAlive, OwnedAlloc, ShapeError, Unrepresentable};
 use super::array::Array;
 use crate::device::Device;
 use crate::dtype::Element;
@@ -218,7 +218,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             Device::CPU,
             false,
-            Keep::Alloc(buf),
+            KeepAlive::Alloc(buf),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -541,7 +541,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             device,
             read_only,
-            Keep::Owned(keep),
+            KeepAlive::Owned(keep),
         )
         .map_err(|e| ShapeError::Unrepresentable {
             shape: shape.to_vec(),
@@ -590,7 +590,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             device,
             false,
-            Keep::Owned(keep),
+            KeepAlive::Owned(keep),
         )
         .map_err(|e| unrepresentable(e.0, &strides))?;
         inner.stream = stream;
@@ -697,7 +697,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         dtype,
         device,
         raw.read_only,
-        Keep::Imported(Box::new(raw)),
+        KeepAlive::Imported(Box::new(raw)),
     )
     .map_err(|e| {
         PyBufferError::new_err(format!(
@@ -746,7 +746,7 @@ impl<'py, T: Element> IntoPyObject<'py> for Tensor<T> {
 }
 
 /// Returning a view exports it: the input stays alive inside the exported
-/// object until the last consumer lets go (case C14); a view of a read-only
+/// object until the last consumer lets go; a view of a read-only
 /// input is exported read-only. A view over Rust data (`TensorRef::from_slice`
 /// and friends) is copied into a new C-order array instead: Python objects
 /// may outlive the Rust data it borrows.

@@ -2,7 +2,7 @@
 //!
 //! Phase 1 ([`take`], [`call_dlpack`], [`dlpack_device`]) runs the
 //! producer's Python code and takes ownership of the managed tensor (the
-//! capsule is renamed `used_*`, case C7); phase 2 ([`read`]) reads the
+//! capsule is renamed `used_*`); phase 2 ([`read`]) reads the
 //! tensor it describes without running Python code.
 
 use super::{from_dltensor, producer_error, type_name, ImportError, ImportPath, Owner, RawTensor};
@@ -24,7 +24,7 @@ const NAME_USED_VERSIONED: &CStr = c"used_dltensor_versioned";
 
 /// Takes ownership of the managed tensor in a DLPack capsule: the name
 /// decides the struct, and the capsule is renamed `used_*` so that neither
-/// its destructor nor a second consumer touches it again (case C7).
+/// its destructor nor a second consumer touches it again.
 pub(crate) fn take(capsule: &Bound<'_, PyAny>) -> Result<Owner, ImportError> {
     let py = capsule.py();
     let cap = capsule.as_ptr();
@@ -147,7 +147,7 @@ pub(crate) fn dlpack_device(obj: &Bound<'_, PyAny>) -> Result<Option<Device>, Im
 
 /// Calls `obj.__dlpack__(max_version=(1, 3))` (with `stream=` first when
 /// `stream` is `Some`), retrying without `max_version` when the producer
-/// raises `TypeError` (case C9; `stream` is older than `max_version` in the
+/// raises `TypeError` (`stream` is older than `max_version` in the
 /// standard, so it is kept). `Ok(None)` when `obj` has no `__dlpack__`.
 pub(crate) fn call_dlpack<'py>(
     obj: &Bound<'py, PyAny>,

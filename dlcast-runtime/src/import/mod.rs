@@ -14,14 +14,14 @@
 //!
 //! Sources, one module each: NumPy's fields ([`numpy`]), the DLPack C
 //! exchange API ([`exchange`]), capsules and `__dlpack__` ([`capsule`]),
-//! the buffer protocol ([`buffer`]), TensorFlow ([`tensorflow`]); PyTorch's
-//! own rules (its private alias, its exchange table, its checks) in
-//! [`torch`].
+//! the buffer protocol ([`buffer_protocol`]), TensorFlow
+//! ([`tensorflow`]); PyTorch's own rules (its private alias, its exchange
+//! table, its checks) in [`torch`].
 //!
 //! Whatever path is taken, the producer's deleter (or `PyBuffer_Release`)
 //! runs exactly once: when the [`Owner`] drops, error paths included.
 
-pub(crate) mod buffer;
+pub(crate) mod buffer_protocol;
 pub(crate) mod capsule;
 pub(crate) mod exchange;
 pub(crate) mod numpy;
@@ -91,7 +91,7 @@ pub(crate) enum Owner {
     /// A `DLManagedTensorVersioned` from a `"dltensor_versioned"` capsule.
     Versioned(NonNull<DLManagedTensorVersioned>),
     /// A buffer-protocol view; boxed so its address stays fixed until release.
-    Buffer(buffer::Held),
+    Buffer(buffer_protocol::HeldBuffer),
     /// A strong reference to an object whose memory we read directly (an
     /// exact `numpy.ndarray`: holding it keeps its data alive and unresized).
     Object(#[allow(dead_code)] Py<PyAny>),
@@ -143,7 +143,7 @@ impl Drop for Owner {
                 }
             }
             // Released only here, with the GIL (see above).
-            Owner::Buffer(view) => buffer::release(view),
+            Owner::Buffer(view) => buffer_protocol::release(view),
             // The reference drops with the GIL held (see above).
             Owner::Object(_) | Owner::Exchange { .. } | Owner::None | Owner::Rust => {}
         }
@@ -632,7 +632,7 @@ pub(crate) fn prepare(
             private: None,
         });
     }
-    if let Some(owner) = buffer::try_acquire(obj)? {
+    if let Some(owner) = buffer_protocol::try_acquire(obj)? {
         return Ok(Source::Buffer(owner));
     }
     if is_from_module(obj, &["tensorflow"]) {
@@ -745,7 +745,7 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             raw.stream = if has_streams { *stream } else { None };
             Ok(raw)
         }
-        Source::Buffer(owner) => buffer::read(owner),
+        Source::Buffer(owner) => buffer_protocol::read(owner),
         Source::Empty => Err(ImportError::Invalid("the argument was not prepared".into())),
     }
 }

@@ -119,9 +119,10 @@ const DISPATCH_GUARD: &str = "torch._C._DisableTorchDispatch";
 
 impl DispatchGuard {
     /// `_DisableTorchDispatch`'s C functions, checked against `image`
-    /// (`TensorBase`'s): its `tp_new` and `tp_dealloc` slots lie in it (a
-    /// `__new__` set from Python, or a Python subclass, has CPython's
-    /// slot functions instead), and each of `__init__`, `__enter__` and
+    /// (`TensorBase`'s): its `tp_new` and `tp_dealloc` slots lie in it, or
+    /// are pybind11's own, inherited from its base type (a `__new__` set
+    /// from Python, or a Python subclass, has CPython's slot functions
+    /// instead), and each of `__init__`, `__enter__` and
     /// `__exit__` is a builtin of that name whose C function lies in it and
     /// whose signature, which Python code cannot change, names
     /// `self: torch._C._DisableTorchDispatch` (pybind11 checks `self`
@@ -145,7 +146,31 @@ impl DispatchGuard {
             )
         };
         let _ = PyErr::take(py);
-        if !crate::trust::same_image(new, image) || !crate::trust::same_image(dealloc, image) {
+        // pybind11 classes inherit both slots from pybind11's own base type,
+        // made by the first pybind11 module the process loaded: PyTorch's, or
+        // another library's (TensorFlow, imported first). So a slot is
+        // PyTorch's own if it lies in PyTorch's image, or is the base type's
+        // slot and that lies in a library that is not CPython (a `__new__`
+        // set from Python, or a Python base, has CPython's slot functions).
+        // SAFETY: `tp` is a heap type (pybind11's classes are); its
+        // `tp_base` slot is a type object or NULL.
+        let base = unsafe { ffi::PyType_GetSlot(tp, ffi::Py_tp_base) }.cast::<ffi::PyTypeObject>();
+        let _ = PyErr::take(py);
+        let inherited = |slot: std::ffi::c_int, value: *mut std::ffi::c_void| {
+            if base.is_null() {
+                return false;
+            }
+            // SAFETY: `base` is a live type object (the class holds it).
+            let theirs = unsafe { ffi::PyType_GetSlot(base, slot) };
+            let _ = PyErr::take(py);
+            theirs == value
+                && crate::trust::image_base(value).is_some()
+                && !crate::trust::same_image(value, crate::trust::python_image())
+        };
+        let own = |slot, value: *mut std::ffi::c_void| {
+            crate::trust::same_image(value, image) || inherited(slot, value)
+        };
+        if !own(ffi::Py_tp_new, new) || !own(ffi::Py_tp_dealloc, dealloc) {
             return None;
         }
         // SAFETY: `new` is not NULL (`same_image` is false for NULL), and a

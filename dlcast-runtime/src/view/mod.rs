@@ -13,7 +13,7 @@
 //! give arrays (`dims() -> [usize; N]`, `get([usize; N])`, `as_array()`).
 //!
 //! Here: the [`View`] trait through which the call driver makes every view,
-//! what a borrowing view keeps ([`Keep`]), the view types and what they
+//! what a borrowing view keeps ([`ReadSlot`]), the view types and what they
 //! share (layout transforms, the `layout_methods!`/`transform_methods!`
 //! macros). One module each: `typed` ([`TensorRef`], [`TensorMut`], their
 //! fixed ranks), `untyped` ([`TensorDyn`], [`TensorDynMut`]), `iter`
@@ -51,14 +51,14 @@ pub trait View<'a>: Sized {
     /// What the type needs that the read does not give (a rank, values a
     /// `bool` may hold), named by `keep`.
     #[doc(hidden)]
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self>;
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self>;
 }
 
 /// Where a view that borrows its read (a slice, an `ndarray` view) leaves
 /// it: the call context's slot, which the view's lifetime `'a` borrows, so
 /// the read (its owner, its borrow-registry entry) outlives the view.
 #[doc(hidden)]
-pub struct Keep<'a> {
+pub struct ReadSlot<'a> {
     pub(crate) slot: &'a std::cell::Cell<Option<RawTensor>>,
     /// The function and the parameter (`spec.params[index]`), for errors.
     pub(crate) spec: &'static FnSpec,
@@ -67,7 +67,7 @@ pub struct Keep<'a> {
     pub(crate) param: &'static str,
 }
 
-impl Keep<'_> {
+impl ReadSlot<'_> {
     /// Holds `raw` until the call context drops.
     pub(crate) fn hold(self, raw: RawTensor) {
         self.slot.set(Some(raw));
@@ -198,24 +198,24 @@ type StaysWithTheGil = PhantomData<dyn TakeASliceOrNdarrayViewBeforeLeavingTheGi
 
 /// A view's read. `Send` and `Sync` only so that a view's auto traits come
 /// from [`StaysWithTheGil`] alone (one short error); see the `SAFETY` notes.
-struct Held(RawTensor);
+struct ViewRead(RawTensor);
 
-// SAFETY: `Held` is a private field type of the four view types only, and
+// SAFETY: `ViewRead` is a private field type of the four view types only, and
 // each of them also holds `StaysWithTheGil`, which is neither `Send` nor
-// `Sync`: no view, and so no `Held`, ever reaches another thread, and the
+// `Sync`: no view, and so no `ViewRead`, ever reaches another thread, and the
 // read's owner is released on the thread that holds the GIL, as before.
-unsafe impl Send for Held {}
-// SAFETY: as above: no `&Held` is reachable from another thread.
-unsafe impl Sync for Held {}
+unsafe impl Send for ViewRead {}
+// SAFETY: as above: no `&ViewRead` is reachable from another thread.
+unsafe impl Sync for ViewRead {}
 
-impl std::ops::Deref for Held {
+impl std::ops::Deref for ViewRead {
     type Target = RawTensor;
     fn deref(&self) -> &RawTensor {
         &self.0
     }
 }
 
-impl std::ops::DerefMut for Held {
+impl std::ops::DerefMut for ViewRead {
     fn deref_mut(&mut self) -> &mut RawTensor {
         &mut self.0
     }
@@ -517,7 +517,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
     const WRITABLE: bool = false;
     const NDIM: Option<usize> = ndim_of(N);
     #[inline(always)]
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> pyo3::PyResult<Self> {
         let origin = Origin::param(keep.spec, keep.index);
         rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
         Ok(TensorRef::new(raw, origin))
@@ -529,7 +529,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
     const WRITABLE: bool = true;
     const NDIM: Option<usize> = ndim_of(N);
     #[inline(always)]
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorMut {
             inner: TensorRef::from_raw(raw, keep)?,
         })
@@ -540,9 +540,9 @@ impl<'a> View<'a> for TensorDyn<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = false;
     const NDIM: Option<usize> = None;
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorDyn {
-            raw: Held(raw),
+            raw: ViewRead(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
             _gil: PhantomData,
@@ -554,9 +554,9 @@ impl<'a> View<'a> for TensorDynMut<'a> {
     const DTYPE: Option<DType> = None;
     const WRITABLE: bool = true;
     const NDIM: Option<usize> = None;
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> pyo3::PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorDynMut {
-            raw: Held(raw),
+            raw: ViewRead(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
             _gil: PhantomData,

@@ -9,18 +9,18 @@
 //! view is made here once more against the read (so that no spec can make one
 //! unsound), borrows the call context for its lifetime, and leaves the read —
 //! its owner and its borrow-registry entry — in the context
-//! ([`Keep`]), which outlives it.
+//! ([`ReadSlot`]), which outlives it.
 
 use crate::dtype::{DType, Element};
 use crate::import::RawTensor;
 use crate::layout;
-use crate::view::{Keep, View};
+use crate::view::{ReadSlot, View};
 use pyo3::PyResult;
 
 /// The checks every Rust view repeats over a read: host memory, aligned for
 /// `T` where not empty, the element type's dtype, and (for `bool`) valid
 /// values.
-fn check_native<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<()> {
+fn check_native<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<()> {
     if !raw.device.is_host_accessible() {
         return Err(keep.error(format_args!(
             "the array is on {}, not in memory the CPU can read",
@@ -57,7 +57,7 @@ fn check_native<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<()> {
 
 /// The elements of a C-contiguous read as `(pointer, length)`: a dangling,
 /// aligned pointer for an empty array.
-fn slice_parts<T: Element>(raw: &RawTensor, keep: &Keep<'_>) -> PyResult<(*mut T, usize)> {
+fn slice_parts<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<(*mut T, usize)> {
     check_native::<T>(raw, keep)?;
     if !layout::is_c_contiguous(&raw.shape, &raw.strides) {
         return Err(keep.error(format_args!("a slice needs a C-contiguous array")));
@@ -74,7 +74,7 @@ impl<'a, T: Element> View<'a> for &'a [T] {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
     const NDIM: Option<usize> = Some(1);
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         let (ptr, len) = slice_parts::<T>(&raw, &keep)?;
         keep.hold(raw);
         // SAFETY: `ptr` addresses `len` contiguous, aligned, valid elements
@@ -90,7 +90,7 @@ impl<'a, T: Element> View<'a> for &'a mut [T] {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
     const NDIM: Option<usize> = Some(1);
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         if raw.read_only {
             return Err(keep.error(format_args!("the array is read-only")));
         }
@@ -106,7 +106,7 @@ impl<'a, T: Element> View<'a> for &'a mut [T] {
 /// The shape of an `ndarray` view of dimension `D` from `dims` (elements),
 /// or an error when the read's rank is not `D`'s.
 #[cfg(feature = "ndarray")]
-fn nd_dim<D: ndarray::Dimension>(dims: &[usize], keep: &Keep<'_>) -> PyResult<D> {
+fn nd_dim<D: ndarray::Dimension>(dims: &[usize], keep: &ReadSlot<'_>) -> PyResult<D> {
     if D::NDIM.is_some_and(|n| n != dims.len()) {
         return Err(keep.error(format_args!(
             "expected {} dimensions, got {}",
@@ -125,7 +125,7 @@ fn nd_dim<D: ndarray::Dimension>(dims: &[usize], keep: &Keep<'_>) -> PyResult<D>
 #[cfg(feature = "ndarray")]
 fn nd_view<T: Element, D: ndarray::Dimension, V>(
     raw: &RawTensor,
-    keep: &Keep<'_>,
+    keep: &ReadSlot<'_>,
     empty: impl FnOnce(D) -> Option<V>,
     make: impl FnOnce(ndarray::StrideShape<D>, *mut T) -> V,
     invert: impl Fn(&mut V, usize),
@@ -162,7 +162,7 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, 
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
     const NDIM: Option<usize> = D::NDIM;
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         check_native::<T>(&raw, &keep)?;
         let view = nd_view::<T, D, _>(
             &raw,
@@ -187,7 +187,7 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = true;
     const NDIM: Option<usize> = D::NDIM;
-    fn from_raw(raw: RawTensor, keep: Keep<'a>) -> PyResult<Self> {
+    fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         check_native::<T>(&raw, &keep)?;
         if raw.read_only {
             return Err(keep.error(format_args!("the array is read-only")));

@@ -37,7 +37,7 @@ use std::marker::PhantomData;
 /// # Ok::<(), ViewError>(())
 /// ```
 pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
-    pub(super) raw: Held,
+    pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) fast: Fast,
     pub(super) _marker: PhantomData<&'a fn() -> T>,
@@ -136,7 +136,7 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
     pub(super) fn new(raw: RawTensor, origin: Origin) -> Self {
         TensorRef {
             fast: Fast::of(&raw),
-            raw: Held(raw),
+            raw: ViewRead(raw),
             origin,
             _marker: PhantomData,
             _gil: PhantomData,
@@ -746,7 +746,7 @@ impl<'a, T: Element, const N: usize> TensorMut<'a, T, N> {
             NdParts::Empty(shape) => {
                 // As in `as_ndarray`: no memory, a view over `&mut []`
                 // (ndarray's debug checks refused the dangling pointer
-                // and zero strides this used to pass: kind 9).
+                // and zero strides this used to pass).
                 return ndarray::ArrayViewMutD::from_shape(shape, &mut []).map_err(|_| {
                     origin.error(method, self.inner.raw.overflow("ndarray refuses the shape"))
                 });

@@ -11,7 +11,7 @@ use std::fmt;
 /// A read-only view whose element type is read at run time, for functions
 /// that dispatch on [`TensorDyn::dtype`] themselves.
 pub struct TensorDyn<'a> {
-    pub(super) raw: Held,
+    pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
     pub(super) _gil: StaysWithTheGil,
@@ -19,7 +19,7 @@ pub struct TensorDyn<'a> {
 
 /// A writable view whose element type is read at run time.
 pub struct TensorDynMut<'a> {
-    pub(super) raw: Held,
+    pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
     pub(super) _gil: StaysWithTheGil,

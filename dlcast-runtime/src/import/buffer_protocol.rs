@@ -43,11 +43,11 @@ fn buffer_dtype(format: &CStr, itemsize: usize) -> Option<DType> {
 /// [`release`]. Below Python 3.11 in abi3 builds, whose limited API has no
 /// buffer protocol, see [`fallback`].
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
-pub(crate) type Held = Box<ffi::Py_buffer>;
+pub(crate) type HeldBuffer = Box<ffi::Py_buffer>;
 
 /// Releases a held buffer: called once, from `Owner`'s drop (with the GIL).
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
-pub(crate) fn release(view: &mut Held) {
+pub(crate) fn release(view: &mut HeldBuffer) {
     // SAFETY: `view` was filled by a successful `PyObject_GetBuffer`, kept
     // its address since (boxed), and is released only here, once, with the
     // GIL held (see `Owner`'s `Drop`).
@@ -204,7 +204,7 @@ fn describe(d: Desc<'_>) -> Result<RawTensor, ImportError> {
 }
 
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-pub(crate) use fallback::{read, release, try_acquire, Held};
+pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
 
 /// The buffer protocol in abi3 builds for Python 3.9 and 3.10, whose
 /// limited API has no `Py_buffer`, `PyObject_GetBuffer` or
@@ -251,7 +251,7 @@ mod fallback {
 
     /// A buffer held through a private memoryview, and its description
     /// read in phase 1 (see the module documentation).
-    pub(crate) struct Held {
+    pub(crate) struct HeldBuffer {
         /// The memoryview: holds the exporter's buffer until it drops.
         _view: Py<PyAny>,
         /// The array NumPy built over the memoryview, if it was asked.
@@ -266,8 +266,8 @@ mod fallback {
     }
 
     /// Nothing to do before the drop: the buffer is released when the
-    /// memoryview drops with the rest of `Held` (with the GIL, see `Owner`).
-    pub(crate) fn release(_held: &mut Held) {}
+    /// memoryview drops with the rest of `HeldBuffer` (with the GIL, see `Owner`).
+    pub(crate) fn release(_held: &mut HeldBuffer) {}
 
     /// A tuple of integers (a memoryview's `shape` or `strides`).
     fn dims(t: &Bound<'_, PyAny>) -> PyResult<Dims<isize>> {
@@ -293,10 +293,10 @@ mod fallback {
             Err(e) if e.get_type(py).is(py.get_type::<PyTypeError>()) => return Ok(None),
             Err(e) => return Err(ImportError::Buffer(e)),
         };
-        let held = (|| -> PyResult<Held> {
+        let held = (|| -> PyResult<HeldBuffer> {
             let format: String = view.getattr(intern!(py, "format"))?.extract()?;
             let suboffsets = view.getattr(intern!(py, "suboffsets"))?;
-            Ok(Held {
+            Ok(HeldBuffer {
                 data: std::ptr::null_mut(),
                 format: CString::new(format)
                     .map_err(|_| PyTypeError::new_err("the buffer format holds a NUL"))?,
@@ -358,7 +358,7 @@ mod fallback {
     fn address(
         obj: &Bound<'_, PyAny>,
         view: &Bound<'_, PyAny>,
-        held: &mut Held,
+        held: &mut HeldBuffer,
     ) -> Result<(), ImportError> {
         let py = obj.py();
         // Exact `bytes` and `bytearray`: their buffer is CPython's own,
