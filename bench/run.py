@@ -20,7 +20,7 @@ its spread, the lowest and highest of its per-pass values.
 The modules are built by bench/build.sh into bench/target/py. Writes the
 tables to stdout and to BENCHMARKS.md (repository root, with bench/
 callgrind.md, the instruction counts of bench/callgrind.py --table, and
-bench/ANALYSIS.md appended), the headline ratios against the issue's
+bench/ANALYSIS.md appended), the headline ratios against the
 targets into README.md (between the `bench:headline` comment markers), the
 chart to bench/bench.png and the raw figures to bench/target/results.json.
 
@@ -948,7 +948,7 @@ def main() -> None:
         "",
         noisy,
         "",
-        "## The issue's targets",
+        "## The targets",
         "",
         "A target is met when the median ratio is at or under it; a verdict notes where "
         "some passes fell on the other side. The last column is the same ratio in "
