@@ -194,3 +194,74 @@ def owning_export(fill):
         return 0
 
     return MANAGED_FROM_OBJ(export)
+
+
+# ---------------------------------------------------------------------------
+# Every way a `Tensor` is built (tests/src/constructions.rs), in every shape:
+# the cases of test_export_constructions.py and test_lifetimes.py.
+
+import gc  # noqa: E402
+
+import dlcast_testext as t  # noqa: E402
+
+KINDS = [
+    "zeros",
+    "vec_spare",
+    "vec_f",
+    "boxed",
+    "vec_1d",
+    "ndarray_f",
+    "ndarray_step",
+    "ndarray_inverted",
+    "static",
+]
+
+SHAPES = [
+    (),
+    (0,),
+    (5,),
+    (2, 3),
+    (3, 0, 2),
+    (1, 1, 1, 1),
+    (2, 1, 3, 2),
+    (2, 1, 3, 1, 2),
+    (1, 2, 1, 2, 1, 2, 1, 2, 1),
+]
+
+
+@contextlib.contextmanager
+def exports_freed():
+    """Every buffer exported in the block is freed, and every capsule made
+    had its deleter run, once the block's objects are gone."""
+    gc.collect()
+    b0, f0, c0, d0 = t.export_stats()
+    yield
+    gc.collect()
+    b1, f1, c1, d1 = t.export_stats()
+    assert (b1 - b0, c1 - c0) == (f1 - f0, d1 - d0), "an export or a capsule leaked"
+
+
+def cases():
+    for kind in KINDS:
+        for shape in SHAPES:
+            n = int(np.prod(shape))
+            if kind in ("boxed", "vec_1d") and len(shape) != 1:
+                continue
+            if kind in ("ndarray_step", "ndarray_inverted") and not shape:
+                continue
+            if kind == "static" and n > 24:
+                continue
+            yield kind, shape
+
+
+CASES = list(cases())
+
+
+def expected(shape):
+    return np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+
+
+def negative(kind, shape):
+    """Whether `kind` gives `shape` a negative stride that an index steps
+    along (PyTorch has no negative strides)."""
+    return kind == "ndarray_inverted" and shape[0] > 1 and int(np.prod(shape)) > 0
