@@ -1,16 +1,16 @@
 //! The checks of phase 2 ([`Who`]): an argument's read against its
 //! parameter's [`ParamSpec`] (device, shape and named extents, dtype,
 //! order, writability, alignment), the borrow-registry and rust-numpy
-//! probes, and the messages of what they refuse.
+//! probes; what they refuse is a `CallError` (in `error`).
 
+use super::error::{CallError, ImportRefusal, WhyNot};
 use super::Binding;
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::import::{self, ImportError, RawTensor};
 use crate::layout;
-use crate::spec::{match_shape, FnSpec, Order, ParamSpec, ShapeDisplay, TupleDisplay};
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};
 use pyo3::prelude::*;
 
 /// Why a check refused an argument.
@@ -67,13 +67,12 @@ impl Who {
                 .get_type()
                 .fully_qualified_name()
                 .map_or_else(|_| "?".to_string(), |n| n.to_string());
-            return Err(self.fail(
-                param,
-                format_args!(
-                    "dlcast cannot tell which bytes converting it would read: numpy.asarray \
-                     gave a {got}, not a numpy.ndarray"
-                ),
-            ));
+            return Err(CallError::UnknownBytes {
+                func: self.spec.name,
+                param: param.name,
+                got,
+            }
+            .into());
         };
         let Some((lo, hi)) = span else {
             return Ok(None);
@@ -136,10 +135,13 @@ impl Who {
         let param = &self.spec.params[index];
         match convert::convert(obj, host, ndim, target) {
             Ok(tmp) => Ok(tmp),
-            Err(ConvertError::Unsupported(why)) => Err(self.fail(
-                param,
-                format_args!("{what}, and it cannot be converted: {why}"),
-            )),
+            Err(ConvertError::Unsupported(why)) => Err(CallError::Unconvertible {
+                func: self.spec.name,
+                param: param.name,
+                what: what.to_owned(),
+                why,
+            }
+            .into()),
             // Not an error of the argument: propagates unchanged, as the
             // import paths do (KeyboardInterrupt, MemoryError, ...).
             Err(ConvertError::Raised(_, cause))
@@ -148,14 +150,14 @@ impl Who {
             {
                 Err(cause)
             }
-            Err(ConvertError::Raised(call, cause)) => {
-                let e = self.fail(
-                    param,
-                    format_args!("{what}, and converting it with {call}() raised {cause}"),
-                );
-                e.set_cause(obj.py(), Some(cause));
-                Err(e)
+            Err(ConvertError::Raised(call, cause)) => Err(CallError::ConvertRaised {
+                func: self.spec.name,
+                param: param.name,
+                what: what.to_owned(),
+                call,
+                cause,
             }
+            .into()),
         }
     }
 
@@ -233,11 +235,7 @@ impl Who {
     ) -> PyErr {
         use crate::borrow::{name, same_call, Refused};
         let other = match refused {
-            Refused::NoMemory => {
-                return pyo3::exceptions::PyMemoryError::new_err(
-                    "dlcast's borrow registry could not grow",
-                )
-            }
+            Refused::NoMemory => return CallError::RegistryFull.into(),
             Refused::Conflict(other) => other,
         };
         if name(other.function, other.function_len) == crate::borrow::rnp::RUST_NUMPY {
@@ -256,24 +254,27 @@ impl Who {
             } else {
                 (param.name, other_param)
             };
-            return PyTypeError::new_err(format!(
-                "{}(): arguments '{w}' and '{o}' share memory, and '{w}' is writable",
-                self.spec.name,
-            ));
+            return CallError::SharedMemory {
+                func: self.spec.name,
+                writable: w,
+                other: o,
+            }
+            .into();
         }
         let (mine, theirs) = match (req.writable != 0, other.writable != 0) {
             (true, true) => ("writable", "writable"),
             (true, false) => ("writable", "read-only"),
             _ => ("read-only", "writable"),
         };
-        PyBufferError::new_err(format!(
-            "{}(): argument '{}': the array's memory is in use by another call still running \
-             (argument '{other_param}' of {}(), a {theirs} view; a nested call, a callback or \
-             another thread), and this {mine} view may not share it",
-            self.spec.name,
-            param.name,
-            name(other.function, other.function_len),
-        ))
+        CallError::InUse {
+            func: self.spec.name,
+            param: param.name,
+            other_param,
+            other_func: name(other.function, other.function_len),
+            theirs,
+            mine,
+        }
+        .into()
     }
 
     /// A view refused by rust-numpy's own registry.
@@ -288,85 +289,58 @@ impl Who {
     }
 
     #[cold]
-    fn rust_numpy_refusal(&self, param: &ParamSpec, writable: bool, theirs: &str) -> PyErr {
-        let mine = if writable { "writable" } else { "read-only" };
-        PyBufferError::new_err(format!(
-            "{}(): argument '{}': the array is borrowed by a rust-numpy extension still \
-             running ({theirs}), and this {mine} view may not share it",
-            self.spec.name, param.name,
-        ))
+    fn rust_numpy_refusal(&self, param: &ParamSpec, writable: bool, theirs: &'static str) -> PyErr {
+        CallError::RustNumpy {
+            func: self.spec.name,
+            param: param.name,
+            theirs,
+            mine: if writable { "writable" } else { "read-only" },
+        }
+        .into()
     }
 
     fn param_name(&self, index: u8) -> &'static str {
         self.spec.params[index as usize].name
     }
 
-    pub(super) fn fail(&self, param: &ParamSpec, msg: std::fmt::Arguments<'_>) -> PyErr {
-        PyTypeError::new_err(format!(
-            "{}(): argument '{}': {msg}",
-            self.spec.name, param.name
-        ))
-    }
-
-    pub(super) fn import_error(&self, py: Python<'_>, param: &ParamSpec, e: ImportError) -> PyErr {
-        let prefix = format!("{}(): argument '{}'", self.spec.name, param.name);
-        match e {
-            ImportError::NotAnArray(t) => PyTypeError::new_err(format!(
-                "{prefix}: expected an array (an object with __dlpack__, a DLPack capsule \
-                 or a buffer), got {t}"
-            )),
+    /// `import`'s refusal of the argument of `param`, with the function
+    /// and the parameter named (an exception that must propagate, unchanged).
+    #[cold]
+    pub(super) fn import_error(&self, param: &ParamSpec, e: ImportError) -> PyErr {
+        let why = match e {
+            ImportError::Propagate(e) => return e,
+            ImportError::NotAnArray(t) => ImportRefusal::NotAnArray(t),
             ImportError::Producer(what, cause) => {
                 // The first line only (PyTorch appends C++ backtraces); the
                 // whole exception is the `__cause__`.
                 let text = cause.to_string();
-                let first = text.lines().next().unwrap_or_default();
+                let first = text.lines().next().unwrap_or_default().to_owned();
                 let more = if text.contains('\n') { " [...]" } else { "" };
-                let py_err = PyBufferError::new_err(format!(
-                    "{prefix}: the producer's {what}() raised {first}{more}"
-                ));
-                py_err.set_cause(py, Some(cause));
-                py_err
+                ImportRefusal::Producer {
+                    what,
+                    first,
+                    more,
+                    cause,
+                }
             }
-            ImportError::Propagate(e) => e,
-            ImportError::NotACapsule(t) => PyBufferError::new_err(format!(
-                "{prefix}: __dlpack__() returned {t}, not a DLPack capsule"
-            )),
-            ImportError::UsedCapsule => PyBufferError::new_err(format!(
-                "{prefix}: the DLPack capsule was already consumed (a capsule can be used once)"
-            )),
-            ImportError::CapsuleName(n) => PyBufferError::new_err(format!(
-                "{prefix}: a capsule named {n:?} is not a DLPack capsule \
-                 (expected \"dltensor\" or \"dltensor_versioned\")"
-            )),
-            ImportError::Version(major, minor) => PyBufferError::new_err(format!(
-                "{prefix}: unsupported DLPack version {major}.{minor} (dlcast reads major version 1)"
-            )),
-            ImportError::Unreadable(why) => PyBufferError::new_err(format!("{prefix}: {why}")),
-            ImportError::Invalid(what) => PyBufferError::new_err(format!(
-                "{prefix}: the producer described an invalid array: {what}"
-            )),
-            ImportError::DType(d) => PyTypeError::new_err(format!(
-                "{prefix}: unsupported dtype (code={}, bits={}, lanes={})",
-                d.code, d.bits, d.lanes
-            )),
-            ImportError::Device(d) => PyTypeError::new_err(format!(
-                "{prefix}: unsupported device (device_type={}, device_id={})",
-                d.device_type, d.device_id
-            )),
-            ImportError::Stream(msg) | ImportError::Param(msg) => {
-                PyTypeError::new_err(format!("{prefix}: {msg}"))
-            }
-            ImportError::NeedsDlpack => PyBufferError::new_err(format!(
-                "{prefix}: NumPy's fields do not describe the array, and neither did __dlpack__()"
-            )),
-            ImportError::Buffer(e) => {
-                let py_err = PyBufferError::new_err(format!(
-                    "{prefix}: the buffer protocol refused: {e}"
-                ));
-                py_err.set_cause(py, Some(e));
-                py_err
-            }
+            ImportError::NotACapsule(t) => ImportRefusal::NotACapsule(t),
+            ImportError::UsedCapsule => ImportRefusal::UsedCapsule,
+            ImportError::CapsuleName(n) => ImportRefusal::CapsuleName(n),
+            ImportError::Version(major, minor) => ImportRefusal::Version(major, minor),
+            ImportError::Unreadable(why) => ImportRefusal::Unreadable(why),
+            ImportError::Invalid(what) => ImportRefusal::Invalid(what),
+            ImportError::DType(d) => ImportRefusal::DType(d),
+            ImportError::Device(d) => ImportRefusal::Device(d),
+            ImportError::Stream(msg) | ImportError::Param(msg) => ImportRefusal::Text(msg),
+            ImportError::NeedsDlpack => ImportRefusal::NeedsDlpack,
+            ImportError::Buffer(e) => ImportRefusal::Buffer(e),
+        };
+        CallError::Import {
+            func: self.spec.name,
+            param: param.name,
+            why,
         }
+        .into()
     }
 
     #[inline(always)]
@@ -406,27 +380,10 @@ impl Who {
         }
         if writable {
             if raw.read_only {
-                return Err(self
-                    .fail(
-                        param,
-                        format_args!("the array is read-only, but the parameter is writable"),
-                    )
-                    .into());
+                return Err(self.read_only(param));
             }
             if layout::may_self_overlap(&raw.shape, &raw.strides) {
-                return Err(self
-                    .fail(
-                        param,
-                        format_args!(
-                            "a writable array must not reach one element from two indices, \
-                             and dlcast cannot rule that out for shape {} with strides {} \
-                             (its test is conservative for interleaved strides); pass a \
-                             compact copy, e.g. numpy.ascontiguousarray(x)",
-                            TupleDisplay(&raw.shape),
-                            TupleDisplay(&raw.strides)
-                        ),
-                    )
-                    .into());
+                return Err(self.self_overlap(param, raw));
             }
         }
         Ok(())
@@ -444,16 +401,14 @@ impl Who {
         dtype_ok: bool,
     ) -> Refusal {
         if let (false, Some(shared)) = (dtype_ok, param.shares_dtype) {
-            return PyTypeError::new_err(format!(
-                "{}(): arguments '{}' and '{}' must have the same dtype (both are `{}`), \
-                 got {} and {}",
-                self.spec.name,
-                self.param_name(shared.decided_by),
-                param.name,
-                shared.type_param,
+            return PyErr::from(CallError::SharedDType {
+                func: self.spec.name,
+                decided_by: self.param_name(shared.decided_by),
+                param: param.name,
+                type_param: shared.type_param,
                 want,
-                raw.dtype
-            ))
+                got: raw.dtype,
+            })
             .into();
         }
         let what = if dtype_ok {
@@ -467,16 +422,14 @@ impl Who {
             format!("expected dtype {want}, got {}", raw.dtype)
         };
         let why_not = if writable {
-            "; a writable parameter never converts (writes into a converted copy would be lost)"
-                .to_string()
+            WhyNot::Writable
         } else if !param.convert {
-            String::new()
+            WhyNot::NoConvert
         } else if !dtype_ok && !convert::same_kind(raw.dtype, want) {
-            format!(
-                "; {} does not convert to {want} implicitly (only same-kind casts do, \
-                 as NumPy's can_cast(..., casting=\"same_kind\"))",
-                raw.dtype
-            )
+            WhyNot::Kind {
+                from: raw.dtype,
+                to: want,
+            }
         } else {
             return Refusal::Convert(
                 Target {
@@ -487,7 +440,42 @@ impl Who {
                 what,
             );
         };
-        self.fail(param, format_args!("{what}{why_not}")).into()
+        self.misfit(param, what, why_not)
+    }
+
+    /// A dtype, order or alignment that does not fit (`what`), not converted
+    /// (`why_not`).
+    #[cold]
+    fn misfit(&self, param: &ParamSpec, what: String, why_not: WhyNot) -> Refusal {
+        PyErr::from(CallError::Misfit {
+            func: self.spec.name,
+            param: param.name,
+            what,
+            why_not,
+        })
+        .into()
+    }
+
+    /// A read-only array for a writable parameter.
+    #[cold]
+    fn read_only(&self, param: &ParamSpec) -> Refusal {
+        PyErr::from(CallError::ReadOnly {
+            func: self.spec.name,
+            param: param.name,
+        })
+        .into()
+    }
+
+    /// A writable array whose strides may reach one element twice.
+    #[cold]
+    fn self_overlap(&self, param: &ParamSpec, raw: &RawTensor) -> Refusal {
+        PyErr::from(CallError::SelfOverlap {
+            func: self.spec.name,
+            param: param.name,
+            shape: raw.shape.to_vec(),
+            strides: raw.strides.to_vec(),
+        })
+        .into()
     }
 
     /// Data not aligned for a parameter whose type hands out references: a
@@ -506,14 +494,10 @@ impl Who {
             raw.data as usize, raw.dtype
         );
         if writable {
-            let e = format!(
-                "{what}; a writable parameter never converts (writes into an aligned copy \
-                 would be lost): pass an aligned array, e.g. numpy.require(x, requirements=\"A\")"
-            );
-            return self.fail(param, format_args!("{e}")).into();
+            return self.misfit(param, what, WhyNot::WritableAligned);
         }
         if !param.convert {
-            return self.fail(param, format_args!("{what}")).into();
+            return self.misfit(param, what, WhyNot::NoConvert);
         }
         Refusal::Convert(
             Target {
@@ -525,12 +509,15 @@ impl Who {
         )
     }
 
+    #[cold]
     fn device_error(&self, param: &ParamSpec, got: Device) -> PyErr {
-        let want: Vec<String> = param.devices.iter().map(|d| d.to_string()).collect();
-        self.fail(
-            param,
-            format_args!("expected device {}, got {got}", want.join(" or ")),
-        )
+        CallError::Device {
+            func: self.spec.name,
+            param: param.name,
+            want: param.devices,
+            got,
+        }
+        .into()
     }
 
     fn check_shape(
@@ -560,26 +547,23 @@ impl Who {
             return Ok(());
         }
         match conflict {
-            Some((k, b, n)) if b.param as usize != index => Err(PyTypeError::new_err(format!(
-                "{}(): dimension '{}' is {} in '{}' but {} in '{}'",
-                self.spec.name,
-                self.spec.dim_names[k as usize],
-                b.extent,
-                self.param_name(b.param),
-                n,
-                param.name
-            ))),
-            _ => Err(self.fail(
-                param,
-                format_args!(
-                    "expected shape {}, got {}",
-                    ShapeDisplay {
-                        dims,
-                        names: self.spec.dim_names
-                    },
-                    TupleDisplay(shape)
-                ),
-            )),
+            Some((k, b, n)) if b.param as usize != index => Err(CallError::Extent {
+                func: self.spec.name,
+                dim: self.spec.dim_names[k as usize],
+                first: b.extent,
+                first_param: self.param_name(b.param),
+                second: n,
+                param: param.name,
+            }
+            .into()),
+            _ => Err(CallError::Shape {
+                func: self.spec.name,
+                param: param.name,
+                dims,
+                names: self.spec.dim_names,
+                got: shape.to_vec(),
+            }
+            .into()),
         }
     }
 }

@@ -18,25 +18,27 @@
 //! [`View`] trait, in the `view` module), and [`CallCx::body`] runs the body.
 //! Error messages are formatted only when a check fails.
 //!
-//! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2 and
-//! their messages ([`Who`]); in `release`, when what a call holds is
-//! released (the body guard, and `RawTensor`'s `Drop`).
+//! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2
+//! ([`Who`]); in `error`, what a call refuses, one variant per refusal, with
+//! its message and exception type (`CallError`); in `release`, when what a
+//! call holds is released (the body guard, and `RawTensor`'s `Drop`).
 
 use crate::convert::Target;
 use crate::dtype::DType;
 use crate::import::{self, exchange, numpy, ImportError, RawTensor, Source, StreamCx};
-use crate::spec::{FnSpec, TupleDisplay};
+use crate::spec::FnSpec;
 use crate::stream::{StreamArg, StreamRequest};
-use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 mod checks;
+mod error;
 pub(crate) mod release;
 
 use crate::view::{ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
+use error::CallError;
 
 /// The dtype of an argument that decides a dtype-generic function's type
 /// parameter, read in phase 1 (it is read again, and checked, in phase 2).
@@ -224,10 +226,12 @@ impl<const N: usize> CallCx<N> {
                 self.stream = r;
                 Ok(())
             }
-            Err(v) => Err(PyTypeError::new_err(format!(
-                "{func}(): argument '{param}': expected a stream handle (an integer >= 0, \
-                 or -1 for no synchronisation), got {v}"
-            ))),
+            Err(got) => Err(CallError::StreamHandle {
+                func: func.to_owned(),
+                param: param.to_owned(),
+                got,
+            }
+            .into()),
         }
     }
 
@@ -306,7 +310,7 @@ impl<const N: usize> CallCx<N> {
             r => r,
         };
         let param = &self.spec.params[index];
-        let raw = raw.map_err(|e| self.import_error(py, param, e))?;
+        let raw = raw.map_err(|e| self.import_error(param, e))?;
         Ok(Peeked(raw.dtype))
     }
 
@@ -317,17 +321,13 @@ impl<const N: usize> CallCx<N> {
         let Some(param) = self.spec.params.get(index) else {
             return misuse();
         };
-        let mut names: Vec<String> = param.dtypes.iter().map(|d| d.to_string()).collect();
-        let last = names.pop().unwrap_or_default();
-        let listed = if names.is_empty() {
-            last
-        } else {
-            format!("{} or {last}", names.join(", "))
-        };
-        self.fail(
-            param,
-            format_args!("expected dtype {listed}, got {}", peeked.0),
-        )
+        CallError::UnlistedDType {
+            func: self.spec.name,
+            param: param.name,
+            want: param.dtypes,
+            got: peeked.0,
+        }
+        .into()
     }
 
     /// Phase 1 of slot `index` for `obj` (the argument, or its converted
@@ -360,7 +360,7 @@ impl<const N: usize> CallCx<N> {
             }
             import::prepare(obj, sx, numpy_fields).map(|s| (s, None))
         })();
-        let (source, bump) = prepared.map_err(|e| self.import_error(py, param, e))?;
+        let (source, bump) = prepared.map_err(|e| self.import_error(param, e))?;
         let numpy = matches!(source, Source::Numpy(_));
         if numpy {
             crate::borrow::rnp::check(py)?;
@@ -371,9 +371,7 @@ impl<const N: usize> CallCx<N> {
         }
         if let Some(t) = bump {
             if self.bump.try_reserve(1).is_err() {
-                return Err(pyo3::exceptions::PyMemoryError::new_err(
-                    "dlcast: no memory for the call's version counters",
-                ));
+                return Err(CallError::VersionMemory.into());
             }
             self.bump.push(t);
         }
@@ -459,10 +457,10 @@ impl<const N: usize> CallCx<N> {
                 }
             }
         }
-        Err(PyBufferError::new_err(format!(
-            "{}(): the arguments kept changing while they were read",
-            self.spec.name
-        )))
+        Err(CallError::KeptChanging {
+            func: self.spec.name,
+        }
+        .into())
     }
 
     /// The `Python` token (`attach` is not used: it may run PyO3's deferred
@@ -506,10 +504,10 @@ impl<const N: usize> CallCx<N> {
                 Err(e @ ImportError::Invalid(_))
                     if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
                 {
-                    let e = who.import_error(py, param, e);
+                    let e = who.import_error(param, e);
                     return Err(Stop::Work(index, Work::ViaNumpy(e)));
                 }
-                Err(e) => return Err(Stop::Error(who.import_error(py, param, e))),
+                Err(e) => return Err(Stop::Error(who.import_error(param, e))),
             }
             let Some(raw) = out.as_mut() else {
                 return Err(Stop::Error(misuse()));
@@ -521,14 +519,15 @@ impl<const N: usize> CallCx<N> {
                 raw.converted = Some(raw.read_only);
                 raw.read_only = true;
                 if raw.shape.as_slice() != shape.as_slice() {
-                    return Err(Stop::Error(who.fail(
-                        param,
-                        format_args!(
-                            "converting it gave shape {}, not {}",
-                            TupleDisplay(&raw.shape),
-                            TupleDisplay(shape)
-                        ),
-                    )));
+                    return Err(Stop::Error(
+                        CallError::ConvertedShape {
+                            func: who.spec.name,
+                            param: param.name,
+                            got: raw.shape.to_vec(),
+                            want: shape.to_vec(),
+                        }
+                        .into(),
+                    ));
                 }
             }
             match who.check(names, index, param, raw, dtype, writable) {
@@ -536,15 +535,16 @@ impl<const N: usize> CallCx<N> {
                 Err(Refusal::Error(e)) => return Err(Stop::Error(e)),
                 Err(Refusal::Convert(target, what)) => {
                     if slot.converted.is_some() {
-                        return Err(Stop::Error(who.fail(
-                            param,
-                            format_args!(
-                                "{what}; its converted copy has dtype {} with strides {}, \
-                                 which still does not fit",
-                                raw.dtype,
-                                TupleDisplay(&raw.strides)
-                            ),
-                        )));
+                        return Err(Stop::Error(
+                            CallError::StillMisfits {
+                                func: who.spec.name,
+                                param: param.name,
+                                what,
+                                dtype: raw.dtype,
+                                strides: raw.strides.to_vec(),
+                            }
+                            .into(),
+                        ));
                     }
                     // The conversion reads the memory: not while a writable
                     // view of another call holds it.
@@ -569,13 +569,13 @@ impl<const N: usize> CallCx<N> {
             // 2, once the memory is this call's, before any version counter
             // is bumped.
             if param.aligned && !raw.holds_valid_bools() {
-                return Err(Stop::Error(pyo3::exceptions::PyValueError::new_err(
-                    format!(
-                        "{}(): argument '{}': the array holds bytes that are not valid bool \
-                     values (a bool must be 0 or 1)",
-                        who.spec.name, param.name
-                    ),
-                )));
+                return Err(Stop::Error(
+                    CallError::InvalidBool {
+                        func: who.spec.name,
+                        param: param.name,
+                    }
+                    .into(),
+                ));
             }
             // Its holds in rust-numpy's registries, acquired in phase 1, must
             // describe the array as read (no call into them here).
@@ -634,13 +634,13 @@ impl<const N: usize> CallCx<N> {
                     _ => obj.clone(),
                 };
                 let tmp = self.convert(index, &read, host, ndim, target, &what)?;
-                self.prepare_slot(index, &tmp, true).map_err(|e| {
-                    let err = self.fail(
-                        &self.spec.params[index],
-                        format_args!("{what}, and its converted copy could not be read: {e}"),
-                    );
-                    err.set_cause(py, Some(e));
-                    err
+                self.prepare_slot(index, &tmp, true).map_err(|cause| {
+                    PyErr::from(CallError::CopyUnreadable {
+                        func: self.spec.name,
+                        param: self.spec.params[index].name,
+                        what,
+                        cause,
+                    })
                 })?;
                 if let Some((keep, _)) = &mut self.slots[index].converted {
                     *keep = tmp.unbind();
@@ -708,13 +708,13 @@ impl<const N: usize> CallCx<N> {
             .and_then(|v| v.is_truthy())
             .unwrap_or(false);
         if !castable {
-            return Err(self.fail(
-                param,
-                format_args!(
-                    "expected dtype {dtype}, got {from} (which dlcast cannot read in place), and \
-                     it does not convert to {dtype} implicitly (only same-kind casts do)"
-                ),
-            ));
+            return Err(CallError::NotCastable {
+                func: self.spec.name,
+                param: param.name,
+                want: dtype,
+                got: from.to_string(),
+            }
+            .into());
         }
         // NumPy reads the memory to convert it: not while a writable view
         // (of this call or another) holds any of its bytes.
@@ -807,10 +807,7 @@ impl<const N: usize> CallCx<N> {
 /// `CallCx` by hand can: the generated code calls each once, in order).
 #[cold]
 fn misuse() -> PyErr {
-    PyBufferError::new_err(
-        "dlcast: the call context was driven out of order (prepare, finish, take per \
-         parameter with the same view type, then body)",
-    )
+    CallError::Misuse.into()
 }
 
 /// Debug builds only: marks the stretch of phase 2 where arguments are
