@@ -249,7 +249,7 @@ def test_returns_mlx_of_negative_strides_is_copied_or_named():
     # array." without the function; torch and paddle get a BufferError from
     # dlcast naming the problem and the fix, JAX gets a copy. Expected: a
     # copy (MLX copies anyway) or dlcast's BufferError.
-    pytest.importorskip("mlx.core")
+    import mlx.core  # noqa: F401 (installed by make test: never skipped)
     try:
         r = ext.a2_counted_mlx(4, reversed=True)
     except BufferError as e:
