@@ -107,11 +107,13 @@ demo-ext: venv
 demo: demo-ext
 	$(PY) examples/demo/demo.py
 
-## Call-overhead benchmark against rust-numpy, dlpark and nanobind
-## (bench/): builds its own modules, writes BENCHMARKS.md and bench/bench.png.
-## Not part of `make test` or CI.
+## Call-overhead benchmark against rust-numpy, dlpark, nanobind and a
+## hand-written sound limit (bench/): builds its own modules, counts
+## instructions per call under callgrind (bench/callgrind.md and .json; needs
+## valgrind), times every case, and writes BENCHMARKS.md (both side by side)
+## and bench/bench.png. Not part of `make test` or CI.
 bench: venv
-	bash bench/build.sh && $(PY) bench/run.py
+	bash bench/build.sh && $(PY) bench/callgrind.py --table && $(PY) bench/run.py
 
 ## The property test of generated capsule descriptions (tests/python/
 ## test_capsules.py) with DLCAST_FUZZ_EXAMPLES cases (default 200,000;

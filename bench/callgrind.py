@@ -85,6 +85,13 @@ TABLE = {
         ("rust-numpy `PyReadonlyArray2<f32>` + checks (`sum_pts`)", "rnp_sum_pts", "pts"),
         ("rust-numpy `PyReadonlyArray1<f64>::as_slice` (`slice_len`)", "rnp_slice_len", "v10"),
         ("rust-numpy `as_array()` (`view_first`)", "rnp_view_first", "pts"),
+        ("dlcast `TensorMut<f64>` (`sum_len_mut`)", "dlcast_sum_len_mut", "v10"),
+        ("dlcast `&mut [f64]` (`slice_len_mut`)", "dlcast_slice_len_mut", "v10"),
+        ("rust-numpy `PyReadwriteArrayDyn<f64>` (`sum_len_mut`)", "rnp_sum_len_mut", "v10"),
+        ("sound limit, hand-written `&[f64]` (`limit_slice_len`, bench/rust/src/limit.rs)",
+         "limit_slice_len", "v10"),
+        ("sound limit, hand-written `&mut [f64]` (`limit_slice_len_mut`)",
+         "limit_slice_len_mut", "v10"),
         ("floor4 (bare PyO3 call, four arguments)", "floor4", "args4"),
         ("dlcast `args1` (one `#[shape(n, 3)]`)", "dlcast_args1", "args1"),
         ("dlcast `args4` (3 `TensorRef` + 1 `TensorMut`, shared `n`)", "dlcast_args4", "args4"),
@@ -96,12 +103,26 @@ TABLE = {
         ("dlcast `make_f32(1000)` -> NumPy", "dlcast_make_f32_numpy", "n"),
         ("rust-numpy `make_f32(1000)`", "rnp_make_f32_numpy", "n"),
     ],
+    # rust-numpy on its own: a process that calls no dlcast function, so
+    # rust-numpy's own borrow table is the one in use (in the "numpy"
+    # process dlcast's registry, published first, serves rust-numpy too).
+    "numpy-own": [
+        ("rust-numpy `PyReadonlyArrayDyn<f64>` (`sum_len`)", "rnp_sum_len", "v10"),
+        ("rust-numpy `PyReadonlyArray2<f32>` + checks (`sum_pts`)", "rnp_sum_pts", "pts"),
+        ("rust-numpy `PyReadonlyArray1<f64>::as_slice` (`slice_len`)", "rnp_slice_len", "v10"),
+        ("rust-numpy `as_array()` (`view_first`)", "rnp_view_first", "pts"),
+        ("rust-numpy `PyReadwriteArrayDyn<f64>` (`sum_len_mut`)", "rnp_sum_len_mut", "v10"),
+        ("rust-numpy `args1`", "rnp_args1", "args1"),
+        ("rust-numpy `args4`", "rnp_args4", "args4"),
+    ],
     "torch": [
         ("floor (bare PyO3 call, one argument)", "floor", "v10"),
         ("dlcast `TensorRef<f64>` (`sum_len`)", "dlcast_sum_len", "v10"),
         ("dlcast `#[shape(_, 3)] #[order(c)] TensorRef<f32>` (`sum_pts`)", "dlcast_sum_pts", "pts"),
         ("dlcast `&[f64]` (`slice_len`)", "dlcast_slice_len", "v10"),
         ("dlcast `ArrayView2<f32>` (`view_first`)", "dlcast_view_first", "pts"),
+        ("dlcast `TensorMut<f64>` (`sum_len_mut`)", "dlcast_sum_len_mut", "v10"),
+        ("dlcast `&mut [f64]` (`slice_len_mut`)", "dlcast_slice_len_mut", "v10"),
         ("dlpark `from_dlpack` (`sum_len`)", "dlpark_sum_len", "v10"),
         ("dlpark + checks (`sum_pts`)", "dlpark_sum_pts", "pts"),
         ("dlpark `cpu_slice` (`slice_len`)", "dlpark_slice_len", "v10"),
@@ -115,6 +136,9 @@ TABLE = {
     ],
 }
 T_SMALL, T_LARGE = 1_000, 3_000
+# Measured as whole calls (see table_mode): the returning functions and the
+# bare call (all in TABLE["numpy"]).
+WHOLE = ["floor", "dlcast_make_f32_numpy", "rnp_make_f32_numpy"]
 PROFILE_N = 3_000
 
 
@@ -169,12 +193,14 @@ def annotate(path: Path, inclusive: bool) -> dict:
     return costs
 
 
-def run_cg(out: Path, tag: str, args: list[str], toggle: str) -> Path:
+def run_cg(out: Path, tag: str, args: list[str], toggle: str | None) -> Path:
+    """One callgrind run of this script with `args`; collection only inside
+    functions matching `toggle`, or everywhere when it is None."""
     f = out / f"callgrind.{tag}"
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1")
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}",
-                    "--collect-atstart=no", f"--toggle-collect={toggle}",
+    collect = ["--collect-atstart=no", f"--toggle-collect={toggle}"] if toggle else []
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}", *collect,
                     sys.executable, __file__, *args], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return f
@@ -201,6 +227,16 @@ def table_mode(module_dir: str, out: Path) -> None:
         lines_by_fw[fw] = rows
         print(f"{fw}: " + ", ".join(f"{fn}={p:,.0f}" if p else f"{fn}=?"
                                     for (_, fn, _), (_, p) in zip(items, rows)), flush=True)
+    # Returning: whole calls, so that the result's deallocation (after the
+    # extension function returned) counts too; the bare call's figure is
+    # subtracted when compared.
+    whole = {}
+    for fn in WHOLE:
+        ir = {n: total_ir(run_cg(out, f"whole.{fn}.{n}", ["-", "numpy", "--module-dir", module_dir,
+                                                           "--table-inner", str(n), "--only", fn],
+                                 None)) for n in (T_SMALL, T_LARGE)}
+        whole[fn] = (ir[T_LARGE] - ir[T_SMALL]) / (T_LARGE - T_SMALL)
+    print("whole calls: " + ", ".join(f"{fn}={v:,.0f}" for fn, v in whole.items()), flush=True)
     profiles = {}
     for fw in ("numpy", "torch"):
         f = run_cg(out, f"profile.{fw}", ["-", fw, "--module-dir", module_dir, "--table-inner",
@@ -228,10 +264,15 @@ def table_mode(module_dir: str, out: Path) -> None:
         "body and the result included; Python's dispatch of the call (the same for every "
         "function of one arity) not. The difference between runs of "
         f"{T_LARGE:,} and {T_SMALL:,} calls of each, over {T_LARGE - T_SMALL:,}: "
-        "stable to a few instructions whatever the machine's load.",
+        "stable to a few instructions whatever the machine's load. rust-numpy's rows "
+        "are measured twice: in the process of the dlcast rows, where dlcast's "
+        "registry, published first, is rust-numpy's borrow table too (the setting of the "
+        "NumPy targets), and in a process that calls no dlcast function, on rust-numpy's "
+        "own table.",
         "",
-        "| function | NumPy input | PyTorch input |",
-        "|---|---|---|",
+        "| function | NumPy input | NumPy input, rust-numpy on its own registry | "
+        "PyTorch input |",
+        "|---|---|---|---|",
     ]
     by_label: dict = {}
     for fw, rows in lines_by_fw.items():
@@ -239,8 +280,19 @@ def table_mode(module_dir: str, out: Path) -> None:
             by_label.setdefault(label, {})[fw] = per
     for label, d in by_label.items():
         md.append(f"| {label} | " + " | ".join(
-            (f"{d[fw]:,.0f}" if d.get(fw) is not None else "—") for fw in ("numpy", "torch"))
+            (f"{d[fw]:,.0f}" if d.get(fw) is not None else "—")
+            for fw in ("numpy", "numpy-own", "torch"))
                   + " |")
+    md += [
+        "",
+        "Returning: whole calls from Python (`f(1000)` in a loop: dispatch, the function, "
+        "and the returned array's deallocation), above the bare call's "
+        f"({whole['floor']:,.0f}):",
+        "",
+        "| function | instructions above the bare call, deallocation included |",
+        "|---|---|",
+        *[f"| `{fn}` | {v - whole['floor']:,.0f} |" for fn, v in whole.items() if fn != "floor"],
+    ]
     for fw, (total, top, itop) in profiles.items():
         name = "NumPy" if fw == "numpy" else "PyTorch"
         md += [
@@ -260,7 +312,8 @@ def table_mode(module_dir: str, out: Path) -> None:
     # The figures by function, for bench/run.py's targets table.
     (HERE / "callgrind.json").write_text(json.dumps(
         {"commit": rev, "per_call": {fw: {fn: per for (_, fn, _), (_, per) in zip(TABLE[fw], rows)}
-                                     for fw, rows in lines_by_fw.items()}}, indent=1) + "\n")
+                                     for fw, rows in lines_by_fw.items()},
+         "whole": whole}, indent=1) + "\n")
     print("\n".join(md))
     print(f"wrote {HERE / 'callgrind.md'}")
 
@@ -282,7 +335,7 @@ def total_ir(path: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("fn", nargs="?")
-    ap.add_argument("input", nargs="?", choices=["numpy", "torch"])
+    ap.add_argument("input", nargs="?", choices=["numpy", "numpy-own", "torch"])
     ap.add_argument("--module-dir", default=str(HERE / "target" / "py"))
     ap.add_argument("--keep", help="directory for the callgrind files")
     ap.add_argument("--table", action="store_true", help="write bench/callgrind.md")

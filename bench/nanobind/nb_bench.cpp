@@ -38,6 +38,15 @@ NB_MODULE(nb_bench, m) {
               return x.size();
           });
 
+    // Writable versions of sum_len and slice_len (dlcast's `TensorMut<f64>`
+    // and `&mut [f64]`): nanobind checks only that the array is writable.
+    m.def("sum_len_mut",
+          [](nb::ndarray<double, nb::device::cpu> x) -> size_t { return x.size(); });
+    m.def("slice_len_mut",
+          [](nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu> x) -> size_t {
+              return x.size();
+          });
+
     // A 2-D float32 array, any strides, through .view(): the first element.
     m.def("view_first",
           [](nb::ndarray<const float, nb::ndim<2>, nb::device::cpu> x) -> float {

@@ -27,13 +27,14 @@
 use dlcast_runtime::prelude::*;
 use ndarray::ArrayView2;
 use numpy::{
-    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyReadwriteArray1,
+    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyReadwriteArray1, PyReadwriteArrayDyn,
     PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 mod body;
+mod limit;
 
 // ---------------------------------------------------------------- floor
 
@@ -89,6 +90,13 @@ fn dlcast_sum_len_mut(x: TensorMut<'_, f64>) -> usize {
 #[dlpack_fn]
 #[pyfunction]
 fn dlcast_slice_len(x: &[f64]) -> usize {
+    x.len()
+}
+
+/// `slice_len` with a writable slice (`&mut [f64]`).
+#[dlpack_fn]
+#[pyfunction]
+fn dlcast_slice_len_mut(x: &mut [f64]) -> usize {
     x.len()
 }
 
@@ -168,6 +176,13 @@ fn dlcast_make_f32_torch(n: usize) -> PyResult<Tensor<f32>> {
 
 #[pyfunction]
 fn rnp_sum_len(x: PyReadonlyArrayDyn<'_, f64>) -> usize {
+    x.len()
+}
+
+/// `rnp_sum_len` with a writable array (`PyReadwriteArrayDyn`), against
+/// `dlcast_sum_len_mut`.
+#[pyfunction]
+fn rnp_sum_len_mut(x: PyReadwriteArrayDyn<'_, f64>) -> usize {
     x.len()
 }
 
@@ -372,6 +387,10 @@ fn dlcast_bench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlcast_sum_len, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_pts, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_len_mut, m)?)?;
+    m.add_function(wrap_pyfunction!(dlcast_slice_len_mut, m)?)?;
+    m.add_function(wrap_pyfunction!(rnp_sum_len_mut, m)?)?;
+    m.add_function(wrap_pyfunction!(limit::limit_slice_len, m)?)?;
+    m.add_function(wrap_pyfunction!(limit::limit_slice_len_mut, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_make_f32_numpy, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_make_f32_torch, m)?)?;
     m.add_function(wrap_pyfunction!(rnp_sum_len, m)?)?;
