@@ -52,6 +52,8 @@ mod npyffi;
 pub mod spec;
 pub mod stream;
 mod trust;
+// Every refusal, typed, with its message and Python exception type.
+mod error;
 // The borrow registry, then import (one module per source of arrays,
 // PyTorch's own rules inside).
 pub mod borrow;

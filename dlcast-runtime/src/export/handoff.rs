@@ -5,11 +5,11 @@
 use super::array::{delete_versioned, make_capsule, make_managed, Array, BUFFER_PROTOCOL};
 use super::tensor::Tensor;
 use crate::device::Device;
+use crate::error::ExportError;
 pub use crate::framework::Framework;
 use crate::import::Dims;
 use crate::layout;
 use dlpack_rs::ffi::DLManagedTensorVersioned;
-use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
@@ -39,11 +39,12 @@ impl Framework {
             }
             let device = arr.get().inner.device;
             if !device.is_host_accessible() {
-                return Err(PyBufferError::new_err(format!(
-                    "returns = numpy: the array is on {device}, and NumPy reads host memory \
-                     only; return it to a framework of that device (returns = torch, \
-                     cupy, ...) or copy it to the host first"
-                )));
+                return Err(ExportError::HostOnly {
+                    option: "numpy",
+                    name: "NumPy",
+                    device,
+                }
+                .into());
             }
             return self.importer(py)?.call1((arr,));
         }
@@ -114,18 +115,14 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
 /// read-only memory would let Python write into it; say so, with what to do
 /// instead, before anything is handed over (the export is then freed by the
 /// caller, as for any error).
-fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -> PyResult<()> {
+fn refuse_for_mutable_only(
+    array: &Bound<'_, Array>,
+    option: &'static str,
+    name: &'static str,
+) -> PyResult<()> {
     let e = &array.get().inner;
     if e.read_only {
-        return Err(PyBufferError::new_err(format!(
-            "returns = {option}: the array is read-only (a view of a read-only input, a \
-             Tensor made read-only, static data or a read-only ArrayBuffer view), and \
-             {name} has no read-only tensors: it ignores DLPack's READ_ONLY flag, so Python \
-             code could write into memory that must not change. Return a writable copy \
-             instead (e.g. Tensor::from_vec(view.to_vec()?, view.shape()), or \
-             ArrayBuffer::to_tensor), or use returns = numpy, whose arrays carry \
-             writeable=False"
-        )));
+        return Err(ExportError::ReadOnlyRefused { option, name }.into());
     }
     let negative = e.strides.iter().any(|&s| s < 0);
     let shape = if negative {
@@ -136,13 +133,14 @@ fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -
     if let Some(axis) = (0..shape.len())
         .find(|&d| e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d))
     {
-        return Err(PyBufferError::new_err(format!(
-            "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
-             (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
-             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
-            e.strides[axis],
-            e.strides.as_slice(),
-        )));
+        return Err(ExportError::NegativeStride {
+            option,
+            name,
+            stride: e.strides[axis],
+            axis,
+            strides: e.strides.to_vec(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -183,8 +181,7 @@ fn torch_from_array<'py>(
     // or the call fails with an exception set.
     let rc = unsafe { to_torch(managed, &mut out) };
     if rc != 0 || out.is_null() {
-        let err = PyErr::take(py)
-            .unwrap_or_else(|| PyBufferError::new_err("torch's exchange API returned no tensor"));
+        let err = PyErr::take(py).unwrap_or_else(|| ExportError::TorchNoTensor.into());
         if !deleted.load(Ordering::SeqCst) {
             // SAFETY: PyTorch's implementation (`ManagedTensorToPyObjectNoSync`
             // in torch/csrc/Module.cpp) is `at::fromDLPackVersioned` then
