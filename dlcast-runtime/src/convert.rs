@@ -43,13 +43,8 @@ pub(crate) struct Target {
     pub copy: bool,
 }
 
-/// Why a conversion could not be attempted or failed.
-pub(crate) enum ConvertError {
-    /// No framework method applies; the text says why.
-    Unsupported(String),
-    /// The framework raised.
-    Raised(&'static str, PyErr),
-}
+pub(crate) use crate::error::ConvertError;
+use crate::error::Unconvertible;
 
 /// Converts `obj` (host or device memory of a known framework) to `target`
 /// by asking its framework; see the module documentation for which
@@ -61,25 +56,20 @@ pub(crate) fn convert<'py>(
     target: Target,
 ) -> Result<Bound<'py, PyAny>, ConvertError> {
     let Some(name) = target.dtype.name() else {
-        return Err(ConvertError::Unsupported(format!(
-            "dlcast does not convert to {}",
-            target.dtype
+        return Err(ConvertError::Unsupported(Unconvertible::Target(
+            target.dtype,
         )));
     };
     // SAFETY: `obj` is a live object; PyCapsule_CheckExact only reads its type.
     if unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
-        return Err(ConvertError::Unsupported(
-            "a DLPack capsule can be read only once".into(),
-        ));
+        return Err(ConvertError::Unsupported(Unconvertible::Capsule));
     }
     // F order is only a different layout from C for two or more dimensions.
     let wants_f = target.order == Order::F && ndim >= 2;
     let framework = Framework::of(obj);
     let numpy_like = matches!(framework, Some(Framework::Numpy | Framework::Cupy) | None);
     if target.dtype == DType::BFLOAT16 && numpy_like {
-        return Err(ConvertError::Unsupported(
-            "NumPy has no bfloat16 that DLPack can export".into(),
-        ));
+        return Err(ConvertError::Unsupported(Unconvertible::NumpyBfloat16));
     }
     // JAX without `jax_enable_x64` silently keeps 32 bits: 64-bit targets
     // of host arrays go through NumPy.
@@ -118,9 +108,7 @@ pub(crate) fn convert<'py>(
             }
         }
         _ if host => numpy_fallback(obj, name, target.order).map_err(raised("numpy.asarray")),
-        _ => Err(ConvertError::Unsupported(
-            "its framework has no conversion dlcast knows for device memory".into(),
-        )),
+        _ => Err(ConvertError::Unsupported(Unconvertible::Device)),
     }
 }
 

@@ -7,7 +7,10 @@
 //! therefore depends on nothing but `core`: plain `const` tables and the
 //! enums their columns use. Who reads what:
 //! - the runtime: [`Framework`] itself, `Framework::of` (the `modules`
-//!   column), the names, sizes, NumPy type numbers, buffer formats and
+//!   column), the hand-off of `returns = <option>` (`export/handoff.rs`:
+//!   the `name`, `handover`, `host_only`, `read_only` and `layout`
+//!   columns, read generically: what is refused, what is copied, what is
+//!   handed to which function), the names, sizes, NumPy type numbers, buffer formats and
 //!   casting kinds of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
@@ -20,8 +23,9 @@
 //!   `DLCAST_BLESS=1` rewrites it.
 //!
 //! Adding a framework: one row of [`FRAMEWORKS`] (which also declares its
-//! [`Framework`] variant), then its quirks where the compiler asks for them
-//! (the exhaustive matches of the export), its tests, and
+//! [`Framework`] variant; a way of handing arrays over that no row uses yet
+//! is a new [`Handover`] variant, whose arm the compiler then asks for in
+//! the hand-off), its tests, and
 //! `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`. Adding a
 //! dtype: one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its
 //! tests, and the same command.
@@ -188,21 +192,58 @@ dtypes! {
         [&[npy_type::CDOUBLE]]                                                Some(c"Zd"), Some("c16");
 }
 
-/// How an array is handed to a framework (`returns = ...`).
+/// How an array is handed to a framework (`returns = ...`), and the
+/// function that takes it (`module.func`, looked up once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Handover {
-    /// The `dlcast.Array` itself, to the importer, which calls its
-    /// `__dlpack__`.
-    Array,
-    /// A legacy DLPack capsule, to the importer (which takes no object
+    /// The `dlcast.Array` itself, to `module.func` (a `from_dlpack`), which
+    /// calls its `__dlpack__`; read-only data of a framework whose arrays
+    /// are immutable ([`ReadOnly::Immutable`]) through a consumer that
+    /// gives a legacy capsule.
+    FromDlpack {
+        module: &'static str,
+        func: &'static str,
+    },
+    /// A legacy DLPack capsule, to `module.func` (which takes no object
     /// with `__dlpack__`).
-    LegacyCapsule,
+    LegacyCapsule {
+        module: &'static str,
+        func: &'static str,
+    },
     /// An `ndarray` made through NumPy's verified C API, whose `base` is
-    /// the `dlcast.Array`; the importer where that API cannot be used.
-    NumpyCApi,
-    /// PyTorch's verified DLPack exchange table, or its C export; the
-    /// importer where neither can be used.
-    TorchExchange,
+    /// the `dlcast.Array`; as [`Handover::FromDlpack`] where that API
+    /// cannot be used.
+    NumpyCApi {
+        module: &'static str,
+        func: &'static str,
+    },
+    /// PyTorch's verified DLPack exchange table, for host memory; as
+    /// [`Handover::FromDlpack`] for device memory or where the table is
+    /// missing.
+    TorchExchange {
+        module: &'static str,
+        func: &'static str,
+    },
+    /// The `dlcast.Array`'s buffer protocol, to `module.func` (a
+    /// `memoryview`); below abi3-py311, where the class has none, NumPy's
+    /// array over the same memory.
+    Buffer {
+        module: &'static str,
+        func: &'static str,
+    },
+}
+
+impl Handover {
+    /// The module and attribute of the function that takes the array.
+    pub const fn importer(self) -> (&'static str, &'static str) {
+        match self {
+            Handover::FromDlpack { module, func }
+            | Handover::LegacyCapsule { module, func }
+            | Handover::NumpyCApi { module, func }
+            | Handover::TorchExchange { module, func }
+            | Handover::Buffer { module, func } => (module, func),
+        }
+    }
 }
 
 /// What becomes of read-only data handed to a framework.
@@ -212,9 +253,11 @@ pub enum ReadOnly {
     /// `writeable=False`, a read-only buffer).
     Marked,
     /// The framework's arrays are immutable: it goes as it is, to a
-    /// consumer that never asks to write.
+    /// consumer that never asks to write (through a legacy capsule, which
+    /// cannot say read-only).
     Immutable,
-    /// The framework has no read-only arrays: it is refused.
+    /// The framework has no read-only arrays (it ignores DLPack's
+    /// `READ_ONLY`): it is refused before anything is handed over.
     Refused,
 }
 
@@ -228,7 +271,8 @@ pub enum Layout {
     CompactCopy,
     /// Negative strides go as a C-order copy.
     NegativeStridesCopied,
-    /// Negative strides are refused.
+    /// Negative strides (of a dimension with more than one index) are
+    /// refused before anything is handed over.
     NegativeStridesRefused,
 }
 
@@ -252,16 +296,19 @@ pub struct FrameworkFacts {
     pub id: Framework,
     /// Its name in `#[dlpack_fn(returns = <option>)]`.
     pub option: &'static str,
+    /// `"returns = <option>"`, as messages name a copy for it.
+    pub returns: &'static str,
     /// The top-level packages of its array types (`returns = like(x)`,
     /// conversions): `type(x).__module__` up to the first dot.
     pub modules: &'static [&'static str],
     /// The Python type of its arrays as the signature line names it.
     pub python_type: &'static str,
-    /// The module and attribute of the function that takes the array.
-    pub importer: (&'static str, &'static str),
-    /// How an array is handed over.
+    /// Its name in messages (`"PyTorch"`).
+    pub name: &'static str,
+    /// How an array is handed over, and to which function.
     pub handover: Handover,
-    /// Whether it takes host memory only (device memory is refused).
+    /// Whether it takes host memory only: device memory is refused before
+    /// anything is handed over.
     pub host_only: bool,
     /// What becomes of read-only data.
     pub read_only: ReadOnly,
@@ -276,8 +323,8 @@ macro_rules! frameworks {
         option: $option:literal,
         modules: [$($module:literal),*],
         python_type: $python_type:literal,
-        importer: $importer:expr,
-        handover: $handover:ident,
+        name: $name:literal,
+        handover: $handover:ident($hmodule:literal, $hfunc:literal),
         host_only: $host_only:literal,
         read_only: $read_only:ident,
         layout: $layout:ident,
@@ -293,10 +340,11 @@ macro_rules! frameworks {
         pub const FRAMEWORKS: &[FrameworkFacts] = &[$(FrameworkFacts {
             id: Framework::$id,
             option: $option,
+            returns: concat!("returns = ", $option),
             modules: &[$($module),*],
             python_type: $python_type,
-            importer: $importer,
-            handover: Handover::$handover,
+            name: $name,
+            handover: Handover::$handover { module: $hmodule, func: $hfunc },
             host_only: $host_only,
             read_only: ReadOnly::$read_only,
             layout: Layout::$layout,
@@ -308,44 +356,45 @@ macro_rules! frameworks {
 frameworks! {
     /// `numpy.from_dlpack`.
     Numpy {
-        option: "numpy", modules: ["numpy"], python_type: "numpy.ndarray",
-        importer: ("numpy", "from_dlpack"), handover: NumpyCApi, host_only: true,
+        option: "numpy", modules: ["numpy"], python_type: "numpy.ndarray", name: "NumPy",
+        handover: NumpyCApi("numpy", "from_dlpack"), host_only: true,
         read_only: Marked, layout: AsIs,
         stub: "numpy.typing.NDArray[typing.Any]" ["numpy", "numpy.typing"] typed: true,
     }
     /// `torch.from_dlpack`.
     Torch {
-        option: "torch", modules: ["torch"], python_type: "torch.Tensor",
-        importer: ("torch", "from_dlpack"), handover: TorchExchange, host_only: false,
+        option: "torch", modules: ["torch"], python_type: "torch.Tensor", name: "PyTorch",
+        handover: TorchExchange("torch", "from_dlpack"), host_only: false,
         read_only: Refused, layout: NegativeStridesRefused,
         stub: "torch.Tensor" ["torch"] typed: true,
     }
     /// `jax.numpy.from_dlpack`.
     Jax {
-        option: "jax", modules: ["jax", "jaxlib"], python_type: "jax.Array",
-        importer: ("jax.numpy", "from_dlpack"), handover: Array, host_only: false,
+        option: "jax", modules: ["jax", "jaxlib"], python_type: "jax.Array", name: "JAX",
+        handover: FromDlpack("jax.numpy", "from_dlpack"), host_only: false,
         read_only: Immutable, layout: CompactCopy,
         stub: "jax.Array" ["jax"] typed: true,
     }
     /// `cupy.from_dlpack`.
     Cupy {
-        option: "cupy", modules: ["cupy"], python_type: "cupy.ndarray",
-        importer: ("cupy", "from_dlpack"), handover: Array, host_only: false,
+        option: "cupy", modules: ["cupy"], python_type: "cupy.ndarray", name: "CuPy",
+        handover: FromDlpack("cupy", "from_dlpack"), host_only: false,
         read_only: Marked, layout: AsIs,
         stub: "cupy.ndarray" ["cupy"] typed: false,
     }
     /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
     Tensorflow {
         option: "tensorflow", modules: ["tensorflow"], python_type: "tensorflow.Tensor",
-        importer: ("tensorflow.experimental.dlpack", "from_dlpack"), handover: LegacyCapsule,
+        name: "TensorFlow",
+        handover: LegacyCapsule("tensorflow.experimental.dlpack", "from_dlpack"),
         host_only: false, read_only: Immutable, layout: AsIs,
         stub: "tensorflow.Tensor" ["tensorflow"] typed: false,
     }
     /// `array_api_strict.from_dlpack`.
     ArrayApi {
         option: "array_api", modules: ["array_api_strict"],
-        python_type: "array_api_strict.Array",
-        importer: ("array_api_strict", "from_dlpack"), handover: Array, host_only: false,
+        python_type: "array_api_strict.Array", name: "array_api_strict",
+        handover: FromDlpack("array_api_strict", "from_dlpack"), host_only: false,
         read_only: Marked, layout: AsIs,
         stub: "array_api_strict._array_object.Array" ["array_api_strict._array_object"]
             typed: true,
@@ -353,15 +402,15 @@ frameworks! {
     /// A built-in `memoryview` over the exported array (the buffer
     /// protocol: host memory, dtypes with a `struct` format).
     Memoryview {
-        option: "memoryview", modules: [], python_type: "memoryview",
-        importer: ("builtins", "memoryview"), handover: Array, host_only: true,
+        option: "memoryview", modules: [], python_type: "memoryview", name: "memoryview",
+        handover: Buffer("builtins", "memoryview"), host_only: true,
         read_only: Marked, layout: AsIs,
         stub: "memoryview" [] typed: true,
     }
     /// `mlx.core.from_dlpack` (MLX arrays are immutable).
     Mlx {
-        option: "mlx", modules: ["mlx"], python_type: "mlx.core.array",
-        importer: ("mlx.core", "from_dlpack"), handover: Array, host_only: false,
+        option: "mlx", modules: ["mlx"], python_type: "mlx.core.array", name: "MLX",
+        handover: FromDlpack("mlx.core", "from_dlpack"), host_only: false,
         read_only: Immutable, layout: NegativeStridesCopied,
         stub: "mlx.core.array" ["mlx.core"] typed: false,
     }
@@ -369,7 +418,8 @@ frameworks! {
     /// read-only tensors).
     Paddle {
         option: "paddle", modules: ["paddle"], python_type: "paddle.Tensor",
-        importer: ("paddle", "from_dlpack"), handover: Array, host_only: false,
+        name: "PaddlePaddle",
+        handover: FromDlpack("paddle", "from_dlpack"), host_only: false,
         read_only: Refused, layout: NegativeStridesRefused,
         stub: "paddle.Tensor" ["paddle"] typed: true,
     }

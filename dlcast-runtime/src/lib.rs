@@ -52,6 +52,9 @@ mod npyffi;
 pub mod spec;
 pub mod stream;
 mod trust;
+// Every refusal as a typed value, one file per area (call, import, view,
+// export): each variant's message and Python exception type, written once.
+mod error;
 // The borrow registry, then import (one module per source of arrays,
 // PyTorch's own rules inside).
 pub mod borrow;
@@ -61,7 +64,8 @@ pub mod convert;
 
 // The views: dlcast's, with the `View` trait through which the call driver
 // makes every view and what a view keeps (before the driver, which uses
-// them), then Rust's own (slices and ndarray views, in view::native).
+// them), then Rust's own (slices and ndarray views, in view::native); their
+// errors are in `error`.
 mod view;
 
 // The per-call driver: the two phases, the checks, and the release of what

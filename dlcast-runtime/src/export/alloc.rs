@@ -8,9 +8,9 @@ use super::tensor::Tensor;
 use crate::borrow::{self, Borrow, Refused};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
+use crate::error::ExportError;
 use crate::import::{Dims, RawTensor};
 use crate::layout;
-use pyo3::exceptions::{PyBufferError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -49,64 +49,7 @@ pub fn stats() -> ExportStats {
 /// would need Python leak instead of touching it.
 pub(super) static FINALIZING: AtomicBool = AtomicBool::new(false);
 
-/// Why a [`Tensor`] cannot be built from the given parts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShapeError {
-    /// The shape's element count differs from the data's length.
-    #[error("shape {shape:?} holds {expected} elements, but the data has {got}")]
-    Length {
-        /// The requested shape.
-        shape: Vec<usize>,
-        /// Elements the shape holds.
-        expected: usize,
-        /// Elements given.
-        got: usize,
-    },
-    /// Shape and strides have different lengths.
-    #[error("shape has {0} dimensions but strides have {1}")]
-    Rank(usize, usize),
-    /// Some index would reach outside the data.
-    #[error(
-        "strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}"
-    )]
-    OutOfBounds {
-        /// The requested shape.
-        shape: Vec<usize>,
-        /// The requested strides (elements).
-        strides: Vec<isize>,
-        /// Elements given.
-        len: usize,
-    },
-    /// The shape or strides cannot be described to a consumer: an extent
-    /// beyond `i64::MAX`, or a byte stride beyond `isize`.
-    #[error("shape {shape:?} with strides {strides:?} cannot be exported: {why}")]
-    Unrepresentable {
-        /// The requested shape.
-        shape: Vec<usize>,
-        /// The requested strides (elements).
-        strides: Vec<isize>,
-        /// What does not fit.
-        why: &'static str,
-    },
-    /// The buffer could not be allocated: more bytes than the address space
-    /// holds, or the allocator refused. Converts to Python's `MemoryError`.
-    #[error("cannot allocate {bytes} bytes for shape {shape:?}")]
-    OutOfMemory {
-        /// The requested shape.
-        shape: Vec<usize>,
-        /// Bytes asked for (`usize::MAX` when the size itself overflows).
-        bytes: usize,
-    },
-}
-
-impl From<ShapeError> for PyErr {
-    fn from(e: ShapeError) -> Self {
-        match e {
-            ShapeError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
-            _ => PyValueError::new_err(e.to_string()),
-        }
-    }
-}
+pub use crate::error::ShapeError;
 
 /// The alignment the global allocator is asked for by [`OwnedAlloc`]: the
 /// one `malloc`/`calloc` give every block on the usual 64-bit targets, so
@@ -424,11 +367,10 @@ impl Exported {
             .div_ceil(8)
             .max(1);
         let shape = self.shape_usize();
-        let overflow = || {
-            PyValueError::new_err(format!(
-                "{what}: the array's byte span overflows (shape {shape:?}, strides {:?})",
-                self.strides.as_slice()
-            ))
+        let overflow = || ExportError::SpanOverflow {
+            what,
+            shape: shape.to_vec(),
+            strides: self.strides.to_vec(),
         };
         let Some(extent) = layout::byte_extent(&shape, &self.strides, item).ok_or_else(overflow)?
         else {
@@ -439,7 +381,7 @@ impl Exported {
             base.checked_add_signed(extent.lo),
             base.checked_add_signed(extent.hi),
         ) else {
-            return Err(overflow());
+            return Err(overflow().into());
         };
         let req = borrow::request(
             self.device,
@@ -456,9 +398,7 @@ impl Exported {
         );
         match borrow::acquire_with(borrow::api(py)?, &req) {
             Ok(b) => Ok(Some(b)),
-            Err(Refused::NoMemory) => Err(PyMemoryError::new_err(
-                "dlcast's borrow registry could not grow",
-            )),
+            Err(Refused::NoMemory) => Err(ExportError::RegistryFull.into()),
             Err(Refused::Conflict(other)) => {
                 let function = borrow::name(other.function, other.function_len);
                 let holder = if function == borrow::rnp::RUST_NUMPY {
@@ -469,11 +409,7 @@ impl Exported {
                         borrow::name(other.param, other.param_len)
                     )
                 };
-                Err(PyBufferError::new_err(format!(
-                    "{what}: cannot copy the array: its memory is in use by a call still \
-                     running ({holder}; a nested call, a callback or another thread), and a \
-                     copy would read it while it is written; copy it once that call returned"
-                )))
+                Err(ExportError::CopyInUse { what, holder }.into())
             }
         }
     }
@@ -493,10 +429,9 @@ impl Exported {
         let item = self.dtype.itemsize().unwrap_or(1);
         let shape = self.shape_usize();
         let strides = self.strides_isize();
-        let oom = |bytes| {
-            PyMemoryError::new_err(format!(
-                "cannot allocate {bytes} bytes for a copy of an array of shape {shape:?}"
-            ))
+        let oom = |bytes| ExportError::CopyMemory {
+            bytes,
+            shape: shape.to_vec(),
         };
         let count = layout::element_count(&shape).ok_or_else(|| oom(usize::MAX))?;
         let bytes = layout::checked_bytes(count, item)
@@ -526,16 +461,17 @@ impl Exported {
             written += item;
         });
         if walked.is_none() || overflow {
-            return Err(PyValueError::new_err(format!(
-                "cannot copy an array of shape {shape:?} and strides {strides:?}: \
-                 an element offset overflows"
-            )));
+            return Err(ExportError::OffsetOverflow {
+                shape: shape.to_vec(),
+                strides: strides.to_vec(),
+            }
+            .into());
         }
         let mut c_strides: Dims<isize> = smallvec::smallvec![0; shape.len()];
         // Compact strides of a non-empty shape whose byte size fits `isize`
         // fit too; an empty one gets zeros where they would overflow.
         layout::fill_c_strides_or_empty(&shape, &mut c_strides)
-            .ok_or_else(|| PyValueError::new_err("the compact strides overflow"))?;
+            .ok_or(ExportError::CompactStrides)?;
         Exported::new(
             dst,
             &shape,
@@ -545,7 +481,7 @@ impl Exported {
             self.read_only,
             KeepAlive::Alloc(buf),
         )
-        .map_err(|e| PyValueError::new_err(format!("cannot describe the copy: {}", e.0)))
+        .map_err(|e| ExportError::CopyUndescribable(e.0).into())
     }
 }
 

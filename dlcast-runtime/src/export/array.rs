@@ -3,11 +3,11 @@
 //! `__array_interface__` where the limited API has none), streams.
 
 use crate::dtype::DType;
+use crate::error::ExportError;
 use crate::layout;
 use dlpack_rs::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
-use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -181,17 +181,9 @@ fn buffer_format(dtype: DType) -> Option<&'static CStr> {
 /// that fits `Py_ssize_t`. Gives the format and that length.
 fn host_buffer(this: &Exported) -> PyResult<(&'static CStr, isize)> {
     if !this.device.is_host_accessible() {
-        return Err(PyBufferError::new_err(format!(
-            "the array is on {}; the buffer protocol needs host memory",
-            this.device
-        )));
+        return Err(ExportError::BufferHostOnly(this.device).into());
     }
-    let format = buffer_format(this.dtype).ok_or_else(|| {
-        PyBufferError::new_err(format!(
-            "{} has no buffer-protocol format; use DLPack",
-            this.dtype
-        ))
-    })?;
+    let format = buffer_format(this.dtype).ok_or(ExportError::NoBufferFormat(this.dtype))?;
     let shape = this.shape_usize();
     let item = this.dtype.itemsize().unwrap_or(1);
     // `len` is the product of the extents times the itemsize, which
@@ -200,12 +192,8 @@ fn host_buffer(this: &Exported) -> PyResult<(&'static CStr, isize)> {
     let len = layout::element_count(&shape)
         .and_then(|n| layout::checked_bytes(n, item))
         .and_then(|b| isize::try_from(b).ok())
-        .ok_or_else(|| {
-            PyBufferError::new_err(format!(
-                "the array of shape {shape:?} holds more than {} bytes (Py_ssize_t), \
-                 which the buffer protocol cannot describe; use DLPack",
-                isize::MAX
-            ))
+        .ok_or_else(|| ExportError::BufferTooLarge {
+            shape: shape.to_vec(),
         })?;
     Ok((format, len))
 }
@@ -246,10 +234,13 @@ fn array_typestr(dtype: DType) -> Option<String> {
 fn consumer_stream(this: &Exported, stream: Option<i64>) -> PyResult<()> {
     use crate::stream::StreamKind;
     let device = this.device;
-    let refuse = |s: i64, why: &str| {
-        Err(PyBufferError::new_err(format!(
-            "stream={s} is not supported for an array on {device}{why}"
-        )))
+    let refuse = |stream: i64, why: &'static str| {
+        Err(ExportError::Stream {
+            stream,
+            device,
+            why,
+        }
+        .into())
     };
     let consumer = match (crate::stream::stream_kind(device.device_type), stream) {
         (StreamKind::None, None | Some(-1)) => return Ok(()),
@@ -279,18 +270,20 @@ fn consumer_stream(this: &Exported, stream: Option<i64>) -> PyResult<()> {
         return Ok(());
     }
     crate::stream::wait_for(device, ready, consumer).map_err(|why| {
-        PyBufferError::new_err(format!(
-            "stream={consumer}: cannot make it wait for stream {ready}, on which the array \
-             on {device} is ready: {why}"
-        ))
+        ExportError::StreamWait {
+            consumer,
+            ready,
+            device,
+            why,
+        }
+        .into()
     })
 }
 
 /// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
 fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
-    v.extract::<(i64, i64)>().map_err(|_| {
-        PyTypeError::new_err("max_version must be a tuple (major, minor) of two integers")
-    })
+    v.extract::<(i64, i64)>()
+        .map_err(|_| ExportError::MaxVersion.into())
 }
 
 #[pymethods]
@@ -322,18 +315,17 @@ impl Array {
         let this = &slf.get().inner;
         let stream: Option<i64> = match stream.filter(|s| !s.is_none()) {
             None => None,
-            Some(s) => Some(
-                s.extract()
-                    .map_err(|_| PyTypeError::new_err("stream must be None or an integer"))?,
-            ),
+            Some(s) => Some(s.extract().map_err(|_| ExportError::StreamType)?),
         };
         if let Some((t, id)) = dl_device {
             let own = (this.device.device_type, this.device.device_id);
             if (t, id) != own {
-                return Err(PyBufferError::new_err(format!(
-                    "cannot export an array on {} to device ({t}, {id})",
-                    this.device
-                )));
+                return Err(ExportError::OtherDevice {
+                    device: this.device,
+                    device_type: t,
+                    device_id: id,
+                }
+                .into());
             }
         }
         let versioned = match max_version.filter(|v| !v.is_none()) {
@@ -344,25 +336,14 @@ impl Array {
         // (see `Tensor::from_raw_parts`).
         let never_written = this.never_written && this.device.is_host_accessible();
         if never_written && copy == Some(false) {
-            return Err(PyBufferError::new_err(
-                "copy=False: the array is read-only memory that must never be written \
-                 (static or foreign data), and DLPack consumers may ignore READ_ONLY; \
-                 call with copy=None or copy=True for a copy, or read it with \
-                 numpy.asarray / memoryview, which share it read-only",
-            ));
+            return Err(ExportError::NeverWritten.into());
         }
         let copied = copy == Some(true) || never_written;
         if copied && !this.device.is_host_accessible() {
-            return Err(PyBufferError::new_err(format!(
-                "copy=True is not supported for an array on {}",
-                this.device
-            )));
+            return Err(ExportError::CopyOnDevice(this.device).into());
         }
         if this.read_only && !versioned && !copied {
-            return Err(PyBufferError::new_err(
-                "the array is read-only; a legacy DLPack capsule cannot say so. \
-                 Ask for max_version=(1, 0) or later, or copy=True",
-            ));
+            return Err(ExportError::ReadOnlyLegacy.into());
         }
         // Last, once everything else is known to be fine: it may enqueue a
         // wait on the consumer's stream.
@@ -427,7 +408,7 @@ impl Array {
             .shape
             .first()
             .map(|&n| n.unsigned_abs())
-            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
+            .ok_or_else(|| ExportError::LenOfScalar.into())
     }
 
     fn __repr__(&self) -> String {
@@ -459,34 +440,30 @@ impl Array {
         let this = &slf.get().inner;
         let (format, len) = host_buffer(this)?;
         if flags & ffi::PyBUF_WRITABLE != 0 && this.read_only {
-            return Err(PyBufferError::new_err("the array is read-only"));
+            return Err(ExportError::BufferReadOnly.into());
         }
         let strided = flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES;
         if !strided && !this.is_c_contiguous() {
-            return Err(PyBufferError::new_err(
-                "the array is not C-contiguous; request strides",
-            ));
+            return Err(ExportError::NeedsStrides.into());
         }
         let c_req = flags & ffi::PyBUF_C_CONTIGUOUS == ffi::PyBUF_C_CONTIGUOUS;
         if c_req && !this.is_c_contiguous() {
-            return Err(PyBufferError::new_err("the array is not C-contiguous"));
+            return Err(ExportError::NotCContiguous.into());
         }
         let shape = this.shape_usize();
         let strides = this.strides_isize();
         let f_req = flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS;
         if f_req && !layout::is_f_contiguous(&shape, strides) {
-            return Err(PyBufferError::new_err("the array is not F-contiguous"));
+            return Err(ExportError::NotFContiguous.into());
         }
         let any_req = flags & ffi::PyBUF_ANY_CONTIGUOUS == ffi::PyBUF_ANY_CONTIGUOUS;
         if any_req && !this.is_c_contiguous() && !layout::is_f_contiguous(&shape, strides) {
-            return Err(PyBufferError::new_err("the array is not contiguous"));
+            return Err(ExportError::NotContiguous.into());
         }
         let item = this.dtype.itemsize().unwrap_or(1);
         let (Ok(itemsize), Ok(ndim)) = (isize::try_from(item), c_int::try_from(this.shape.len()))
         else {
-            return Err(PyBufferError::new_err(
-                "the array has too many dimensions for the buffer protocol",
-            ));
+            return Err(ExportError::BufferDims.into());
         };
         // SAFETY: CPython passes a writable Py_buffer. The pointers stored
         // (data, shape, strides, format) stay valid while `obj` (a new
@@ -540,12 +517,7 @@ impl Array {
         let this = &slf.get().inner;
         // The same refusals as the buffer protocol's, in the same words.
         host_buffer(this)?;
-        let typestr = array_typestr(this.dtype).ok_or_else(|| {
-            PyBufferError::new_err(format!(
-                "{} has no NumPy array-interface type; use DLPack",
-                this.dtype
-            ))
-        })?;
+        let typestr = array_typestr(this.dtype).ok_or(ExportError::NoTypestr(this.dtype))?;
         let d = pyo3::types::PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("typestr", typestr)?;
@@ -576,11 +548,11 @@ pub(super) fn make_managed(
         i32::try_from(this.shape.len()),
         u32::try_from(this.device.device_type),
     ) else {
-        return Err(PyBufferError::new_err(format!(
-            "an array of {} dimensions on {} cannot be described to DLPack",
-            this.shape.len(),
-            this.device
-        )));
+        return Err(ExportError::DlpackUndescribable {
+            ndim: this.shape.len(),
+            device: this.device,
+        }
+        .into());
     };
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.

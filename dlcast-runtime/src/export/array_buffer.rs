@@ -6,9 +6,9 @@
 use crate::borrow::{self, Borrow, Refused};
 use crate::device::Device;
 use crate::dtype::Element;
+use crate::error::ExportError;
 use crate::export::{ShapeError, Tensor};
 use crate::layout;
-use pyo3::exceptions::{PyBufferError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 use std::ptr::NonNull;
@@ -207,24 +207,22 @@ impl<T: Element> ArrayBuffer<T> {
             // SAFETY: `i < len`: inside the live allocation; `is_valid_at`
             // reads the element's bytes without forming a `T`.
             if !unsafe { T::is_valid_at(s.ptr.as_ptr().add(i)) } {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "element {i} (C order) of the buffer holds a byte that is not a valid \
-                     {} (a bool must be 0 or 1): written from Python through a view",
-                    T::DTYPE
-                )));
+                return Err(ExportError::InvalidElement {
+                    index: i,
+                    dtype: T::DTYPE,
+                }
+                .into());
             }
         }
         Ok(())
     }
 
-    fn in_use(&self, what: &str) -> PyErr {
-        let n = self.exports();
-        PyBufferError::new_err(format!(
-            "cannot {what}: the buffer is in use by {n} exported array{} still alive \
-             (returned by a method of the object); delete them (`del a`) first, \
-             or return copies instead of views",
-            if n == 1 { "" } else { "s" }
-        ))
+    fn in_use(&self, what: &'static str) -> PyErr {
+        ExportError::Exported {
+            what,
+            exports: self.exports(),
+        }
+        .into()
     }
 
     /// The elements in C order, writable, when no exported array lives.
@@ -238,7 +236,7 @@ impl<T: Element> ArrayBuffer<T> {
         }
         self.check_values()?;
         self.exclusive_slice()
-            .ok_or_else(|| PyBufferError::new_err("the buffer is in use"))
+            .ok_or_else(|| ExportError::InUse.into())
     }
 
     /// Replaces the contents by `shape` zero elements, reallocating (the
@@ -297,11 +295,11 @@ impl<T: Element> ArrayBuffer<T> {
         // SAFETY: `at < len`: `ptr` is inside the live allocation (this
         // `Arc`); `is_valid_at` reads its bytes without forming a `T`.
         if !T::ALL_BIT_PATTERNS_VALID && !unsafe { T::is_valid_at(ptr) } {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "element {index:?} of the buffer holds a byte that is not a valid {} \
-                 (a bool must be 0 or 1)",
-                T::DTYPE
-            )));
+            return Err(ExportError::InvalidElementAt {
+                index: index.to_vec(),
+                dtype: T::DTYPE,
+            }
+            .into());
         }
         // SAFETY: as above, an initialised, aligned `T` holding a valid
         // value (checked); no registered writer exists (checked).
@@ -328,22 +326,20 @@ impl<T: Element> ArrayBuffer<T> {
     }
 
     fn index_error(&self, index: &[usize]) -> PyErr {
-        let shape = self.shape.as_slice();
+        let (index, shape) = (index.to_vec(), self.shape.to_vec());
         if index.len() != shape.len() {
-            return pyo3::exceptions::PyIndexError::new_err(format!(
-                "index {index:?} has {} entr{}, the buffer {} dimensions (shape {shape:?})",
-                index.len(),
-                if index.len() == 1 { "y" } else { "ies" },
-                shape.len()
-            ));
+            return ExportError::IndexRank { index, shape }.into();
         }
-        pyo3::exceptions::PyIndexError::new_err(format!(
-            "index {index:?} is out of bounds for a buffer of shape {shape:?}"
-        ))
+        ExportError::IndexBounds { index, shape }.into()
     }
 
     /// Registers a borrow of the whole buffer (`None` for an empty one).
-    fn register(&self, py: Python<'_>, writable: bool, what: &str) -> PyResult<Option<Borrow>> {
+    fn register(
+        &self,
+        py: Python<'_>,
+        writable: bool,
+        what: &'static str,
+    ) -> PyResult<Option<Borrow>> {
         let s = &*self.storage;
         if s.len == 0 {
             return Ok(None);
@@ -372,20 +368,14 @@ impl<T: Element> ArrayBuffer<T> {
         let api = borrow::api(py)?;
         match borrow::acquire_with(api, &req) {
             Ok(b) => Ok(Some(b)),
-            Err(Refused::NoMemory) => Err(PyMemoryError::new_err(
-                "dlcast's borrow registry could not grow",
-            )),
-            Err(Refused::Conflict(other)) => Err(PyBufferError::new_err(format!(
-                "cannot {what}: the buffer's memory is in use by a {} borrow that is \
-                 still live (argument '{}' of {}())",
-                if other.writable != 0 {
-                    "writable"
-                } else {
-                    "read-only"
-                },
-                borrow::name(other.param, other.param_len),
-                borrow::name(other.function, other.function_len),
-            ))),
+            Err(Refused::NoMemory) => Err(ExportError::RegistryFull.into()),
+            Err(Refused::Conflict(other)) => Err(ExportError::Borrowed {
+                what,
+                writable: other.writable != 0,
+                param: borrow::name(other.param, other.param_len),
+                func: borrow::name(other.function, other.function_len),
+            }
+            .into()),
         }
     }
 
@@ -403,7 +393,7 @@ impl<T: Element> ArrayBuffer<T> {
             Box::new(keep),
             Some(owner),
         )
-        .map_err(|e| PyValueError::new_err(e.to_string()))
+        .map_err(|e| ExportError::Parts(e).into())
     }
 
     /// A writable array over the buffer, holding `owner` (the object the

@@ -5,11 +5,12 @@
 use super::array::{delete_versioned, make_capsule, make_managed, Array, BUFFER_PROTOCOL};
 use super::tensor::Tensor;
 use crate::device::Device;
+use crate::error::ExportError;
+use crate::facts::{FrameworkFacts, Handover, Layout, ReadOnly};
 pub use crate::framework::Framework;
 use crate::import::Dims;
 use crate::layout;
 use dlpack_rs::ffi::DLManagedTensorVersioned;
-use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
@@ -18,76 +19,119 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 impl Framework {
+    /// The function that takes this framework's arrays (the `handover`
+    /// column's), looked up once.
     fn importer<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         // One slot per row of the framework table, indexed like it.
         static CACHE: [PyOnceLock<Py<PyAny>>; crate::facts::FRAMEWORKS.len()] =
             [const { PyOnceLock::new() }; crate::facts::FRAMEWORKS.len()];
-        let (module, attr) = self.facts().importer;
+        let (module, attr) = self.facts().handover.importer();
         CACHE[self as usize]
             .get_or_try_init(py, || Ok(py.import(module)?.getattr(attr)?.unbind()))
             .map(|f| f.bind(py).clone())
     }
 
-    /// Hands one exported array to the framework.
+    /// Hands one exported array to the framework, as its row of the
+    /// framework table says: NumPy's C API first where the row's hand-over
+    /// is through it; then its refusals (device memory, read-only data,
+    /// negative strides), then the copy its layout column asks for, then
+    /// the hand-over itself.
     fn convert<'py>(self, arr: &Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
-        if self == Framework::Numpy {
-            // NumPy's C API first; its `from_dlpack` only where that cannot
-            // be used (looked up only then).
+        let f = self.facts();
+        if let Handover::NumpyCApi { .. } = f.handover {
+            // NumPy's C API first; the importer only where that cannot be
+            // used (looked up only then).
             if let Some(out) = numpy_from_array(arr)? {
                 return Ok(out);
             }
-            let device = arr.get().inner.device;
-            if !device.is_host_accessible() {
-                return Err(PyBufferError::new_err(format!(
-                    "returns = numpy: the array is on {device}, and NumPy reads host memory \
-                     only; return it to a framework of that device (returns = torch, \
-                     cupy, ...) or copy it to the host first"
-                )));
-            }
-            return self.importer(py)?.call1((arr,));
         }
-        let from_dlpack = self.importer(py)?;
-        match self {
-            Framework::Jax => jax_from_array(py, &from_dlpack, arr),
-            // TensorFlow takes a legacy capsule. Its tensors are immutable,
-            // so read-only data may go to it although a legacy capsule
-            // cannot carry READ_ONLY.
-            Framework::Tensorflow => from_dlpack.call1((make_capsule(py, arr, false, None)?,)),
-            Framework::Torch => torch_from_array(py, &from_dlpack, arr),
-            // MLX arrays are immutable: read-only data goes to it like to JAX.
-            Framework::Mlx => {
-                let mut array = arr.clone();
-                // MLX takes no negative strides: those go as a C-order copy.
-                let e = &array.get().inner;
-                if e.device.is_host_accessible() && e.strides.iter().any(|&s| s < 0) {
-                    let copy = e.aligned_copy(py, "returns = mlx")?;
-                    array = Array::new(py, copy)?;
-                }
-                if array.get().inner.read_only {
-                    let consumer = ImmutableConsumer(array.clone().unbind());
-                    from_dlpack.call1((Bound::new(py, consumer)?,))
-                } else {
-                    from_dlpack.call1((array,))
-                }
+        let device = arr.get().inner.device;
+        if f.host_only && !device.is_host_accessible() {
+            return Err(ExportError::HostOnly {
+                option: f.option,
+                name: f.name,
+                device,
             }
-            Framework::Paddle => {
-                refuse_for_mutable_only(arr, "paddle", "PaddlePaddle")?;
-                from_dlpack.call1((arr,))
+            .into());
+        }
+        let importer = self.importer(py)?;
+        let array = layout_for(arr, f)?;
+        let read_only = array.get().inner.read_only;
+        match f.handover {
+            Handover::LegacyCapsule { .. } => {
+                importer.call1((make_capsule(py, &array, false, None)?,))
             }
-            // Handled above.
-            Framework::Numpy => from_dlpack.call1((arr,)),
+            Handover::TorchExchange { .. } => torch_from_array(py, &importer, &array),
             // Below abi3-py311 `dlcast.Array` has no buffer protocol: the
             // memoryview is NumPy's, over the same memory (NumPy keeps the
             // array alive as its base).
-            Framework::Memoryview if !BUFFER_PROTOCOL => {
+            Handover::Buffer { .. } if !BUFFER_PROTOCOL => {
                 let np = py.import(pyo3::intern!(py, "numpy"))?;
-                let view = np.call_method1(pyo3::intern!(py, "asarray"), (arr,))?;
-                from_dlpack.call1((view,))
+                let view = np.call_method1(pyo3::intern!(py, "asarray"), (array,))?;
+                importer.call1((view,))
             }
-            _ => from_dlpack.call1((arr,)),
+            // An immutable framework's importer asks without `max_version`
+            // (JAX: a legacy capsule, which cannot carry `READ_ONLY`): its
+            // arrays never write, so read-only data goes through a consumer
+            // that gives one.
+            _ if read_only && f.read_only == ReadOnly::Immutable => {
+                importer.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))
+            }
+            Handover::FromDlpack { .. } | Handover::NumpyCApi { .. } | Handover::Buffer { .. } => {
+                importer.call1((array,))
+            }
         }
     }
+}
+
+/// What the framework's `read_only` and `layout` columns make of `array`:
+/// refused (read-only data, negative strides), copied (into an aligned
+/// C-order buffer that the framework takes without a copy of its own), or
+/// handed over as it is.
+fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bound<'py, Array>> {
+    let py = array.py();
+    let e = &array.get().inner;
+    if f.read_only == ReadOnly::Refused && e.read_only {
+        return Err(ExportError::ReadOnlyRefused {
+            option: f.option,
+            name: f.name,
+        }
+        .into());
+    }
+    let host = e.device.is_host_accessible();
+    let copy = match f.layout {
+        Layout::AsIs => false,
+        Layout::NegativeStridesRefused => {
+            refuse_negative_strides(array, f)?;
+            false
+        }
+        // MLX takes no negative strides.
+        Layout::NegativeStridesCopied => host && e.strides.iter().any(|&s| s < 0),
+        Layout::CompactCopy => host && !takes_as_is(e),
+    };
+    if !copy {
+        return Ok(array.clone());
+    }
+    Array::new(py, e.aligned_copy(py, f.returns)?)
+}
+
+/// For [`Layout::CompactCopy`] (JAX, jaxlib 0.10, CPU): whether the
+/// framework may take host memory as it is:
+/// - JAX takes a buffer without a copy only if it is 64-byte aligned; it
+///   copies others asynchronously yet calls the producer's deleter before
+///   that copy has finished, so freeing the buffer then can crash;
+/// - JAX refuses layouts that are not compact (slices with steps, negative
+///   strides);
+/// - JAX arrays are immutable: memory an object may still write (an
+///   `ArrayBuffer`'s) goes as a copy.
+fn takes_as_is(e: &super::alloc::Exported) -> bool {
+    let (shape, strides) = (e.shape_usize(), e.strides_isize());
+    let compact =
+        layout::is_c_contiguous(&shape, strides) || layout::is_f_contiguous(&shape, strides);
+    let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
+    let shared = e.py_owner.is_some();
+    compact && aligned && !shared
 }
 
 /// An `ndarray` over a host array's memory through NumPy's C API (see
@@ -109,24 +153,13 @@ fn numpy_from_array<'py>(array: &Bound<'py, Array>) -> PyResult<Option<Bound<'py
     )
 }
 
-/// For consumers without read-only tensors or negative strides (PyTorch,
-/// PaddlePaddle): they ignore DLPack's `READ_ONLY` flag, so handing them
-/// read-only memory would let Python write into it; say so, with what to do
-/// instead, before anything is handed over (the export is then freed by the
-/// caller, as for any error).
-fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -> PyResult<()> {
+/// For [`Layout::NegativeStridesRefused`] (PyTorch, PaddlePaddle): a
+/// negative stride of a dimension with more than one index, which such
+/// tensors cannot have, is refused with what to do instead, before anything
+/// is handed over (the export is then freed by the caller, as for any
+/// error).
+fn refuse_negative_strides(array: &Bound<'_, Array>, f: &FrameworkFacts) -> PyResult<()> {
     let e = &array.get().inner;
-    if e.read_only {
-        return Err(PyBufferError::new_err(format!(
-            "returns = {option}: the array is read-only (a view of a read-only input, a \
-             Tensor made read-only, static data or a read-only ArrayBuffer view), and \
-             {name} has no read-only tensors: it ignores DLPack's READ_ONLY flag, so Python \
-             code could write into memory that must not change. Return a writable copy \
-             instead (e.g. Tensor::from_vec(view.to_vec()?, view.shape()), or \
-             ArrayBuffer::to_tensor), or use returns = numpy, whose arrays carry \
-             writeable=False"
-        )));
-    }
     let negative = e.strides.iter().any(|&s| s < 0);
     let shape = if negative {
         e.shape_usize()
@@ -136,21 +169,24 @@ fn refuse_for_mutable_only(array: &Bound<'_, Array>, option: &str, name: &str) -
     if let Some(axis) = (0..shape.len())
         .find(|&d| e.strides.get(d).is_some_and(|&s| s < 0) && !layout::stride_unused(&shape, d))
     {
-        return Err(PyBufferError::new_err(format!(
-            "returns = {option}: the array has a negative stride ({}) in dimension {axis} \
-             (strides {:?}), and {name} tensors cannot have negative strides; return a copy \
-             (e.g. Tensor::from_vec(view.to_vec()?, view.shape())) or use returns = numpy",
-            e.strides[axis],
-            e.strides.as_slice(),
-        )));
+        return Err(ExportError::NegativeStride {
+            option: f.option,
+            name: f.name,
+            stride: e.strides[axis],
+            axis,
+            strides: e.strides.to_vec(),
+        }
+        .into());
     }
     Ok(())
 }
 
-/// Hands an array to PyTorch through `torch.Tensor`'s DLPack C exchange API
+/// [`Handover::TorchExchange`]: hands an array to PyTorch through
+/// `torch.Tensor`'s DLPack C exchange API
 /// (`managed_tensor_to_py_object_no_sync`: no capsule, no Python-level
-/// `from_dlpack`), or `torch.from_dlpack` where the API is missing. Host
-/// memory only: there is no stream to synchronise.
+/// `from_dlpack`), or `torch.from_dlpack` where the API is missing or for
+/// device memory (the exchange is for host memory only: there is no stream
+/// to synchronise).
 fn torch_from_array<'py>(
     py: Python<'py>,
     from_dlpack: &Bound<'py, PyAny>,
@@ -165,7 +201,6 @@ fn torch_from_array<'py>(
             .and_then(|a| a.managed_tensor_to_py_object_no_sync)
             .map_or(0, |f| f as usize)
     });
-    refuse_for_mutable_only(array, "torch", "PyTorch")?;
     let e = &array.get().inner;
     if to_torch == 0 || !e.device.is_host_accessible() {
         return from_dlpack.call1((array,));
@@ -183,8 +218,7 @@ fn torch_from_array<'py>(
     // or the call fails with an exception set.
     let rc = unsafe { to_torch(managed, &mut out) };
     if rc != 0 || out.is_null() {
-        let err = PyErr::take(py)
-            .unwrap_or_else(|| PyBufferError::new_err("torch's exchange API returned no tensor"));
+        let err = PyErr::take(py).unwrap_or_else(|| ExportError::TorchNoTensor.into());
         if !deleted.load(Ordering::SeqCst) {
             // SAFETY: PyTorch's implementation (`ManagedTensorToPyObjectNoSync`
             // in torch/csrc/Module.cpp) is `at::fromDLPackVersioned` then
@@ -204,42 +238,6 @@ fn torch_from_array<'py>(
     }
     // SAFETY: `out` is a new reference to a torch.Tensor.
     Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
-}
-
-/// Hands an array to `jax.numpy.from_dlpack`, working around three JAX
-/// behaviours (jaxlib 0.10, CPU):
-/// - JAX takes a buffer without a copy only if it is 64-byte aligned; it
-///   copies others asynchronously yet calls the producer's deleter before
-///   that copy has finished, so freeing the buffer then can crash.
-/// - JAX refuses layouts that are not compact (slices with steps, negative
-///   strides).
-/// - JAX asks without `max_version` (a legacy capsule, which cannot carry
-///   `READ_ONLY`); JAX arrays are immutable, so read-only data may go to it.
-///
-/// Buffers of the first two kinds are copied here, once, into an aligned
-/// C-order buffer that JAX then takes without a copy.
-fn jax_from_array<'py>(
-    py: Python<'py>,
-    from_dlpack: &Bound<'py, PyAny>,
-    array: &Bound<'py, Array>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let e = &array.get().inner;
-    let mut array = array.clone();
-    let (shape, strides) = (e.shape_usize(), e.strides_isize());
-    let compact =
-        layout::is_c_contiguous(&shape, strides) || layout::is_f_contiguous(&shape, strides);
-    let aligned = (e.data as usize) % Tensor::<u8>::ALIGN == 0;
-    // JAX arrays are immutable: memory an object may still write (an
-    // `ArrayBuffer`'s) goes as a copy.
-    let shared = e.py_owner.is_some();
-    if e.device.is_host_accessible() && (shared || !(compact && aligned)) {
-        array = Array::new(py, e.aligned_copy(py, "returns = jax")?)?;
-    }
-    if array.get().inner.read_only {
-        from_dlpack.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))
-    } else {
-        from_dlpack.call1((array,))
-    }
 }
 
 /// Replaces every `dlcast.Array` in a function's result (the result

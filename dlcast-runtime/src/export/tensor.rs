@@ -6,10 +6,10 @@ use super::alloc::{zeroed_dims, Exported, KeepAlive, OwnedAlloc, ShapeError, Unr
 use super::array::Array;
 use crate::device::Device;
 use crate::dtype::Element;
+use crate::error::ExportError;
 use crate::import::{Dims, RawTensor};
 use crate::layout;
 use crate::view::{TensorDyn, TensorDynMut, TensorMut, TensorRef};
-use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -667,9 +667,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     if raw.is_rust_data() {
         // Borrowed Rust memory would outlive its borrow inside Python (the
         // typed views copy before they get here).
-        return Err(PyBufferError::new_err(
-            "a view of Rust data cannot be exported in place; return a Tensor",
-        ));
+        return Err(ExportError::RustData.into());
     }
     let mut copy_converted = false;
     if let Some(producer_read_only) = raw.converted {
@@ -699,12 +697,11 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
         raw.read_only,
         KeepAlive::Imported(Box::new(raw)),
     )
-    .map_err(|e| {
-        PyBufferError::new_err(format!(
-            "cannot export a view of shape {shape:?} and strides {strides:?} \
-             (elements of {dtype}): {}",
-            e.0
-        ))
+    .map_err(|e| ExportError::ViewUndescribable {
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        dtype,
+        why: e.0,
     })?;
     // The data is ready on the stream the input was made ready on (and the
     // body's work on it, if it followed `view.stream()`).

@@ -4,6 +4,7 @@
 use super::{make_raw, Dims, ImportError, ImportPath, Owner, RawTensor};
 use crate::device::Device;
 use crate::dtype::{code, DType};
+use crate::error::ImportFault;
 use crate::layout;
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
 use pyo3::{ffi, prelude::*};
@@ -156,11 +157,7 @@ fn describe(d: Desc<'_>) -> Result<RawTensor, ImportError> {
     // `checked_dtype` refused negative item sizes.
     let itemsize = d.itemsize.unsigned_abs();
     let ndim = d.shape.len();
-    let no_memory = || {
-        ImportError::Propagate(pyo3::exceptions::PyMemoryError::new_err(format!(
-            "no memory for the shape and strides of {ndim} dimensions"
-        )))
-    };
+    let no_memory = || ImportError::from(ImportFault::NoMemoryForDims { ndim });
     let mut shape: Dims<usize> = SmallVec::new();
     shape.try_reserve_exact(ndim).map_err(|_| no_memory())?;
     let mut strides: Dims<isize> = super::numpy::try_zeros(ndim).ok_or_else(no_memory)?;
@@ -241,7 +238,8 @@ pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
 mod fallback {
     use super::{checked_dtype, describe, Desc, Dims, ImportError, Owner, RawTensor};
-    use pyo3::exceptions::{PyMemoryError, PyTypeError};
+    use crate::error::ImportFault;
+    use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyTuple};
@@ -274,7 +272,7 @@ mod fallback {
         let t = t.cast::<PyTuple>()?;
         let mut d: Dims<isize> = SmallVec::new();
         d.try_reserve_exact(t.len())
-            .map_err(|_| PyMemoryError::new_err("no memory for a buffer's shape"))?;
+            .map_err(|_| ImportFault::NoMemoryForBufferShape)?;
         for x in t.iter() {
             d.push(x.extract()?);
         }
@@ -298,8 +296,7 @@ mod fallback {
             let suboffsets = view.getattr(intern!(py, "suboffsets"))?;
             Ok(HeldBuffer {
                 data: std::ptr::null_mut(),
-                format: CString::new(format)
-                    .map_err(|_| PyTypeError::new_err("the buffer format holds a NUL"))?,
+                format: CString::new(format).map_err(|_| ImportFault::FormatNul)?,
                 itemsize: view.getattr(intern!(py, "itemsize"))?.extract()?,
                 readonly: view.getattr(intern!(py, "readonly"))?.extract()?,
                 shape: dims(&view.getattr(intern!(py, "shape"))?)?,

@@ -12,6 +12,7 @@
 //!   ([`owning`]), which phase 2 reads like a capsule.
 
 use super::{from_dltensor, ImportError, ImportPath, Owner, RawTensor};
+use crate::error::ImportFault;
 use dlpack_rs::ffi::{
     DLDataTypeCode, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
 };
@@ -386,9 +387,7 @@ pub(crate) fn exchange_api_of_type(tp: &Bound<'_, PyAny>) -> Option<&'static DLP
 
 /// The error of a table function that returned failure.
 fn table_error(py: Python<'_>, what: &'static str) -> ImportError {
-    let err = PyErr::take(py).unwrap_or_else(|| {
-        pyo3::exceptions::PyBufferError::new_err(format!("{what} failed without an error"))
-    });
+    let err = PyErr::take(py).unwrap_or_else(|| ImportFault::Silent(what).into());
     ImportError::Producer(what, err)
 }
 

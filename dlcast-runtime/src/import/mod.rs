@@ -30,6 +30,8 @@ pub(crate) mod torch;
 
 use crate::device::{device_type_name, Device};
 use crate::dtype::DType;
+pub(crate) use crate::error::ImportError;
+use crate::error::{ExportError, ImportFault};
 use crate::layout::{self, ByteExtent};
 use crate::stream::{self, StreamKind, StreamRequest};
 use dlpack_rs::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor};
@@ -279,27 +281,16 @@ impl RawTensor {
         let api = unsafe { api.as_ref() };
         let owned = match exchange::owning(obj.bind(py), api) {
             Ok(Some(o)) => o,
-            Ok(None) => {
-                return Err(pyo3::exceptions::PyBufferError::new_err(
-                    "the producer's exchange API cannot hand out an owning tensor",
-                ))
-            }
+            Ok(None) => return Err(ExportError::NoOwningTensor.into()),
             Err(ImportError::Producer(_, e)) | Err(ImportError::Propagate(e)) => return Err(e),
-            Err(_) => {
-                return Err(pyo3::exceptions::PyBufferError::new_err(
-                    "the exchange API returned no tensor",
-                ))
-            }
+            Err(_) => return Err(ExportError::ExchangeNoTensor.into()),
         };
         // The owning tensor must hold every byte the view reaches, with the
         // view's dtype (the alias is private, so this holds; never trust it).
         let fits = capsule::read(&owned, ImportPath::ExchangeApi)
             .is_ok_and(|whole| whole.dtype == self.dtype && self.within(&whole));
         if !fits {
-            return Err(pyo3::exceptions::PyBufferError::new_err(
-                "the tensor no longer holds the memory of the view (its storage, dtype or \
-                 layout changed)",
-            ));
+            return Err(ExportError::ViewMemoryChanged.into());
         }
         self.owner = owned;
         Ok(())
@@ -326,48 +317,6 @@ impl RawTensor {
             (Some(_), None) => false,
         }
     }
-}
-
-/// Why an import failed, before the call context adds the function and the
-/// parameter to the message.
-pub(crate) enum ImportError {
-    /// Not an array at all: no `__dlpack__`, no buffer protocol.
-    NotAnArray(String),
-    /// The producer's `__dlpack__()` (or `to_dlpack`) raised.
-    Producer(&'static str, PyErr),
-    /// An exception that must propagate untouched (`KeyboardInterrupt`,
-    /// `MemoryError`, ...).
-    Propagate(PyErr),
-    /// `__dlpack__()` returned something other than a capsule.
-    NotACapsule(String),
-    /// A capsule already consumed (`"used_dltensor"`...).
-    UsedCapsule,
-    /// A capsule whose name is not a DLPack name.
-    CapsuleName(String),
-    /// A versioned capsule of a major version other than 1.
-    Version(u32, u32),
-    /// The producer described an impossible array.
-    Invalid(String),
-    /// A data type dlcast cannot hold (vector lanes, unknown code, sub-byte).
-    DType(DType),
-    /// A device type code the DLPack header does not define.
-    Device(Device),
-    /// The function's stream request cannot apply to the array's device
-    /// (e.g. CUDA's per-thread stream for ROCm memory).
-    Stream(String),
-    /// The buffer protocol refused.
-    Buffer(PyErr),
-    /// The producer's memory does not hold the array's values (PyTorch's
-    /// conjugate / negative bits), or dlcast cannot keep it fixed; the text
-    /// says what to do.
-    Unreadable(String),
-    /// A NumPy array that its fields alone cannot describe (a dtype DLPack
-    /// has no code for, byte-swapped data, ...): it goes through
-    /// `__dlpack__`, which gives NumPy's own answer (phase 1 again).
-    NeedsDlpack,
-    /// The argument does not fit the parameter (a `TypeError`); the text
-    /// says why.
-    Param(String),
 }
 
 pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -838,11 +787,7 @@ pub(crate) unsafe fn from_dltensor(
             "shape is NULL with ndim {ndim}"
         )));
     }
-    let no_memory = || {
-        ImportError::Propagate(PyMemoryError::new_err(format!(
-            "no memory for the shape and strides of {ndim} dimensions"
-        )))
-    };
+    let no_memory = || ImportError::from(ImportFault::NoMemoryForDims { ndim });
     let mut shape: Dims<usize> = numpy::try_zeros(ndim).ok_or_else(no_memory)?;
     for (i, out) in shape.iter_mut().enumerate() {
         // SAFETY: `shape` holds `ndim` values (caller's guarantee), non-NULL.

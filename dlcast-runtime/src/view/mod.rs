@@ -17,14 +17,15 @@
 //! share (layout transforms, the `layout_methods!`/`transform_methods!`
 //! macros). One module each: `typed` ([`TensorRef`], [`TensorMut`], their
 //! fixed ranks), `untyped` ([`TensorDyn`], [`TensorDynMut`]), `iter`
-//! ([`Iter`]), `error` ([`ViewError`]), `native` (Rust's own views: slices
-//! and `ndarray` views).
+//! ([`Iter`]), `native` (Rust's own views: slices and `ndarray` views). Their
+//! errors ([`ViewError`], what the Rust views refuse) are in
+//! [`crate::error`].
 
 use crate::dtype::{DType, Element};
+use crate::error::{Native, NativeRefusal};
 use crate::import::RawTensor;
 use crate::layout;
 use crate::spec::FnSpec;
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use std::marker::PhantomData;
 
@@ -73,10 +74,15 @@ impl ReadSlot<'_> {
         self.slot.set(Some(raw));
     }
 
-    /// A `TypeError` naming the function and the parameter.
+    /// The refusal `why`, naming the function and the parameter.
     #[cold]
-    pub(crate) fn error(&self, msg: std::fmt::Arguments<'_>) -> PyErr {
-        PyTypeError::new_err(format!("{}(): argument '{}': {msg}", self.func, self.param))
+    pub(crate) fn refuse(&self, why: Native) -> PyErr {
+        NativeRefusal {
+            func: self.func,
+            param: self.param,
+            why,
+        }
+        .into()
     }
 }
 
@@ -491,14 +497,13 @@ macro_rules! transform_methods {
 }
 
 // The views, one module each; after the macros above, which they use.
-mod error;
 mod iter;
 pub(crate) mod native;
 mod typed;
 mod untyped;
 
-use error::ErrorInner;
-pub use error::{ViewError, ViewErrorKind};
+use crate::error::ErrorInner;
+pub use crate::error::{ViewError, ViewErrorKind};
 pub use iter::Iter;
 pub use typed::{TensorMut, TensorRef};
 pub use untyped::{TensorDyn, TensorDynMut};
@@ -645,9 +650,7 @@ macro_rules! refuse_direct_extraction {
         {
             type Error = pyo3::PyErr;
             fn extract(_obj: pyo3::Borrowed<'a, 'py, pyo3::PyAny>) -> pyo3::PyResult<Self> {
-                Err(pyo3::exceptions::PyTypeError::new_err(
-                    "dlcast views are taken through #[dlpack_fn]",
-                ))
+                Err(crate::error::DirectExtraction.into())
             }
         }
     )*};

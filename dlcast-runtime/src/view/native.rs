@@ -12,6 +12,7 @@
 //! ([`ReadSlot`]), which outlives it.
 
 use crate::dtype::{DType, Element};
+use crate::error::Native;
 use crate::import::RawTensor;
 use crate::layout;
 use crate::view::{ReadSlot, View};
@@ -22,35 +23,22 @@ use pyo3::PyResult;
 /// values.
 fn check_native<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<()> {
     if !raw.device.is_host_accessible() {
-        return Err(keep.error(format_args!(
-            "the array is on {}, not in memory the CPU can read",
-            raw.device
-        )));
+        return Err(keep.refuse(Native::NotHost(raw.device)));
     }
     if raw.dtype != T::DTYPE {
-        return Err(keep.error(format_args!(
-            "expected dtype {}, got {}",
-            T::DTYPE,
-            raw.dtype
-        )));
+        return Err(keep.refuse(Native::DType {
+            want: T::DTYPE,
+            got: raw.dtype,
+        }));
     }
     if raw.extent.is_none() {
         return Ok(());
     }
     if raw.data as usize % std::mem::align_of::<T>() != 0 {
-        return Err(keep.error(format_args!(
-            "the data is not aligned to {} bytes",
-            std::mem::align_of::<T>()
-        )));
+        return Err(keep.refuse(Native::Misaligned(std::mem::align_of::<T>())));
     }
     if !T::ALL_BIT_PATTERNS_VALID && !raw.holds_valid_bools() {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "{}(): argument '{}': the array holds bytes that are not valid {} values \
-             (a bool must be 0 or 1)",
-            keep.func,
-            keep.param,
-            DType::BOOL
-        )));
+        return Err(keep.refuse(Native::InvalidBool));
     }
     Ok(())
 }
@@ -60,10 +48,10 @@ fn check_native<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<()
 fn slice_parts<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<(*mut T, usize)> {
     check_native::<T>(raw, keep)?;
     if !layout::is_c_contiguous(&raw.shape, &raw.strides) {
-        return Err(keep.error(format_args!("a slice needs a C-contiguous array")));
+        return Err(keep.refuse(Native::NotCContiguous));
     }
-    let len = layout::element_count(&raw.shape)
-        .ok_or_else(|| keep.error(format_args!("the element count overflows")))?;
+    let len =
+        layout::element_count(&raw.shape).ok_or_else(|| keep.refuse(Native::CountOverflow))?;
     if len == 0 || raw.extent.is_none() {
         return Ok((std::ptr::NonNull::dangling().as_ptr(), 0));
     }
@@ -92,7 +80,7 @@ impl<'a, T: Element> View<'a> for &'a mut [T] {
     const NDIM: Option<usize> = Some(1);
     fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         if raw.read_only {
-            return Err(keep.error(format_args!("the array is read-only")));
+            return Err(keep.refuse(Native::ReadOnly));
         }
         let (ptr, len) = slice_parts::<T>(&raw, &keep)?;
         keep.hold(raw);
@@ -108,11 +96,10 @@ impl<'a, T: Element> View<'a> for &'a mut [T] {
 #[cfg(feature = "ndarray")]
 fn nd_dim<D: ndarray::Dimension>(dims: &[usize], keep: &ReadSlot<'_>) -> PyResult<D> {
     if D::NDIM.is_some_and(|n| n != dims.len()) {
-        return Err(keep.error(format_args!(
-            "expected {} dimensions, got {}",
-            D::NDIM.unwrap_or_default(),
-            dims.len()
-        )));
+        return Err(keep.refuse(Native::Rank {
+            want: D::NDIM.unwrap_or_default(),
+            got: dims.len(),
+        }));
     }
     let mut d = D::zeros(dims.len());
     d.slice_mut().copy_from_slice(dims);
@@ -132,18 +119,12 @@ fn nd_view<T: Element, D: ndarray::Dimension, V>(
 ) -> PyResult<V> {
     use crate::view::{ndarray_parts, NdParts};
     use ndarray::ShapeBuilder;
-    let overflow = |_| keep.error(format_args!("the layout is too large for an ndarray view"));
+    let overflow = |_| keep.refuse(Native::TooLarge);
     match ndarray_parts(raw, std::mem::size_of::<T>()).map_err(overflow)? {
         NdParts::Empty(shape) => {
             let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;
             let dims = ndarray::Dimension::slice(&shape).to_vec();
-            empty(shape).ok_or_else(|| {
-                keep.error(format_args!(
-                    "ndarray refuses the empty shape {} (the product of its nonzero \
-                     extents must fit isize)",
-                    crate::spec::TupleDisplay(&dims)
-                ))
-            })
+            empty(shape).ok_or_else(|| keep.refuse(Native::EmptyShape(dims)))
         }
         NdParts::Strided((ptr, shape, strides, flips)) => {
             let shape = nd_dim::<D>(ndarray::Dimension::slice(&shape), keep)?;
@@ -190,12 +171,10 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'
     fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self> {
         check_native::<T>(&raw, &keep)?;
         if raw.read_only {
-            return Err(keep.error(format_args!("the array is read-only")));
+            return Err(keep.refuse(Native::ReadOnly));
         }
         if layout::may_self_overlap(&raw.shape, &raw.strides) {
-            return Err(keep.error(format_args!(
-                "a writable array must not reach one element from two indices"
-            )));
+            return Err(keep.refuse(Native::SelfOverlap));
         }
         let view = nd_view::<T, D, _>(
             &raw,

@@ -1,8 +1,14 @@
-//! Errors of view methods: [`ViewError`] (which method, function and
-//! parameter) around a [`ViewErrorKind`] (what went wrong).
+//! Errors of views: of view methods, public ([`ViewError`]: which method,
+//! function and parameter, around a [`ViewErrorKind`]: what went wrong),
+//! and what the Rust-native views of a call's parameters refuse
+//! ([`NativeRefusal`]: a slice, an `ndarray` view), and a view extracted
+//! without `#[dlpack_fn]` ([`DirectExtraction`]).
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::spec::TupleDisplay;
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyTypeError, PyValueError};
+use pyo3::PyErr;
 use std::fmt;
 
 /// What went wrong in a view method; the [`ViewError`] around it says which
@@ -162,14 +168,15 @@ impl fmt::Display for IndexDisplay<'_> {
 /// [`ViewErrorKind::OutOfMemory`], `ValueError` for the others. One pointer
 /// wide, so a `Result<T, ViewError>` stays small in element loops.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ViewError(pub(super) Box<ErrorInner>);
+pub struct ViewError(pub(crate) Box<ErrorInner>);
 
+/// What a [`ViewError`] holds (boxed, so that it stays one pointer wide).
 #[derive(Clone, PartialEq, Eq)]
-pub(super) struct ErrorInner {
-    pub(super) kind: ViewErrorKind,
-    pub(super) method: Option<&'static str>,
-    pub(super) function: Option<&'static str>,
-    pub(super) parameter: Option<&'static str>,
+pub(crate) struct ErrorInner {
+    pub(crate) kind: ViewErrorKind,
+    pub(crate) method: Option<&'static str>,
+    pub(crate) function: Option<&'static str>,
+    pub(crate) parameter: Option<&'static str>,
 }
 
 impl ViewError {
@@ -240,9 +247,8 @@ impl std::error::Error for ViewError {
     }
 }
 
-impl From<ViewError> for pyo3::PyErr {
+impl From<ViewError> for PyErr {
     fn from(e: ViewError) -> Self {
-        use pyo3::exceptions::{PyIndexError, PyMemoryError, PyTypeError, PyValueError};
         let text = e.to_string();
         match e.kind() {
             ViewErrorKind::OutOfMemory { .. } => PyMemoryError::new_err(text),
@@ -253,8 +259,88 @@ impl From<ViewError> for pyo3::PyErr {
     }
 }
 
-impl From<ViewErrorKind> for pyo3::PyErr {
+impl From<ViewErrorKind> for PyErr {
     fn from(e: ViewErrorKind) -> Self {
         ViewError::from(e).into()
+    }
+}
+
+/// What a Rust-native view (`&[T]`, `&mut [T]`, `ndarray::ArrayView`,
+/// `ArrayViewMut`) of a call's argument refuses, with the function and the
+/// parameter: `ValueError` for [`Native::InvalidBool`], `TypeError` for
+/// the others.
+#[derive(Debug, thiserror::Error)]
+#[error("{func}(): argument '{param}': {why}")]
+pub(crate) struct NativeRefusal {
+    pub(crate) func: &'static str,
+    pub(crate) param: &'static str,
+    pub(crate) why: Native,
+}
+
+/// What a [`NativeRefusal`] refuses.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Native {
+    /// Memory the CPU cannot read.
+    #[error("the array is on {0}, not in memory the CPU can read")]
+    NotHost(Device),
+    /// Another element type.
+    #[error("expected dtype {want}, got {got}")]
+    DType { want: DType, got: DType },
+    /// Data not aligned for the element type (its alignment).
+    #[error("the data is not aligned to {0} bytes")]
+    Misaligned(usize),
+    /// `bool` elements that are neither 0 nor 1.
+    #[error(
+        "the array holds bytes that are not valid {} values (a bool must be 0 or 1)",
+        DType::BOOL
+    )]
+    InvalidBool,
+    /// A slice of memory that is not C-contiguous.
+    #[error("a slice needs a C-contiguous array")]
+    NotCContiguous,
+    /// An element count that overflows.
+    #[error("the element count overflows")]
+    CountOverflow,
+    /// A read-only array for a writable view.
+    #[error("the array is read-only")]
+    ReadOnly,
+    /// Another number of dimensions than the view type's.
+    #[error("expected {want} dimensions, got {got}")]
+    Rank { want: usize, got: usize },
+    /// A layout `ndarray`'s arithmetic cannot hold.
+    #[error("the layout is too large for an ndarray view")]
+    TooLarge,
+    /// An empty shape `ndarray` refuses.
+    #[error(
+        "ndarray refuses the empty shape {} (the product of its nonzero extents must fit isize)",
+        TupleDisplay(.0)
+    )]
+    EmptyShape(Vec<usize>),
+    /// A writable view of memory some element of which two indices reach.
+    #[error("a writable array must not reach one element from two indices")]
+    SelfOverlap,
+}
+
+impl From<NativeRefusal> for PyErr {
+    #[cold]
+    fn from(e: NativeRefusal) -> PyErr {
+        let msg = e.to_string();
+        match e.why {
+            Native::InvalidBool => PyValueError::new_err(msg),
+            _ => PyTypeError::new_err(msg),
+        }
+    }
+}
+
+/// `TypeError`: a view type extracted by PyO3 itself (a parameter of a
+/// function without `#[dlpack_fn]`).
+#[derive(Debug, thiserror::Error)]
+#[error("dlcast views are taken through #[dlpack_fn]")]
+pub(crate) struct DirectExtraction;
+
+impl From<DirectExtraction> for PyErr {
+    #[cold]
+    fn from(e: DirectExtraction) -> PyErr {
+        PyTypeError::new_err(e.to_string())
     }
 }
