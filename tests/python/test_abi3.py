@@ -172,6 +172,50 @@ def test_replaced_numpy_asarray_cannot_redirect_a_writable_buffer():
 
 
 @pytest.mark.hostile
+def test_replaced_memoryview_getters_cannot_widen_or_unlock_a_buffer():
+    # Below Python 3.11 in abi3 builds, buffers are held through a private
+    # memoryview. memoryview's getters are C code of a static type, but
+    # Python code can replace them through the type's dictionary (reached
+    # with the garbage collector): liars claiming a larger shape, other
+    # strides, a larger item size or a writable buffer must not widen what
+    # the body reads, nor let it write read-only memory, even with NumPy's
+    # array getters lying alike. Either build: every call reads exactly the
+    # argument's own bytes, or is refused.
+    r = run_py("""
+        import array, gc, sys
+        import numpy as np
+        import dlcast_testext as ext
+        for tp in (memoryview, np.ndarray):
+            d = gc.get_referents(tp.__dict__)[0]
+            d["shape"] = property(lambda self: (1 << 16,))
+            d["strides"] = property(lambda self: (1,))
+            d["itemsize"] = property(lambda self: 1)
+        d = gc.get_referents(memoryview.__dict__)[0]
+        d["format"] = property(lambda self: "B")
+        d["readonly"] = property(lambda self: False)
+        sys._clear_type_cache()
+        frozen = bytes(range(16))
+        for x in (array.array("d", [1.0, 2.0]), frozen, bytearray(b"ab")):
+            try:
+                print("values", len(ext.values(x)))
+            except Exception as e:
+                print("values", type(e).__name__)
+        try:
+            print("zero", ext.zero_bytes(frozen))
+        except Exception as e:
+            print("zero", type(e).__name__)
+        print("frozen intact", frozen == bytes(range(16)))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    # The array.array of two float64 (or refused), 16 bytes, 2 bytes.
+    assert lines[0] in ("values 2", "values BufferError"), lines
+    assert lines[1:3] == ["values 16", "values 2"], lines
+    assert lines[3] != "zero 16", lines
+    assert lines[4] == "frozen intact True", lines
+
+
+@pytest.mark.hostile
 def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
     # The limited API (any abi3 level) cannot read an object's weak-reference
     # list, so the private-alias check calls `_weakref.getweakrefcount`'s C

@@ -59,12 +59,8 @@ pub(crate) enum ImportFault {
     /// `MemoryError`: no memory for a shape and strides.
     #[error("no memory for the shape and strides of {ndim} dimensions")]
     NoMemoryForDims { ndim: usize },
-    /// `MemoryError`: no memory for a buffer's shape (the buffer protocol
+    /// `TypeError`: a buffer whose format holds a NUL (the buffer protocol
     /// through a memoryview, below abi3-py311).
-    #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-    #[error("no memory for a buffer's shape")]
-    NoMemoryForBufferShape,
-    /// `TypeError`: a buffer whose format holds a NUL (as above).
     #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
     #[error("the buffer format holds a NUL")]
     FormatNul,
@@ -80,8 +76,6 @@ impl From<ImportFault> for PyErr {
         let msg = e.to_string();
         match e {
             ImportFault::NoMemoryForDims { .. } => PyMemoryError::new_err(msg),
-            #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-            ImportFault::NoMemoryForBufferShape => PyMemoryError::new_err(msg),
             #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
             ImportFault::FormatNul => PyTypeError::new_err(msg),
             ImportFault::Silent(_) => PyBufferError::new_err(msg),

@@ -214,22 +214,30 @@ pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
 /// exporter keeps the memory alive and its description fixed (a
 /// `bytearray` cannot resize, ...) for as long as the view lives. The
 /// caller releasing their own memoryview changes nothing: the buffer is
-/// released only when every memoryview sharing it is. Phase 1 then reads
-/// the memoryview's description (`format`, `itemsize`, `shape`,
-/// `strides`, `suboffsets`, `readonly`: getters of the built-in type) and
-/// the address of element 0 into Rust values: for an exact `bytes` or
-/// `bytearray` with `PyBytes_AsString` / `PyByteArray_AsString` (the
-/// pointer their own buffer hands out), otherwise through NumPy:
-/// `numpy.asarray(memoryview)` builds an array over the memoryview's own
-/// buffer (checked: exactly NumPy's array type, no copy, a memoryview of
-/// the same object as its base, same shape, strides and writability),
-/// whose `__array_interface__` gives the address. `numpy.asarray` and
-/// `numpy.ndarray` are module attributes Python code can replace, so both
-/// are checked by identity first (NumPy's builtin and static type, see
-/// `crate::trust`); a replaced one is refused, never called. Without
-/// NumPy, other buffer objects are refused with an error that says so.
-/// Phase 2 validates these values as the C path does, running no Python
-/// code.
+/// released only when every memoryview sharing it is.
+///
+/// What decides safety (the address, the item size, the shape, the strides
+/// and whether the memory may be written) is never read through a Python
+/// attribute: the memoryview's getters (`format`, `shape`, ...) belong to
+/// a built-in type, but Python code can replace them all the same (through
+/// the type's dictionary, reachable with `gc.get_referents`). Instead:
+/// - an exact `bytes` or `bytearray` is read from CPython's own C accessors
+///   (`PyBytes_AsString`, `PyBytes_Size`, ...): its buffer is always one
+///   dimension of bytes over the whole object, read-only for `bytes`;
+/// - any other buffer goes through NumPy: `numpy.asarray(memoryview)`
+///   builds an array over the memoryview's own buffer, which must be
+///   exactly NumPy's array type (the type from NumPy's verified C API
+///   table, see `import::numpy::learn_ndarray`), not own its data and have
+///   exactly a `memoryview` as its base (read from the array's C struct);
+///   phase 2 then reads the array from its C fields, as any exact
+///   `numpy.ndarray` is read. `numpy.asarray` is a module attribute Python
+///   code can replace, so it is checked by identity first (NumPy's builtin,
+///   see `crate::trust`); a replaced one is refused, never called.
+///   Without NumPy, such buffers are refused with an error that says so.
+///
+/// The memoryview's getters are read only to refuse early, with dlcast's
+/// own message, what the C path refuses (a format dlcast cannot hold,
+/// suboffsets): a liar there can make dlcast refuse, never read.
 ///
 /// The one way around this is Python code that finds dlcast's private
 /// memoryview through the garbage collector's introspection
@@ -237,47 +245,45 @@ pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
 /// buffers have the same exposure.
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
 mod fallback {
-    use super::{checked_dtype, describe, Desc, Dims, ImportError, Owner, RawTensor};
+    use super::{checked_dtype, describe, Desc, ImportError, Owner, RawTensor};
     use crate::error::ImportFault;
+    use crate::import::{numpy as np_import, ImportPath};
+    use crate::npyffi::PyArrayObject;
     use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
-    use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyTuple};
+    use pyo3::types::{PyByteArray, PyBytes};
     use pyo3::{ffi, intern};
-    use smallvec::SmallVec;
-    use std::ffi::CString;
+    use std::ffi::{c_int, CString};
 
-    /// A buffer held through a private memoryview, and its description
-    /// read in phase 1 (see the module documentation).
+    /// NumPy's `NPY_ARRAY_OWNDATA` flag: the array allocated its memory.
+    const NPY_ARRAY_OWNDATA: c_int = 0x0004;
+
+    /// A buffer held through a private memoryview (see the module
+    /// documentation).
     pub(crate) struct HeldBuffer {
         /// The memoryview: holds the exporter's buffer until it drops.
         _view: Py<PyAny>,
-        /// The array NumPy built over the memoryview, if it was asked.
-        _array: Option<Py<PyAny>>,
-        data: *mut u8,
-        format: CString,
-        itemsize: isize,
-        readonly: bool,
-        shape: Dims<isize>,
-        strides: Dims<isize>,
-        suboffsets: bool,
+        what: Held,
+    }
+
+    /// Where phase 2 reads the buffer's description from.
+    enum Held {
+        /// An exact `bytes` (read-only) or `bytearray`: `len` bytes at
+        /// `data`, from CPython's accessors.
+        Bytes {
+            data: *mut u8,
+            len: isize,
+            readonly: bool,
+        },
+        /// NumPy's array over the memoryview's buffer, read from its C
+        /// fields in phase 2.
+        Array(Py<PyAny>),
     }
 
     /// Nothing to do before the drop: the buffer is released when the
     /// memoryview drops with the rest of `HeldBuffer` (with the GIL, see `Owner`).
     pub(crate) fn release(_held: &mut HeldBuffer) {}
-
-    /// A tuple of integers (a memoryview's `shape` or `strides`).
-    fn dims(t: &Bound<'_, PyAny>) -> PyResult<Dims<isize>> {
-        let t = t.cast::<PyTuple>()?;
-        let mut d: Dims<isize> = SmallVec::new();
-        d.try_reserve_exact(t.len())
-            .map_err(|_| ImportFault::NoMemoryForBufferShape)?;
-        for x in t.iter() {
-            d.push(x.extract()?);
-        }
-        Ok(d)
-    }
 
     /// Phase 1 (see the module documentation). `Ok(None)` when `obj` does
     /// not support the buffer protocol (`memoryview()` raises `TypeError`).
@@ -291,102 +297,88 @@ mod fallback {
             Err(e) if e.get_type(py).is(py.get_type::<PyTypeError>()) => return Ok(None),
             Err(e) => return Err(ImportError::Buffer(e)),
         };
-        let held = (|| -> PyResult<HeldBuffer> {
+        // Refuse early, with dlcast's message, what phase 2 would refuse
+        // (the getters decide nothing else: see the module documentation).
+        let (format, itemsize, suboffsets) = (|| -> PyResult<(CString, isize, bool)> {
             let format: String = view.getattr(intern!(py, "format"))?.extract()?;
-            let suboffsets = view.getattr(intern!(py, "suboffsets"))?;
-            Ok(HeldBuffer {
-                data: std::ptr::null_mut(),
-                format: CString::new(format).map_err(|_| ImportFault::FormatNul)?,
-                itemsize: view.getattr(intern!(py, "itemsize"))?.extract()?,
-                readonly: view.getattr(intern!(py, "readonly"))?.extract()?,
-                shape: dims(&view.getattr(intern!(py, "shape"))?)?,
-                strides: dims(&view.getattr(intern!(py, "strides"))?)?,
-                suboffsets: suboffsets.len()? != 0,
-                _view: view.clone().unbind(),
-                _array: None,
-            })
-        })();
-        let mut held = held.map_err(ImportError::Buffer)?;
-        // Refuse what phase 2 would refuse before asking NumPy anything.
-        checked_dtype(&held.format, held.itemsize, held.suboffsets)?;
-        address(obj, &view, &mut held)?;
-        Ok(Some(Owner::Buffer(held)))
+            Ok((
+                CString::new(format).map_err(|_| ImportFault::FormatNul)?,
+                view.getattr(intern!(py, "itemsize"))?.extract()?,
+                view.getattr(intern!(py, "suboffsets"))?.len()? != 0,
+            ))
+        })()
+        .map_err(ImportError::Buffer)?;
+        checked_dtype(&format, itemsize, suboffsets)?;
+        let what = held(obj, &view)?;
+        Ok(Some(Owner::Buffer(HeldBuffer {
+            _view: view.unbind(),
+            what,
+        })))
     }
 
-    /// `numpy.asarray` and `numpy.ndarray`, once they are known to be
-    /// NumPy's own (kept for the process then; a failed check is not kept,
-    /// so restoring a replaced attribute works): the array type is a static
-    /// type named `numpy.ndarray` (Python code cannot make one), and
-    /// `asarray` is exactly a builtin named `asarray` whose C function lies
-    /// in the library that defines that type (see [`crate::trust`]). A
-    /// function Python code put in their place could hand back an array
-    /// over other memory (an immutable `bytes`), which a `&mut` view would
-    /// then write.
-    fn numpy(py: Python<'_>) -> Result<&'static (Py<PyAny>, Py<PyAny>), String> {
-        static NUMPY: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
-        NUMPY.get_or_try_init(py, || {
+    /// `numpy.asarray`, once it is known to be NumPy's own (kept for the
+    /// process then; a failed check is not kept, so restoring a replaced
+    /// attribute works): exactly a builtin named `asarray` whose C function
+    /// lies in the library that defines NumPy's array type (see
+    /// [`crate::trust`]). A function Python code put in its place could
+    /// hand back an array over other memory (an immutable `bytes`), which
+    /// a `&mut` view would then write.
+    fn asarray(py: Python<'_>) -> Result<&'static Py<PyAny>, String> {
+        static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        ASARRAY.get_or_try_init(py, || {
             let np = py
                 .import("numpy")
                 .map_err(|e| format!("importing NumPy failed ({e})"))?;
-            let attr = |name: &str| {
-                np.getattr(name)
-                    .map_err(|e| format!("numpy.{name} is missing ({e})"))
-            };
-            let (asarray, ndarray) = (attr("asarray")?, attr("ndarray")?);
-            let numpys_type = crate::trust::is_static_type(&ndarray, std::ptr::null())
-                && crate::trust::static_type_name(&ndarray).as_deref() == Some("numpy.ndarray");
-            if !numpys_type {
-                return Err(
-                    "numpy.ndarray is not NumPy's array type (Python code replaced it)".into(),
-                );
-            }
-            if !crate::trust::is_builtin(&asarray, "asarray", ndarray.as_ptr().cast()) {
+            let asarray = np
+                .getattr("asarray")
+                .map_err(|e| format!("numpy.asarray is missing ({e})"))?;
+            let table = crate::npapi::table(py)
+                .ok_or_else(|| "NumPy's C API table could not be verified".to_string())?;
+            if !crate::trust::is_builtin(&asarray, "asarray", table.ndarray.cast()) {
                 return Err(
                     "numpy.asarray is not NumPy's own builtin function (Python code replaced \
                      it, or this NumPy's is written in Python)"
                         .into(),
                 );
             }
-            Ok((asarray.unbind(), ndarray.unbind()))
+            Ok(asarray.unbind())
         })
     }
 
-    /// Sets `held.data` (and `held._array`): see the module documentation.
-    fn address(
-        obj: &Bound<'_, PyAny>,
-        view: &Bound<'_, PyAny>,
-        held: &mut HeldBuffer,
-    ) -> Result<(), ImportError> {
+    /// What phase 2 reads: see the module documentation.
+    fn held(obj: &Bound<'_, PyAny>, view: &Bound<'_, PyAny>) -> Result<Held, ImportError> {
         let py = obj.py();
         // Exact `bytes` and `bytearray`: their buffer is CPython's own,
         // one-dimensional over the whole object, at the address the
         // accessors give (for a `bytearray`, fixed while the memoryview
         // holds it: it cannot resize with an export).
-        let whole = |len: isize| held.shape.as_slice() == [len] && held.itemsize == 1;
         if obj.is_exact_instance_of::<PyBytes>() {
             // SAFETY: `obj` is a live `bytes`; these cannot fail on one.
-            let (p, len) = unsafe {
+            let (data, len) = unsafe {
                 (
                     ffi::PyBytes_AsString(obj.as_ptr()),
                     ffi::PyBytes_Size(obj.as_ptr()),
                 )
             };
-            if whole(len) {
-                held.data = p.cast();
-                return Ok(());
-            }
-        } else if obj.is_exact_instance_of::<PyByteArray>() {
+            return Ok(Held::Bytes {
+                data: data.cast(),
+                len,
+                readonly: true,
+            });
+        }
+        if obj.is_exact_instance_of::<PyByteArray>() {
             // SAFETY: `obj` is a live `bytearray`; these cannot fail on one.
-            let (p, len) = unsafe {
+            let (data, len) = unsafe {
                 (
                     ffi::PyByteArray_AsString(obj.as_ptr()),
                     ffi::PyByteArray_Size(obj.as_ptr()),
                 )
             };
-            if whole(len) {
-                held.data = p.cast();
-                return Ok(());
-            }
+            return Ok(Held::Bytes {
+                data: data.cast(),
+                len,
+                readonly: false,
+            });
         }
         let needs_numpy = |why: String| {
             ImportError::Unreadable(format!(
@@ -396,69 +388,71 @@ mod fallback {
                  or later"
             ))
         };
-        let (asarray, ndarray) = numpy(py).map_err(needs_numpy)?;
-        let (asarray, ndarray) = (asarray.bind(py), ndarray.bind(py));
+        let asarray = asarray(py).map_err(needs_numpy)?;
         let array = asarray
+            .bind(py)
             .call1((view,))
             .map_err(|e| needs_numpy(format!("NumPy refused the buffer ({e})")))?;
         // NumPy's own `asarray` builds its array over a memoryview of ours,
         // which shares our memoryview's buffer (a memoryview of a
-        // memoryview asks the exporter nothing): the array must be exactly
-        // NumPy's type (a static type: its getters are C code), not own its
-        // data, have that memoryview as its base (exactly a memoryview, of
-        // the object ours is of), and our view's layout and writability;
-        // only then is its address that of our element 0.
-        let same = (|| -> PyResult<bool> {
-            if !array.get_type().is(ndarray) {
-                return Ok(false);
-            }
-            let base = array.getattr(intern!(py, "base"))?;
-            if !base.get_type().is(py.get_type::<PyMemoryView>()) {
-                return Ok(false);
-            }
-            let obj_attr = intern!(py, "obj");
-            let flags = array.getattr(intern!(py, "flags"))?;
-            let owndata: bool = flags.getattr(intern!(py, "owndata"))?.extract()?;
-            let writeable: bool = flags.getattr(intern!(py, "writeable"))?.extract()?;
-            Ok(base.getattr(obj_attr)?.is(&view.getattr(obj_attr)?)
-                && !owndata
-                && writeable != held.readonly
-                && dims(&array.getattr(intern!(py, "shape"))?)? == held.shape
-                && dims(&array.getattr(intern!(py, "strides"))?)? == held.strides
-                && array.getattr(intern!(py, "itemsize"))?.extract::<isize>()? == held.itemsize)
-        })()
-        .map_err(ImportError::Buffer)?;
-        if !same {
+        // memoryview asks the exporter nothing). Checked from C-level
+        // state: exactly NumPy's array type, not owning its data, with
+        // exactly a memoryview as its base.
+        let over_view = np_import::learn_ndarray(&array) && {
+            // SAFETY: `array` is exactly NumPy's array type, whose objects
+            // start with `PyArrayObject`'s fields; `base` is NULL or a live
+            // object the array holds.
+            let fields = unsafe { &*array.as_ptr().cast::<PyArrayObject>() };
+            fields.flags & NPY_ARRAY_OWNDATA == 0
+                && !fields.base.is_null()
+                // SAFETY: `base` is a live object (above).
+                && unsafe { ffi::PyMemoryView_Check(fields.base) } != 0
+        };
+        if !over_view {
             return Err(needs_numpy(
-                "NumPy's array does not share the buffer's memory and layout".into(),
+                "NumPy's array does not share the buffer's memory".into(),
             ));
         }
-        let address: usize = array
-            .getattr(intern!(py, "__array_interface__"))
-            .and_then(|i| i.get_item("data"))
-            .and_then(|d| d.get_item(0))
-            .and_then(|a| a.extract())
-            .map_err(ImportError::Buffer)?;
-        held.data = address as *mut u8;
-        held._array = Some(array.unbind());
-        Ok(())
+        Ok(Held::Array(array.unbind()))
     }
 
-    /// Phase 2: the array described in phase 1 (no Python code runs: the
-    /// values were read then, and the held memoryview keeps them true).
+    /// Phase 2: no Python code runs; see the module documentation.
     pub(crate) fn read(owner: &Owner) -> Result<RawTensor, ImportError> {
         let Owner::Buffer(h) = owner else {
             return Err(ImportError::Invalid("not a buffer".into()));
         };
-        describe(Desc {
-            data: h.data,
-            format: &h.format,
-            itemsize: h.itemsize,
-            readonly: h.readonly,
-            shape: &h.shape,
-            strides: Some(&h.strides),
-            suboffsets: h.suboffsets,
-        })
+        match &h.what {
+            Held::Bytes {
+                data,
+                len,
+                readonly,
+            } => describe(Desc {
+                data: *data,
+                format: c"B",
+                itemsize: 1,
+                readonly: *readonly,
+                shape: &[*len],
+                strides: None,
+                suboffsets: false,
+            }),
+            Held::Array(array) => {
+                // SAFETY: phase 2 runs with the GIL held (as every read of a
+                // call's arguments); `assume_attached` creates no state.
+                let py = unsafe { Python::assume_attached() };
+                let mut out = None;
+                if np_import::read_into(array.bind(py), &mut out) {
+                    if let Some(mut raw) = out {
+                        raw.path = ImportPath::Buffer;
+                        return Ok(raw);
+                    }
+                }
+                Err(ImportError::Unreadable(
+                    "NumPy's array over the buffer has a data type or layout dlcast cannot \
+                     read"
+                        .into(),
+                ))
+            }
+        }
     }
 }
 
