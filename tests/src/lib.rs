@@ -13,6 +13,7 @@ mod borrows;
 mod callbacks;
 mod constructions;
 mod copies;
+mod fast_numpy;
 mod gpu;
 mod hand_driven;
 mod native;
@@ -466,6 +467,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gpu::add(m)?;
     accessors::add(m)?;
     hand_driven::add(m)?;
+    fast_numpy::add(m)?;
     ownership_edges::add(m)?;
     ranked::add(m)?;
     constructions::add(m)?;

@@ -35,7 +35,8 @@ mod checks;
 mod error;
 pub(crate) mod release;
 
-use crate::view::{ReadSlot, View};
+use crate::import::numpy::NpRead;
+use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
 use error::CallError;
@@ -82,6 +83,14 @@ struct Slot {
     /// Its holds in rust-numpy's registries (an exact `numpy.ndarray`, when
     /// rust-numpy published its own), acquired in phase 1.
     rnp: Option<crate::borrow::rnp::PreHold>,
+    /// An exact `numpy.ndarray` left to the fast path (see
+    /// [`CallCx::fast_pass`]): what its view type needs; its source stays
+    /// empty until the general path takes it back.
+    fast: Option<FastNeeds>,
+    /// The fast path's read, once it passed every check.
+    np: Option<NpRead>,
+    /// The fast read's borrow-registry entry (a typed view takes it).
+    held: std::cell::Cell<Option<crate::borrow::Borrow>>,
 }
 
 impl Slot {
@@ -97,6 +106,9 @@ impl Slot {
             converted: None,
             via_dlpack: false,
             rnp: None,
+            fast: None,
+            np: None,
+            held: std::cell::Cell::new(None),
         }
     }
 }
@@ -261,6 +273,14 @@ impl<const N: usize> CallCx<N> {
         // table still in place: a look-up, see `borrow::rnp::check`).
         if numpy::is_ndarray(obj) {
             crate::borrow::rnp::check(obj.py())?;
+            // Left to the fast path where the view type has one and views
+            // of NumPy arrays are dlcast's registry's alone; phase 1 of the
+            // general path for an exact `numpy.ndarray` is the two lines
+            // below, run by `fast_pass` itself where it gives up.
+            if V::FAST.is_some() && fast_switch::on() && crate::borrow::rnp::foreign().is_none() {
+                self.slots[index].fast = V::FAST;
+                return Ok(());
+            }
             self.slots[index].source = Source::Numpy(obj.clone().unbind());
             return self.pre_hold(index);
         }
@@ -418,6 +438,12 @@ impl<const N: usize> CallCx<N> {
             self.finished = true;
             return Ok(());
         }
+        if self.fast_pass() {
+            // Every argument read by the fast path.
+            fast_switch::taken();
+            self.finished = true;
+            return Ok(());
+        }
         // Each round runs one step of Python code that a pass asked for; each
         // step happens at most twice per argument (`Dlpack`, then `Convert`)
         // plus one round of version bumps, so the bound is never reached
@@ -461,6 +487,129 @@ impl<const N: usize> CallCx<N> {
             func: self.spec.name,
         }
         .into())
+    }
+
+    /// Phase 2 for calls whose every array argument is an exact
+    /// `numpy.ndarray` left to the fast path by `prepare`: each is read
+    /// from its fields ([`numpy::read_fast`]), checked against its
+    /// parameter's spec and its view type's [`FastNeeds`], and entered in
+    /// the borrow registry, with no Python code (and no `RawTensor`,
+    /// `Source` or `Owner`: the slot's reference to the array keeps it).
+    /// The fast path takes only what the general path takes as it is
+    /// (nothing it would convert, refuse or treat specially: see
+    /// `read_fast`); on anything else, it drops what it registered, hands
+    /// every such argument back to the general path (which stays the one
+    /// definition of what is accepted, and of every message) and returns
+    /// `false`.
+    fn fast_pass(&mut self) -> bool {
+        if !self.slots.iter().any(|s| s.fast.is_some()) {
+            return false;
+        }
+        let done = self.fast_reads();
+        if !done {
+            let py = self.py();
+            for slot in &mut self.slots {
+                slot.np = None;
+                slot.held.set(None);
+                if slot.fast.take().is_some() {
+                    if let Some(obj) = &slot.obj {
+                        slot.source = Source::Numpy(obj.clone_ref(py));
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// The reads and checks of [`CallCx::fast_pass`]: `false` at the first
+    /// surprise (what was registered stays in the slots, to be dropped).
+    #[inline(always)]
+    fn fast_reads(&mut self) -> bool {
+        let py = self.py();
+        #[cfg(debug_assertions)]
+        let _reads = tripwire::Reads::enter();
+        // rust-numpy may have published a table of its own since phase 1
+        // (Python code of a later argument's phase 1).
+        if crate::borrow::rnp::foreign().is_some() {
+            return false;
+        }
+        let Ok(api) = crate::borrow::api(py) else {
+            return false;
+        };
+        let who = self.who;
+        let names = &mut self.names;
+        names.iter_mut().for_each(|n| *n = None);
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(obj) = &slot.obj else {
+                continue;
+            };
+            let (Some(needs), Some(dtype)) = (slot.fast, slot.dtype) else {
+                return false;
+            };
+            let Some(read) = numpy::read_fast(obj.bind(py), dtype, needs.itemsize) else {
+                return false;
+            };
+            let param = &who.spec.params[index];
+            let (shape, strides) = (read.shape(), read.elem_strides());
+            // `Who::check`'s checks, each one passed or left to it.
+            let fits = param
+                .devices
+                .iter()
+                .any(|d| d.matches(crate::device::Device::CPU))
+                && needs.ndim.is_none_or(|n| n == read.ndim)
+                && param.shape.is_none_or(|dims| {
+                    crate::spec::match_shape(dims, shape, |k, n| {
+                        match names.get_mut(usize::from(k)) {
+                            Some(b @ None) => {
+                                *b = Some(Binding {
+                                    extent: n,
+                                    param: index as u8,
+                                });
+                                true
+                            }
+                            Some(Some(b)) => b.extent == n,
+                            None => false,
+                        }
+                    })
+                })
+                && match param.order {
+                    crate::spec::Order::Any => true,
+                    crate::spec::Order::C => crate::layout::is_c_contiguous(shape, strides),
+                    crate::spec::Order::F => crate::layout::is_f_contiguous(shape, strides),
+                    crate::spec::Order::Contiguous => {
+                        crate::layout::is_c_contiguous(shape, strides)
+                            || crate::layout::is_f_contiguous(shape, strides)
+                    }
+                }
+                && (!needs.contiguous || strides == [1] || shape == [1])
+                && (!(param.aligned || needs.aligned) || read.data as usize % needs.align == 0)
+                && (!slot.writable
+                    || !read.read_only && !crate::layout::may_self_overlap(shape, strides));
+            if !fits {
+                return false;
+            }
+            let base = read.data as usize;
+            let req = crate::borrow::request(
+                crate::device::Device::CPU,
+                base,
+                base + read.hi as usize,
+                base,
+                shape,
+                strides,
+                needs.itemsize,
+                slot.writable,
+                who.call,
+                who.spec.name,
+                param.name,
+            );
+            // A conflict: the general path says which, in its words.
+            let Ok(borrow) = crate::borrow::acquire_with(api, &req) else {
+                return false;
+            };
+            slot.held.set(Some(borrow));
+            slot.np = Some(read);
+        }
+        true
     }
 
     /// The `Python` token (`attach` is not used: it may run PyO3's deferred
@@ -749,6 +898,21 @@ impl<const N: usize> CallCx<N> {
         if !self.finished || slot.taken.replace(true) {
             return Err(misuse());
         }
+        if let (Some(read), Some(obj)) = (&slot.np, &slot.obj) {
+            // As below: the view type `prepare` was given.
+            if V::WRITABLE != slot.writable || V::DTYPE != Some(read.dtype) {
+                return Err(misuse());
+            }
+            return V::from_fast(
+                read,
+                FastKeep {
+                    obj,
+                    borrow: &slot.held,
+                    spec: self.spec,
+                    index,
+                },
+            );
+        }
         match slot.raw.take() {
             // The view type must be the one `prepare` was given: the
             // checks and the registry entry were made for its dtype and
@@ -808,6 +972,54 @@ impl<const N: usize> CallCx<N> {
 #[cold]
 fn misuse() -> PyErr {
     CallError::Misuse.into()
+}
+
+/// The fast path's switch and count, for tests that run the same inputs
+/// through it and through the general path ([`numpy_fast_path`]): debug
+/// builds only; release builds always take it and count nothing.
+mod fast_switch {
+    #[cfg(debug_assertions)]
+    pub(super) static OFF: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+    #[cfg(debug_assertions)]
+    pub(super) static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// Whether `prepare` may leave exact NumPy arrays to the fast path.
+    #[inline(always)]
+    pub(super) fn on() -> bool {
+        #[cfg(debug_assertions)]
+        return !OFF.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(debug_assertions))]
+        true
+    }
+
+    /// Counts a call whose arguments the fast path read.
+    #[inline(always)]
+    pub(super) fn taken() {
+        #[cfg(debug_assertions)]
+        TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// For tests: in debug builds, turns the fast path for exact NumPy arrays
+/// off (`Some(false)`) or on (`Some(true)`, the default), or leaves it
+/// (`None`), and returns how many calls it completed in the process so
+/// far; `None` in release builds, which always take it.
+#[doc(hidden)]
+pub fn numpy_fast_path(on: Option<bool>) -> Option<u64> {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::Ordering;
+        if let Some(on) = on {
+            fast_switch::OFF.store(!on, Ordering::Relaxed);
+        }
+        Some(fast_switch::TAKEN.load(Ordering::Relaxed))
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = on;
+        None
+    }
 }
 
 /// Debug builds only: marks the stretch of phase 2 where arguments are

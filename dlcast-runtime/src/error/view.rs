@@ -319,6 +319,10 @@ pub(crate) enum Native {
     /// A writable view of memory some element of which two indices reach.
     #[error("a writable array must not reach one element from two indices")]
     SelfOverlap,
+    /// A view type without a fast-path constructor asked for one (only a
+    /// call context driven by hand can get there).
+    #[error("no fast view of this type")]
+    NoFastView,
 }
 
 impl From<NativeRefusal> for PyErr {

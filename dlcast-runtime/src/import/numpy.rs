@@ -231,6 +231,119 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     Some(())
 }
 
+/// The most dimensions the call driver's fast path reads (see [`read_fast`]).
+pub(crate) const FAST_DIMS: usize = 4;
+
+/// What [`read_fast`] reads of an exact `numpy.ndarray`: a non-empty array
+/// of native byte order, with 1 to [`FAST_DIMS`] dimensions, non-negative
+/// strides of whole elements, and an element count and byte span within
+/// `isize::MAX`. Plain values, no owner: the call context that made it holds
+/// the array (and its borrow-registry entry) while views of it live.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub struct NpRead {
+    /// Element 0, the lowest address the array reaches.
+    pub(crate) data: *mut u8,
+    pub(crate) ndim: usize,
+    /// The first `ndim` entries are the extents (all at least 1).
+    pub(crate) dims: [usize; FAST_DIMS],
+    /// The first `ndim` entries are the strides, in elements (all >= 0).
+    pub(crate) strides: [isize; FAST_DIMS],
+    pub(crate) dtype: DType,
+    pub(crate) read_only: bool,
+    /// One past the highest byte reached, relative to `data`.
+    pub(crate) hi: isize,
+}
+
+impl NpRead {
+    /// The extents.
+    #[inline(always)]
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.dims[..self.ndim.min(FAST_DIMS)]
+    }
+
+    /// The strides in elements.
+    #[inline(always)]
+    pub(crate) fn elem_strides(&self) -> &[isize] {
+        &self.strides[..self.ndim.min(FAST_DIMS)]
+    }
+}
+
+/// The call driver's fast read of an exact `numpy.ndarray` whose dtype is
+/// `want`: `None` for anything [`read_fields`] would describe otherwise or
+/// not at all, and for everything the fast path leaves to it (0-d and empty
+/// arrays, more than [`FAST_DIMS`] dimensions, negative strides, `bool`
+/// arrays, whose values a Rust `bool` must check). Where it returns a read,
+/// [`read_fields`] gives the same data, shape, strides, dtype, read-only
+/// mark and extent (`lo` 0). Runs no Python code.
+#[inline(always)]
+pub(crate) fn read_fast(obj: &Bound<'_, PyAny>, want: DType, itemsize: usize) -> Option<NpRead> {
+    if !is_ndarray(obj) || want == DType::BOOL {
+        return None;
+    }
+    // SAFETY: as in `read_fields`: an exact `numpy.ndarray`, live, the GIL
+    // held, no Python code runs while its fields are read.
+    let arr = unsafe { &*obj.as_ptr().cast::<PyArrayObject>() };
+    // SAFETY: every array has a descr, live while the array is.
+    let descr = unsafe { &*arr.descr };
+    if numpy_dtype(descr.type_num) != Some(want) {
+        return None;
+    }
+    let native = if cfg!(target_endian = "little") {
+        b'<'
+    } else {
+        b'>'
+    };
+    let order = descr.byteorder as u8;
+    if order != b'=' && order != b'|' && order != native {
+        return None;
+    }
+    let ndim = usize::try_from(arr.nd).ok()?;
+    if ndim == 0 || ndim > FAST_DIMS || arr.data.is_null() {
+        return None;
+    }
+    // The view type's element size: the dtype's (the size `read_fields`
+    // divides strides by), a power of two.
+    if !itemsize.is_power_of_two() || usize::from(want.bits) != itemsize * 8 || want.lanes != 1 {
+        return None;
+    }
+    let item = itemsize as isize;
+    let shift = item.trailing_zeros();
+    // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
+    // non-NULL, aligned and hold `nd` values each, valid while we hold `obj`
+    // and the GIL (no Python code runs here).
+    let (dims, byte_strides) = unsafe {
+        (
+            std::slice::from_raw_parts(arr.dimensions, ndim),
+            std::slice::from_raw_parts(arr.strides, ndim),
+        )
+    };
+    let mut read = NpRead {
+        data: arr.data.cast(),
+        ndim,
+        dims: [0; FAST_DIMS],
+        strides: [0; FAST_DIMS],
+        dtype: want,
+        read_only: arr.flags & NPY_ARRAY_WRITEABLE == 0,
+        hi: item,
+    };
+    let mut count = 1usize;
+    for (k, (&n, &s)) in dims.iter().zip(byte_strides).enumerate() {
+        // Empty, negative and partial-element strides: the general path.
+        if n <= 0 || s < 0 || s & (item - 1) != 0 {
+            return None;
+        }
+        count = count.checked_mul(n as usize)?;
+        read.hi = read.hi.checked_add((n - 1).checked_mul(s)?)?;
+        read.dims[k] = n as usize;
+        read.strides[k] = s >> shift;
+    }
+    // The span must be addressable (as `read_fields` checks), and an
+    // `ndarray` view holds at most `isize::MAX` elements.
+    (arr.data as usize).checked_add(read.hi as usize)?;
+    (count <= isize::MAX as usize).then_some(read)
+}
+
 /// Whether `obj` is exactly NumPy's array type, by identity checks Python
 /// code cannot fake (see [`crate::trust`]): its type is a static type (so
 /// not a class made by Python code, nor a subclass of one) named

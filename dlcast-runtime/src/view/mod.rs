@@ -23,6 +23,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Native, NativeRefusal};
+use crate::import::numpy::NpRead;
 use crate::import::RawTensor;
 use crate::layout;
 use crate::spec::FnSpec;
@@ -53,6 +54,62 @@ pub trait View<'a>: Sized {
     /// `bool` may hold), named by `keep`.
     #[doc(hidden)]
     fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> PyResult<Self>;
+    /// Whether the call driver may make this view from the fast read of an
+    /// exact `numpy.ndarray` ([`View::from_fast`]), and what the read must
+    /// then satisfy beyond the parameter's spec; `None`: never.
+    #[doc(hidden)]
+    const FAST: Option<FastNeeds> = None;
+    /// Makes the view of a fast read that passed every check of the
+    /// parameter's spec and of [`View::FAST`]. Like [`View::from_raw`], it
+    /// checks once more what the type itself needs (so that no spec can
+    /// make it unsound), and refuses (an error, never a panic) otherwise.
+    #[doc(hidden)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
+        let _ = read;
+        Err(keep.refuse(Native::NoFastView))
+    }
+}
+
+/// What a view type needs of an exact `numpy.ndarray` read by the call
+/// driver's fast path ([`View::FAST`]), beyond its dtype and writability.
+#[doc(hidden)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FastNeeds {
+    /// The number of dimensions the type fixes.
+    pub(crate) ndim: Option<usize>,
+    /// Data aligned for the element type (the type hands out references).
+    pub(crate) aligned: bool,
+    /// Unit element strides (a slice).
+    pub(crate) contiguous: bool,
+    /// The element type's size and alignment in bytes.
+    pub(crate) itemsize: usize,
+    pub(crate) align: usize,
+}
+
+/// What a view made from a fast read keeps: the call context's hold of the
+/// argument (a strong reference, so the memory lives while the context
+/// does) and of the read's borrow-registry entry, both borrowed for `'a`;
+/// a view that may outlive the body (a typed view, which can be returned)
+/// takes its own.
+#[doc(hidden)]
+pub struct FastKeep<'a> {
+    pub(crate) obj: &'a Py<PyAny>,
+    pub(crate) borrow: &'a std::cell::Cell<Option<crate::borrow::Borrow>>,
+    pub(crate) spec: &'static FnSpec,
+    pub(crate) index: usize,
+}
+
+impl FastKeep<'_> {
+    /// The refusal `why`, naming the function and the parameter.
+    #[cold]
+    pub(crate) fn refuse(&self, why: Native) -> PyErr {
+        NativeRefusal {
+            func: self.spec.name,
+            param: self.spec.params.get(self.index).map_or("?", |p| p.name),
+            why,
+        }
+        .into()
+    }
 }
 
 /// Where a view that borrows its read (a slice, an `ndarray` view) leaves
@@ -527,6 +584,51 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
         rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
         Ok(TensorRef::new(raw, origin))
     }
+    const FAST: Option<FastNeeds> = Some(FastNeeds {
+        ndim: ndim_of(N),
+        aligned: false,
+        contiguous: false,
+        itemsize: std::mem::size_of::<T>(),
+        align: std::mem::align_of::<T>(),
+    });
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> pyo3::PyResult<Self> {
+        if read.dtype != T::DTYPE {
+            return Err(keep.refuse(Native::DType {
+                want: T::DTYPE,
+                got: read.dtype,
+            }));
+        }
+        // The view owns what its general-path twin owns: a reference to the
+        // array and the registry entry (so that it may be returned, and its
+        // entry ends when it drops).
+        let raw = fast_raw(read, &keep);
+        let origin = Origin::param(keep.spec, keep.index);
+        rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
+        Ok(TensorRef::new(raw, origin))
+    }
+}
+
+/// The read a view of the general path would own, for a fast read (see
+/// `import::numpy::read_fast`): the same fields, the argument as owner, and
+/// the read's registry entry, taken from the call context.
+#[inline(always)]
+fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> RawTensor {
+    // SAFETY: the call context's methods (and so the views they make) run
+    // where the GIL is held.
+    let py = unsafe { Python::assume_attached() };
+    let mut raw = RawTensor::new(
+        read.data,
+        crate::import::Dims::from_slice(read.shape()),
+        crate::import::Dims::from_slice(read.elem_strides()),
+        read.dtype,
+        read.read_only,
+        Some(crate::layout::ByteExtent { lo: 0, hi: read.hi }),
+        crate::import::ImportPath::Numpy,
+    );
+    raw.borrow = keep.borrow.take();
+    raw.set_owner(crate::import::Owner::Object(keep.obj.clone_ref(py)));
+    raw
 }
 
 impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
@@ -537,6 +639,18 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
     fn from_raw(raw: RawTensor, keep: ReadSlot<'a>) -> pyo3::PyResult<Self> {
         Ok(TensorMut {
             inner: TensorRef::from_raw(raw, keep)?,
+        })
+    }
+    const FAST: Option<FastNeeds> = <TensorRef<'a, T, N> as View<'a>>::FAST;
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> pyo3::PyResult<Self> {
+        // Writable and reaching no element twice: the checks of the
+        // parameter (`Who::check`), made again.
+        if read.read_only || layout::may_self_overlap(read.shape(), read.elem_strides()) {
+            return Err(keep.refuse(Native::ReadOnly));
+        }
+        Ok(TensorMut {
+            inner: TensorRef::from_fast(read, keep)?,
         })
     }
 }

@@ -13,9 +13,10 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::Native;
+use crate::import::numpy::NpRead;
 use crate::import::RawTensor;
 use crate::layout;
-use crate::view::{ReadSlot, View};
+use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use pyo3::PyResult;
 
 /// The checks every Rust view repeats over a read: host memory, aligned for
@@ -58,6 +59,34 @@ fn slice_parts<T: Element>(raw: &RawTensor, keep: &ReadSlot<'_>) -> PyResult<(*m
     Ok((raw.data.cast::<T>(), len))
 }
 
+/// What every Rust view of a fast read checks once more: the element
+/// type's dtype, and data aligned for it (the read is host memory, non-empty,
+/// with non-negative strides; `bool` arrays never take the fast path, and
+/// are refused here too).
+#[inline(always)]
+fn check_fast<T: Element>(read: &NpRead, keep: &FastKeep<'_>) -> PyResult<()> {
+    if read.dtype != T::DTYPE || !T::ALL_BIT_PATTERNS_VALID {
+        return Err(keep.refuse(Native::DType {
+            want: T::DTYPE,
+            got: read.dtype,
+        }));
+    }
+    if read.data as usize % std::mem::align_of::<T>() != 0 {
+        return Err(keep.refuse(Native::Misaligned(std::mem::align_of::<T>())));
+    }
+    Ok(())
+}
+
+/// The elements of a one-dimensional fast read with unit stride.
+#[inline(always)]
+fn fast_slice_parts<T: Element>(read: &NpRead, keep: &FastKeep<'_>) -> PyResult<(*mut T, usize)> {
+    check_fast::<T>(read, keep)?;
+    match (read.shape(), read.elem_strides()) {
+        ([n], [s]) if *s == 1 || *n == 1 => Ok((read.data.cast::<T>(), *n)),
+        _ => Err(keep.refuse(Native::NotCContiguous)),
+    }
+}
+
 impl<'a, T: Element> View<'a> for &'a [T] {
     const DTYPE: Option<DType> = Some(T::DTYPE);
     const WRITABLE: bool = false;
@@ -70,6 +99,23 @@ impl<'a, T: Element> View<'a> for &'a [T] {
         // the read that keeps that memory alive and registered read-only is
         // held by the call context for `'a`; no writable view shares it (the
         // borrow registry refused any).
+        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+    const FAST: Option<FastNeeds> = Some(FastNeeds {
+        ndim: Some(1),
+        aligned: true,
+        contiguous: true,
+        itemsize: std::mem::size_of::<T>(),
+        align: std::mem::align_of::<T>(),
+    });
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
+        let (ptr, len) = fast_slice_parts::<T>(read, &keep)?;
+        // SAFETY: `ptr` addresses `len` (at least 1) contiguous, aligned
+        // elements of a non-empty NumPy array of `T`'s dtype in native byte
+        // order, whose span `read_fast` checked; every bit pattern is a
+        // valid `T` (checked). The call context holds the array and its
+        // read-only registry entry for `'a`; no writable view shares it.
         Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
 }
@@ -87,6 +133,18 @@ impl<'a, T: Element> View<'a> for &'a mut [T] {
         // SAFETY: as for `&[T]`; in addition the memory is writable (not
         // read-only), C-contiguous so no two elements alias, and registered
         // writable: no other view, in this call or another, reaches it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+    const FAST: Option<FastNeeds> = <&'a [T] as View<'a>>::FAST;
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
+        if read.read_only {
+            return Err(keep.refuse(Native::ReadOnly));
+        }
+        let (ptr, len) = fast_slice_parts::<T>(read, &keep)?;
+        // SAFETY: as for `&[T]`; in addition the array is writeable, its
+        // elements distinct (unit stride), and the call context holds its
+        // writable registry entry: no other view reaches it.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
     }
 }
@@ -138,6 +196,31 @@ fn nd_view<T: Element, D: ndarray::Dimension, V>(
     }
 }
 
+/// The shape and strides of an `ndarray` view of dimension `D` of a fast
+/// read, and its element 0 (strides are non-negative: no axis to invert).
+#[cfg(feature = "ndarray")]
+#[inline(always)]
+fn fast_nd_shape<T, D: ndarray::Dimension>(
+    read: &NpRead,
+    keep: &FastKeep<'_>,
+) -> PyResult<(ndarray::StrideShape<D>, *mut T)> {
+    use ndarray::ShapeBuilder;
+    let n = read.shape().len();
+    if D::NDIM.is_some_and(|d| d != n) {
+        return Err(keep.refuse(Native::Rank {
+            want: D::NDIM.unwrap_or(0),
+            got: read.shape().len(),
+        }));
+    }
+    let (mut shape, mut strides) = (D::zeros(n), D::zeros(n));
+    for (k, (&e, &s)) in read.shape().iter().zip(read.elem_strides()).enumerate() {
+        // As `ndarray_parts`: 0 for an axis never stepped along.
+        shape[k] = e;
+        strides[k] = if e <= 1 { 0 } else { s.unsigned_abs() };
+    }
+    Ok((shape.strides(strides), read.data.cast::<T>()))
+}
+
 #[cfg(feature = "ndarray")]
 impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, T, D> {
     const DTYPE: Option<DType> = Some(T::DTYPE);
@@ -160,6 +243,25 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayView<'a, 
         )?;
         keep.hold(raw);
         Ok(view)
+    }
+    const FAST: Option<FastNeeds> = Some(FastNeeds {
+        ndim: D::NDIM,
+        aligned: true,
+        contiguous: false,
+        itemsize: std::mem::size_of::<T>(),
+        align: std::mem::align_of::<T>(),
+    });
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
+        check_fast::<T>(read, &keep)?;
+        let (shape, ptr) = fast_nd_shape::<T, D>(read, &keep)?;
+        // SAFETY: `ptr` is element 0 and the lowest address of a non-empty
+        // host array of `T`'s dtype (aligned, native byte order, every bit
+        // pattern valid: checked), with non-negative strides, every offset
+        // within the span `read_fast` checked and at most `isize::MAX`
+        // elements. The call context holds the array and its read-only
+        // registry entry for `'a`.
+        Ok(unsafe { ndarray::ArrayView::from_shape_ptr(shape, ptr) })
     }
 }
 
@@ -188,5 +290,18 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'
         )?;
         keep.hold(raw);
         Ok(view)
+    }
+    const FAST: Option<FastNeeds> = <ndarray::ArrayView<'a, T, D> as View<'a>>::FAST;
+    #[inline(always)]
+    fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
+        check_fast::<T>(read, &keep)?;
+        if read.read_only || layout::may_self_overlap(read.shape(), read.elem_strides()) {
+            return Err(keep.refuse(Native::ReadOnly));
+        }
+        let (shape, ptr) = fast_nd_shape::<T, D>(read, &keep)?;
+        // SAFETY: as for `ArrayView`; in addition the array is writeable, no
+        // element is reached twice (checked above), and the call context
+        // holds its writable registry entry: no other view reaches it.
+        Ok(unsafe { ndarray::ArrayViewMut::from_shape_ptr(shape, ptr) })
     }
 }
