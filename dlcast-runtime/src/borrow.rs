@@ -363,11 +363,9 @@ unsafe extern "C" fn acquire(req: *const BorrowReq, conflict: *mut BorrowReq) ->
     registry.next_id = id.wrapping_add(1).max(1);
     // Written in place (no copy of the entry on the stack around a growth).
     if let Some(slot) = entries.spare_capacity_mut().first_mut() {
-        // SAFETY: as above.
-        slot.write(Entry {
-            req: unsafe { *req },
-            id,
-        });
+        // SAFETY: the caller passes a valid request (read, `Copy`).
+        let req = unsafe { *req };
+        slot.write(Entry { req, id });
         // SAFETY: the element at `len` was just written, within capacity.
         unsafe { entries.set_len(entries.len() + 1) };
         return id;
