@@ -182,23 +182,33 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
     let expected = EXPECTED.load(Ordering::Acquire);
     if let (Some(place), false) = (PLACE.get(py), expected.is_null()) {
         let module = place.module.as_ptr();
-        // SAFETY: the GIL is held; `name` is an exact str and the
-        // interpreter's module dictionary an exact dict, so the look-up runs
-        // no Python code; it returns a new reference (or NULL).
-        let current = unsafe { ffi::PyImport_GetModule(place.name.as_ptr()) };
-        if !current.is_null() {
-            // SAFETY: the new reference just taken.
-            unsafe { ffi::Py_DecRef(current) };
-        }
-        // SAFETY: `module` is live (kept by `PLACE`); `dict` is its
-        // dictionary, `key` an exact str: a look-up that runs no Python code
-        // and returns a borrowed reference (or NULL).
-        let same = current == module
-            && unsafe { ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type) }
-            && unsafe { ffi::PyDict_GetItem(place.dict, place.key.as_ptr()) } == expected;
+        // The interpreter's module dictionary, where `PyImport_GetModule`
+        // looks (which `recheck` calls; here without its check that the
+        // module finished initialising, which reads attributes of the
+        // module's `__spec__` and costs more than the rest of a call).
+        // SAFETY: the GIL is held: a borrowed reference to the interpreter's
+        // dictionary (C-level state; rebinding `sys.modules` does not change
+        // it), alive as long as the interpreter.
+        let modules = unsafe { ffi::PyImport_GetModuleDict() };
+        // SAFETY: the pointers are only compared, never read through, but
+        // for the type checks of live objects (`modules`, and `module`, kept
+        // by `PLACE`). In an exact dict, with an exact str key (its hash
+        // cached), a look-up runs no Python code, cannot fail, and returns a
+        // borrowed reference or NULL (with an error set only on a failure,
+        // cleared below); `dict` is `module`'s dictionary and `key` an exact
+        // str. (`PyDict_GetItemWithError`: no saving and restoring of the
+        // error state around the look-up, as `PyDict_GetItem` does.)
+        let same = unsafe {
+            !modules.is_null()
+                && ffi::PyDict_CheckExact(modules) != 0
+                && ffi::PyDict_GetItemWithError(modules, place.name.as_ptr()) == module
+                && ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type)
+                && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
+        };
         if same {
             return Ok(());
         }
+        drop(PyErr::take(py));
     }
     recheck(py)
 }
@@ -335,9 +345,11 @@ fn learn_place(py: Python<'_>) -> PyResult<Place> {
     }
     Ok(Place {
         module: module.unbind(),
-        name: pyo3::types::PyString::new(py, name).into_any().unbind(),
+        // Interned: the keys a dictionary holds for these names are often
+        // the interned strings, which a look-up then finds by identity.
+        name: pyo3::types::PyString::intern(py, name).into_any().unbind(),
         dict,
-        key: pyo3::types::PyString::new(py, ATTR_NAME)
+        key: pyo3::types::PyString::intern(py, ATTR_NAME)
             .into_any()
             .unbind(),
     })
