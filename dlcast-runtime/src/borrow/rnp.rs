@@ -644,8 +644,9 @@ pub(crate) struct Hold {
     data: *mut c_char,
     nd: c_int,
     flags: c_int,
-    /// The dimensions, then the byte strides.
-    dims: SmallVec<[isize; 8]>,
+    /// The dimensions, then the byte strides (inline up to two
+    /// dimensions: a smaller `Hold`, moved several times per view).
+    dims: SmallVec<[isize; 4]>,
     root: Py<PyAny>,
     descr: Py<PyAny>,
 }
@@ -791,7 +792,7 @@ fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> R
     // fields up to `flags` are those of `ArrayHead`.
     let h = unsafe { &*p.cast::<ArrayHead>() };
     let nd = usize::try_from(h.nd).unwrap_or(0);
-    let mut dims: SmallVec<[isize; 8]> = SmallVec::new();
+    let mut dims: SmallVec<[isize; 4]> = SmallVec::new();
     if nd > 0 {
         // SAFETY: an array with `nd` > 0 has `nd` dimensions and strides,
         // valid while we hold the GIL and no Python code runs.
