@@ -302,9 +302,10 @@ pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
     // moduli, so the candidates are `r` and `r - g` with `r` that residue.
     let g = gcd(a.modulus, b.modulus);
     let diff = a.start.wrapping_sub(b.start) as isize;
-    // A `u32` always fits an `isize` on the targets dlcast builds for
-    // (64-bit and 32-bit: `from` is not offered for the latter).
-    let (ia, ib) = (a.itemsize as isize, b.itemsize as isize);
+    // A `u32` fits a 64-bit `isize`; on a 32-bit target a larger item
+    // size than `isize` holds (no allocation has one) counts as the most.
+    let size = |i: u32| isize::try_from(i).unwrap_or(isize::MAX);
+    let (ia, ib) = (size(a.itemsize), size(b.itemsize));
     if g == 0 {
         // Both are single elements: compare them directly.
         return -ia < diff && diff < ib;
