@@ -24,17 +24,24 @@
 //! API can reach it (`ctypes.pythonapi`, which can write any memory
 //! anyway), or another extension that stores a tracked container in the
 //! same dictionary. A capsule found there is used only if it is a
-//! [`BorrowApi`] of a dlcast build: the capsule's exact name, a version of
-//! at least 1, and the table and all its functions in the image of one
+//! [`BorrowApi`] of a dlcast build: the capsule's exact name, the table's
+//! [`API_MAGIC`] (whose last byte names the layout of [`BorrowReq`]), a
+//! version of at least [`API_VERSION`], and the table and all its
+//! functions in the image of one
 //! loaded library (`trust::same_image`), which no table made with
 //! `ctypes` is; anything else is refused (`RuntimeError`), never replaced
 //! by a second registry. PyO3 refuses to load its modules in
 //! subinterpreters, so the interpreter's dictionary is the process's.
 //!
-//! The capsule holds a [`BorrowApi`], a C struct whose first field is its
-//! version: later versions may append fields, never change these. No dlcast
-//! version before this one was published, so there is no older place
-//! (the `sys.modules` entry of unreleased builds) to stay compatible with.
+//! The capsule holds a [`BorrowApi`], a C struct that starts with
+//! [`API_MAGIC`] and its version: later versions may append fields, never
+//! change these. A build whose [`BorrowReq`] is laid out differently has
+//! another magic, so that each refuses the other's table (a `RuntimeError`
+//! naming the registry) rather than misread its requests: the layout of
+//! version 1 (13 fields, names with lengths of a word) is refused by this
+//! one. No dlcast version before these was published, so there is no older
+//! place (the `sys.modules` entry of unreleased builds) to stay compatible
+//! with.
 //!
 //! **Overlap.** Borrows are compared per address space (host memory, which
 //! CPU, pinned and managed memory share, or one device's memory): two
@@ -44,8 +51,16 @@
 //! are disjoint). The test is conservative: it may report an overlap of
 //! layouts that share no byte, never the reverse.
 //!
-//! **Locking.** The entries sit behind a mutex, so the registry is sound
-//! with or without the GIL; it never calls into Python.
+//! **Locking.** The entries sit behind a one-word lock (an uncontended
+//! compare-exchange to take it, a plain release store to give it back), so
+//! the registry is sound with or without the GIL; it never calls into
+//! Python, and no code that holds the lock waits for anything else. The GIL
+//! alone would not do: a borrow may end on a thread that does not hold it
+//! (an `ArrayBuffer`'s `BufferRef` is `Send`, and may be dropped inside
+//! `py.detach` or on another thread), and a free-threaded build has none.
+//! Borrow ids come from a plain counter under the same lock; entries are
+//! released from the end first (a view's borrow is usually the last one
+//! entered).
 //!
 //! **rust-numpy.** Borrows of NumPy arrays by rust-numpy extensions
 //! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: dlcast
@@ -55,9 +70,10 @@
 
 use crate::device::Device;
 use pyo3::prelude::*;
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 pub(crate) mod rnp;
 
@@ -66,19 +82,17 @@ pub(crate) mod rnp;
 pub const KEY: &str = "dlcast.borrow_registry";
 /// The capsule's name.
 pub const CAPSULE_NAME: &CStr = c"dlcast.borrow_registry";
-/// The version of [`BorrowApi`] this build publishes and reads.
-pub const API_VERSION: u64 = 1;
+/// The version of [`BorrowApi`] this build publishes and reads (2: the
+/// compact [`BorrowReq`]).
+pub const API_VERSION: u64 = 2;
 
 /// One borrow as the registry records it (a C struct: extensions built
-/// with other dlcast versions pass it across).
+/// with other dlcast versions pass it across). Ten words: the byte ranges
+/// and the call first (what every acquire compares), the names only as
+/// pointers and short lengths, read when a conflict is reported.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct BorrowReq {
-    /// The address space: DLPack device type and id (host-accessible memory
-    /// is registered as CPU 0).
-    pub device_type: i32,
-    /// See `device_type`.
-    pub device_id: i32,
     /// Lowest byte address touched.
     pub lo: usize,
     /// One past the highest byte address touched.
@@ -89,20 +103,28 @@ pub struct BorrowReq {
     /// with more than one index (every element sits at `start` plus a
     /// multiple of it); 0 for a single element.
     pub modulus: usize,
-    /// Bytes per element.
-    pub itemsize: usize,
-    /// 1 for a writable borrow.
-    pub writable: u8,
-    /// Which call holds the borrow (unique per call in the process).
+    /// Which call holds the borrow (unique per call of one extension; see
+    /// [`same_call`]).
     pub call: u64,
-    /// The function's name (UTF-8, not NUL-terminated, valid for the process).
+    /// The function's name (UTF-8, not NUL-terminated, valid for the
+    /// process), `function_len` bytes of it.
     pub function: *const u8,
-    /// Its length in bytes.
-    pub function_len: usize,
     /// The parameter's name, likewise.
     pub param: *const u8,
-    /// Its length in bytes.
-    pub param_len: usize,
+    /// The address space: DLPack device type and id (host-accessible memory
+    /// is registered as CPU 0).
+    pub device_type: i32,
+    /// See `device_type`.
+    pub device_id: i32,
+    /// Bytes per element.
+    pub itemsize: u32,
+    /// The length in bytes of `function` (at most its true length: a longer
+    /// name is cut, and then read as `?` if the cut splits a character).
+    pub function_len: u16,
+    /// The length in bytes of `param`, likewise.
+    pub param_len: u16,
+    /// 1 for a writable borrow.
+    pub writable: u8,
 }
 
 // SAFETY: the name pointers point to `'static` strings of an extension
@@ -113,10 +135,12 @@ unsafe impl Send for BorrowReq {}
 /// is expected to start a table with, so that a capsule pointing into
 /// another library's static data (which lies in a library's image, and
 /// whose following words may well point into that library's code) is not
-/// taken for a registry.
-pub const API_MAGIC: [u8; 16] = *b"dlcast:registry\x01";
+/// taken for a registry. The last byte is the layout of [`BorrowReq`] the
+/// table's functions read and write (1: the first one, refused here).
+pub const API_MAGIC: [u8; 16] = *b"dlcast:registry\x02";
 
-/// The registry's C interface, as published in the capsule.
+/// The registry's C interface, as published in the capsule. Its functions
+/// may be called with or without the GIL (they never call into Python).
 #[repr(C)]
 pub struct BorrowApi {
     /// [`API_MAGIC`].
@@ -124,7 +148,9 @@ pub struct BorrowApi {
     /// [`API_VERSION`] of the publisher.
     pub version: u64,
     /// Registers `*req`; returns its id (non-zero), or 0 and writes the
-    /// borrow it conflicts with into `*conflict`.
+    /// borrow it conflicts with into `*conflict` (one whose `function` is
+    /// NULL when the registry could not grow). `*conflict` is written only
+    /// when 0 is returned.
     pub acquire: unsafe extern "C" fn(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64,
     /// Removes the borrow `id` (no-op for an unknown id).
     pub release: unsafe extern "C" fn(id: u64),
@@ -132,19 +158,120 @@ pub struct BorrowApi {
     pub live: unsafe extern "C" fn() -> usize,
 }
 
+/// A value behind a lock of one byte: taken with one compare-exchange when
+/// free (spinning, then yielding the thread, while another thread holds
+/// it), given back with a release store. For short critical sections that
+/// never block, call into Python or take another lock of this kind that
+/// could be waiting for this one; sound with or without the GIL.
+pub(crate) struct OneWordLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is reached only through a `LockGuard`, of which the
+// lock admits one at a time (`lock` sets `locked` with acquire ordering,
+// the guard clears it with release ordering), so it moves between threads
+// like a value sent from one to the next: `T: Send` suffices.
+unsafe impl<T: Send> Sync for OneWordLock<T> {}
+
+impl<T> OneWordLock<T> {
+    /// A free lock around `value`.
+    pub(crate) const fn new(value: T) -> Self {
+        OneWordLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Takes the lock (waits while another thread holds it).
+    #[inline(always)]
+    pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        LockGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 100 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    // The holder may have been descheduled: let it run.
+                    std::thread::yield_now();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The held [`OneWordLock`]; dropping it gives the lock back (also when a
+/// panic unwinds through it: every value kept here stays valid at every
+/// step, so there is nothing to poison).
+pub(crate) struct LockGuard<'a, T> {
+    lock: &'a OneWordLock<T>,
+}
+
+impl<T> std::ops::Deref for LockGuard<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock: no other reference to the value
+        // exists while it lives.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for LockGuard<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference
+        // the guard hands out.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for LockGuard<'_, T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+/// A live borrow: its id and its request.
+#[derive(Clone, Copy)]
 struct Entry {
-    id: u64,
     req: BorrowReq,
+    id: u64,
 }
 
-static ENTRIES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-fn entries() -> std::sync::MutexGuard<'static, Vec<Entry>> {
-    // A panic cannot happen while the lock is held (plain Vec operations on
-    // reserved memory aside), but never let poisoning turn into one.
-    ENTRIES.lock().unwrap_or_else(|e| e.into_inner())
+/// What the lock protects: the live borrows, in the order entered (the last
+/// entered last, where a release looks first), and the next id to hand out.
+struct Registry {
+    entries: Vec<Entry>,
+    next_id: u64,
 }
+
+static REGISTRY: OneWordLock<Registry> = OneWordLock::new(Registry {
+    entries: Vec::new(),
+    next_id: 1,
+});
 
 fn gcd(mut a: usize, mut b: usize) -> usize {
     // The first stride of a request meets `a == 0`: no division for it (a
@@ -159,11 +286,12 @@ fn gcd(mut a: usize, mut b: usize) -> usize {
 }
 
 /// Whether two borrows may touch a common byte (conservative).
+#[inline]
 pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
-    if (a.device_type, a.device_id) != (b.device_type, b.device_id) {
+    if a.lo >= b.hi || b.lo >= a.hi {
         return false;
     }
-    if a.lo >= b.hi || b.lo >= a.hi {
+    if (a.device_type, a.device_id) != (b.device_type, b.device_id) {
         return false;
     }
     // Every element of `a` starts at `a.start + k * a.modulus` and covers
@@ -174,7 +302,10 @@ pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
     // moduli, so the candidates are `r` and `r - g` with `r` that residue.
     let g = gcd(a.modulus, b.modulus);
     let diff = a.start.wrapping_sub(b.start) as isize;
-    let (ia, ib) = (a.itemsize as isize, b.itemsize as isize);
+    // A `u32` fits a 64-bit `isize`; on a 32-bit target a larger item
+    // size than `isize` holds (no allocation has one) counts as the most.
+    let size = |i: u32| isize::try_from(i).unwrap_or(isize::MAX);
+    let (ia, ib) = (size(a.itemsize), size(b.itemsize));
     if g == 0 {
         // Both are single elements: compare them directly.
         return -ia < diff && diff < ib;
@@ -186,56 +317,96 @@ pub fn may_overlap(a: &BorrowReq, b: &BorrowReq) -> bool {
     r < ib || gi - r < ia
 }
 
-unsafe extern "C" fn acquire(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64 {
-    // SAFETY: the caller passes a valid request and a writable out slot.
-    let req = unsafe { &*req };
-    let mut list = entries();
-    if let Some(e) = list
-        .iter()
-        .find(|e| (e.req.writable != 0 || req.writable != 0) && may_overlap(&e.req, req))
-    {
-        // SAFETY: as above.
-        unsafe { *conflict = e.req };
-        return 0;
-    }
-    if list.try_reserve(1).is_err() {
-        // Out of memory: refused like a conflict with nothing; the caller
-        // turns an all-zero conflict into `MemoryError`.
-        // SAFETY: as above.
-        unsafe { *conflict = EMPTY };
-        return 0;
-    }
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    list.push(Entry { id, req: *req });
-    id
+/// Whether `a` and `b` may not both be live: one of them writes, and they
+/// may share a byte.
+#[inline(always)]
+fn conflicts(a: &BorrowReq, b: &BorrowReq) -> bool {
+    (a.writable | b.writable) != 0 && may_overlap(a, b)
 }
 
-unsafe extern "C" fn release(id: u64) {
-    let mut list = entries();
-    if let Some(i) = list.iter().rposition(|e| e.id == id) {
-        list.swap_remove(i);
-    }
-}
-
-unsafe extern "C" fn live() -> usize {
-    entries().len()
-}
-
-const EMPTY: BorrowReq = BorrowReq {
-    device_type: 0,
-    device_id: 0,
+/// The out-of-memory answer of `acquire`: no function name.
+const NO_MEMORY: BorrowReq = BorrowReq {
     lo: 0,
     hi: 0,
     start: 0,
     modulus: 0,
-    itemsize: 0,
-    writable: 0,
     call: 0,
     function: std::ptr::null(),
-    function_len: 0,
     param: std::ptr::null(),
+    device_type: 0,
+    device_id: 0,
+    itemsize: 0,
+    function_len: 0,
     param_len: 0,
+    writable: 0,
 };
+
+unsafe extern "C" fn acquire(req: *const BorrowReq, conflict: *mut BorrowReq) -> u64 {
+    let mut registry = REGISTRY.lock();
+    let registry = &mut *registry;
+    let entries = &mut registry.entries;
+    // SAFETY: the caller passes a valid request and a writable out slot.
+    if let Some(e) = unsafe { find_conflict(entries, &*req) } {
+        // SAFETY: as above.
+        unsafe { conflict.write(e.req) };
+        return 0;
+    }
+    if entries.len() == entries.capacity() && entries.try_reserve(1).is_err() {
+        // Out of memory: refused like a conflict with nothing; the caller
+        // turns a conflict without a function name into `MemoryError`.
+        // SAFETY: as above.
+        unsafe { conflict.write(NO_MEMORY) };
+        return 0;
+    }
+    // Ids are never 0 (a refusal); 2^64 borrows do not happen in a process,
+    // but a wrap would skip 0 all the same.
+    let id = registry.next_id;
+    registry.next_id = id.wrapping_add(1).max(1);
+    // Written in place (no copy of the entry on the stack around a growth).
+    if let Some(slot) = entries.spare_capacity_mut().first_mut() {
+        // SAFETY: the caller passes a valid request (read, `Copy`).
+        let req = unsafe { *req };
+        slot.write(Entry { req, id });
+        // SAFETY: the element at `len` was just written, within capacity.
+        unsafe { entries.set_len(entries.len() + 1) };
+        return id;
+    }
+    // Unreachable: there is room (reserved above).
+    // SAFETY: as above.
+    unsafe { conflict.write(NO_MEMORY) };
+    0
+}
+
+/// The first live borrow that `req` conflicts with, if any (outlined: an
+/// empty registry, a call's first view, needs none of its registers).
+#[inline]
+fn find_conflict<'a>(entries: &'a [Entry], req: &BorrowReq) -> Option<&'a Entry> {
+    if entries.is_empty() {
+        return None;
+    }
+    scan(entries, req)
+}
+
+#[inline(never)]
+fn scan<'a>(entries: &'a [Entry], req: &BorrowReq) -> Option<&'a Entry> {
+    entries.iter().find(|e| conflicts(&e.req, req))
+}
+
+unsafe extern "C" fn release(id: u64) {
+    let mut registry = REGISTRY.lock();
+    let entries = &mut registry.entries;
+    // The last one entered first: a call's only view, or the innermost of
+    // nested calls.
+    if entries.last().is_some_and(|e| e.id == id) {
+        entries.pop();
+    } else if let Some(i) = entries.iter().rposition(|e| e.id == id) {
+        entries.swap_remove(i);
+    }
+}
+
+unsafe extern "C" fn live() -> usize {
+    REGISTRY.lock().entries.len()
+}
 
 /// This build's registry, published if no other extension did so first.
 static OWN_API: BorrowApi = BorrowApi {
@@ -250,8 +421,11 @@ static OWN_API: BorrowApi = BorrowApi {
 static API: AtomicPtr<BorrowApi> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process-wide registry: found in the interpreter's state dictionary
-/// or published there (the first time only, in phase 1: before any raw
-/// read of an argument).
+/// or published there. The first time in the process (in phase 1 of a call:
+/// before any raw read of an argument) this may run Python code: once the
+/// registry is known, dlcast's table for rust-numpy is published too when
+/// NumPy is already imported (see [`rnp::set_up`]).
+#[inline(always)]
 pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let p = API.load(Ordering::Acquire);
     if !p.is_null() {
@@ -259,12 +433,18 @@ pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
         // read from the capsule, whose publisher is never unloaded).
         return Ok(unsafe { &*p });
     }
-    let found = find_or_publish(py)?;
-    API.store((found as *const BorrowApi).cast_mut(), Ordering::Release);
-    Ok(found)
+    first_api(py)
 }
 
 #[cold]
+#[inline(never)]
+fn first_api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
+    let found = find_or_publish(py)?;
+    API.store((found as *const BorrowApi).cast_mut(), Ordering::Release);
+    rnp::set_up(py);
+    Ok(found)
+}
+
 fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     // SAFETY: the GIL is held, so there is a current interpreter; its
     // dictionary is a borrowed reference that lives as long as it does.
@@ -305,9 +485,11 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let found = unsafe { Bound::from_owned_ptr(py, found) };
     let api = verify(&found).ok_or_else(|| {
         pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "dlcast: the interpreter's {KEY:?} entry is not a dlcast borrow registry (a capsule \
-             named {CAPSULE_NAME:?} whose table and functions lie in one loaded library); \
-             dlcast refuses to run rather than start a second registry"
+            "dlcast: the interpreter's {KEY:?} entry is not a borrow registry of this dlcast \
+             layout (a capsule named {CAPSULE_NAME:?} whose table starts with {API_MAGIC:?} and \
+             whose table and functions lie in one loaded library; an extension built with a \
+             dlcast of another registry layout publishes another magic); dlcast refuses to run \
+             rather than start a second registry"
         ))
     })?;
     // Kept for the process (the table is a static of its publisher).
@@ -315,8 +497,8 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     Ok(api)
 }
 
-/// The registry in `cap`, if it is one a dlcast build published (see the
-/// module documentation). Runs no Python code.
+/// The registry in `cap`, if it is one a dlcast build of this layout
+/// published (see the module documentation). Runs no Python code.
 fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static BorrowApi> {
     use crate::trust::image_base;
     // SAFETY: `cap` is a live object; CheckExact reads only its type.
@@ -343,8 +525,8 @@ fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static BorrowApi> {
         return None;
     }
     // SAFETY: an aligned table in a library's image that starts with the
-    // magic is the `BorrowApi` static of a dlcast build, valid for the
-    // process; every version starts with the fields of version 1.
+    // magic is the `BorrowApi` static of a dlcast build of this layout,
+    // valid for the process; every version starts with these fields.
     let api = unsafe { &*ptr.cast::<BorrowApi>() };
     let functions = [
         api.acquire as *const c_void,
@@ -352,19 +534,27 @@ fn verify(cap: &Bound<'_, PyAny>) -> Option<&'static BorrowApi> {
         api.live as *const c_void,
     ];
     let one_image = functions.iter().all(|&f| image_base(f) == Some(image));
-    (one_image && api.version >= 1).then_some(api)
+    (one_image && api.version >= API_VERSION).then_some(api)
 }
 
-/// A registered borrow; dropping it releases it.
+/// A registered borrow; dropping it releases it (on any thread, with or
+/// without the GIL).
 pub(crate) struct Borrow {
     id: u64,
     api: &'static BorrowApi,
 }
 
 impl Drop for Borrow {
+    #[inline]
     fn drop(&mut self) {
-        // SAFETY: the publisher's function, with an id it handed out.
-        unsafe { (self.api.release)(self.id) }
+        if std::ptr::eq(self.api, &OWN_API) {
+            // SAFETY: this build's own function (called directly: no call
+            // through the table), with an id it handed out.
+            unsafe { release(self.id) }
+        } else {
+            // SAFETY: the publisher's function, with an id it handed out.
+            unsafe { (self.api.release)(self.id) }
+        }
         // The same view's borrow in rust-numpy's registry, if any.
         if rnp::foreign().is_some() {
             rnp::release(self.id);
@@ -381,13 +571,28 @@ pub(crate) enum Refused {
 }
 
 /// Registers `req`.
+#[inline]
 pub(crate) fn acquire_with(api: &'static BorrowApi, req: &BorrowReq) -> Result<Borrow, Refused> {
-    let mut conflict = EMPTY;
-    // SAFETY: the publisher's function, with a valid request and out slot.
-    let id = unsafe { (api.acquire)(req, &mut conflict) };
+    let mut conflict = MaybeUninit::<BorrowReq>::uninit();
+    let id = if std::ptr::eq(api, &OWN_API) {
+        // SAFETY: this build's own function (called directly), with a valid
+        // request and out slot.
+        unsafe { acquire(req, conflict.as_mut_ptr()) }
+    } else {
+        // SAFETY: the publisher's function, with a valid request and out slot.
+        unsafe { (api.acquire)(req, conflict.as_mut_ptr()) }
+    };
     if id != 0 {
         return Ok(Borrow { id, api });
     }
+    refused(conflict)
+}
+
+#[cold]
+#[inline(never)]
+fn refused(conflict: MaybeUninit<BorrowReq>) -> Result<Borrow, Refused> {
+    // SAFETY: `acquire` returned 0, so it wrote the slot (see `BorrowApi`).
+    let conflict = unsafe { conflict.assume_init() };
     if conflict.function.is_null() {
         return Err(Refused::NoMemory);
     }
@@ -401,21 +606,26 @@ pub fn live_borrows(py: Python<'_>) -> PyResult<usize> {
     Ok(unsafe { (api.live)() })
 }
 
-/// A name recorded in a [`BorrowReq`], as text.
-pub(crate) fn name(ptr: *const u8, len: usize) -> &'static str {
+/// A name recorded in a [`BorrowReq`], as text (`len` its length field).
+pub(crate) fn name(ptr: *const u8, len: impl Into<usize>) -> &'static str {
     if ptr.is_null() {
         return "?";
     }
     // SAFETY: names in requests point to `'static` UTF-8 strings of an
-    // extension module (checked again below, in case another version
-    // wrote something else).
-    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    // extension module, of at least `len` bytes (checked again below, in
+    // case another build cut a name inside a character).
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len.into()) };
     std::str::from_utf8(bytes).unwrap_or("?")
 }
 
 /// A fresh call id, unique among this extension's calls. (Two extensions
 /// may hand out the same id; a conflict is within one call only when the
 /// ids and the function name's address, a static of the extension, agree.)
+///
+/// One atomic add: the call context draws it before it holds any lock, and
+/// nothing in its type proves the GIL is held there, so neither serialises
+/// it.
+#[inline(always)]
 pub(crate) fn new_call_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -426,9 +636,17 @@ pub(crate) fn same_call(req: &BorrowReq, other: &BorrowReq) -> bool {
     req.call == other.call && std::ptr::eq(req.function, other.function)
 }
 
+/// `len` as a name's length field: cut to what the field holds (a prefix of
+/// the name, still in its bounds).
+#[inline(always)]
+fn name_len(len: usize) -> u16 {
+    u16::try_from(len).unwrap_or(u16::MAX)
+}
+
 /// The request for `len` elements of `itemsize` bytes at `start` with
 /// `shape`/`strides` (in elements) spanning `lo..hi`.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn request(
     device: Device,
     lo: usize,
@@ -456,25 +674,41 @@ pub(crate) fn request(
             modulus = gcd(modulus, b);
         }
     }
+    let (itemsize, modulus) = compact(itemsize, modulus);
     BorrowReq {
-        device_type: space.device_type,
-        device_id: space.device_id,
         lo,
         hi,
         start,
         modulus,
-        itemsize,
-        writable: writable as u8,
         call,
         function: function.as_ptr(),
-        function_len: function.len(),
         param: param.as_ptr(),
-        param_len: param.len(),
+        device_type: space.device_type,
+        device_id: space.device_id,
+        itemsize,
+        function_len: name_len(function.len()),
+        param_len: name_len(param.len()),
+        writable: writable as u8,
+    }
+}
+
+/// `itemsize` and `modulus` as a request holds them: an item size beyond
+/// `u32` (no dtype has one) is recorded as single bytes at every address
+/// of the span (`1, 1`), which meets every borrow of an intersecting span:
+/// conservative, as the overlap test must be.
+#[inline(always)]
+fn compact(itemsize: usize, modulus: usize) -> (u32, usize) {
+    match u32::try_from(itemsize) {
+        Ok(i) => (i, modulus),
+        Err(_) => (1, 1),
     }
 }
 
 // Keep the C types honest: a `c_char` name would be read the same way.
 const _: () = assert!(std::mem::size_of::<c_char>() == 1);
+// Ten words on 64-bit targets (the compact layout of `API_MAGIC`'s `\x02`).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<BorrowReq>() == 80);
 
 #[cfg(test)]
 mod tests {
@@ -568,5 +802,117 @@ mod tests {
         // Two readers share.
         let third = acquire_with(&OWN_API, &b).ok().expect("readers share");
         drop((second, third));
+    }
+
+    /// The registry's state is process-wide: the tests below use address
+    /// ranges of their own, and count only their own entries.
+    fn mine(lo: usize, hi: usize) -> usize {
+        REGISTRY
+            .lock()
+            .entries
+            .iter()
+            .filter(|e| e.req.lo >= lo && e.req.hi <= hi)
+            .count()
+    }
+
+    #[test]
+    fn released_in_any_order() {
+        let base = 1 << 30;
+        let reqs: Vec<_> = (0..4).map(|i| req(base + i * 64, 4, 1, 8, true)).collect();
+        let held: Vec<_> = reqs
+            .iter()
+            .map(|r| acquire_with(&OWN_API, r).ok().expect("disjoint"))
+            .collect();
+        assert_eq!(mine(base, base + 256), 4);
+        let mut held: Vec<_> = held.into_iter().map(Some).collect();
+        // First entered, last entered, then the middle ones.
+        for i in [0, 3, 1, 2] {
+            drop(held[i].take());
+            // The borrow released is gone, and only it: each range can be
+            // borrowed again exactly when its own borrow ended.
+            for (j, r) in reqs.iter().enumerate() {
+                let free = acquire_with(&OWN_API, r).is_ok();
+                assert_eq!(free, held[j].is_none(), "after releasing {i}: {j}");
+            }
+        }
+        assert_eq!(mine(base, base + 256), 0);
+    }
+
+    #[test]
+    fn ids_are_unique_and_never_zero() {
+        let base = 1 << 31;
+        let a = acquire_with(&OWN_API, &req(base, 2, 1, 8, false))
+            .ok()
+            .expect("free");
+        let b = acquire_with(&OWN_API, &req(base, 2, 1, 8, false))
+            .ok()
+            .expect("readers");
+        assert!(a.id != 0 && b.id != 0 && a.id != b.id);
+    }
+
+    #[test]
+    fn an_item_size_beyond_u32_is_conservative() {
+        // Two "items" of 2^33 bytes at the same stride, half a stride apart,
+        // recorded as every byte of their spans: they overlap (their spans
+        // intersect), as an exact test would also say.
+        let big = 1usize << 33;
+        let a = request(
+            Device::CPU,
+            0,
+            3 * big,
+            0,
+            &[2],
+            &[1],
+            big,
+            true,
+            1,
+            "f",
+            "x",
+        );
+        let b = request(
+            Device::CPU,
+            big / 2,
+            big / 2 + 2 * big,
+            big / 2,
+            &[2],
+            &[1],
+            big,
+            false,
+            2,
+            "f",
+            "y",
+        );
+        assert_eq!((a.itemsize, a.modulus), (1, 1));
+        assert!(may_overlap(&a, &b) && may_overlap(&b, &a));
+    }
+
+    #[test]
+    fn long_names_are_cut_within_their_bounds() {
+        let long: &'static str = Box::leak("é".repeat(40_000).into_boxed_str());
+        let r = request(Device::CPU, 0, 8, 0, &[1], &[1], 8, false, 1, long, "x");
+        assert_eq!(r.function_len, u16::MAX);
+        // 65535 bytes end inside a two-byte character: read as "?".
+        assert_eq!(name(r.function, r.function_len), "?");
+        assert_eq!(name(r.param, r.param_len), "x");
+    }
+
+    #[test]
+    fn the_lock_excludes() {
+        static COUNT: OneWordLock<u64> = OneWordLock::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10_000 {
+                        let mut n = COUNT.lock();
+                        // A read and a later write: lost updates without
+                        // exclusion.
+                        let v = *n;
+                        std::hint::black_box(&v);
+                        *n = v + 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(*COUNT.lock(), 40_000);
     }
 }

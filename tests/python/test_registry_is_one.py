@@ -253,6 +253,49 @@ print("republished", getattr(core, RNP) is not None)
     assert lines[1] == "republished True", lines
 
 
+REDIRECT = {
+    "sys.modules entry replaced": (
+        'sys.modules["numpy._core.multiarray"] = types.ModuleType("numpy._core.multiarray")',
+        'sys.modules["numpy._core.multiarray"] = core',
+    ),
+    "sys.modules entry deleted": (
+        'del sys.modules["numpy._core.multiarray"]',
+        'sys.modules["numpy._core.multiarray"] = core',
+    ),
+    "module class replaced": (
+        "class Module(types.ModuleType): pass\ncore.__class__ = Module",
+        "core.__class__ = types.ModuleType",
+    ),
+}
+
+
+@pytest.mark.parametrize("redirect", list(REDIRECT))
+def test_a_redirected_rust_numpy_lookup_refuses_numpy_arrays(redirect):
+    # After dlcast's table is in place (a first call), Python code changes
+    # where a rust-numpy extension's next first look-up would go (its
+    # `import` of NumPy's module, then an attribute of whatever it finds):
+    # every later call's check sees it, NumPy arrays are refused until it is
+    # put back, and then accepted again.
+    change, restore = REDIRECT[redirect]
+    lines = run(
+        f"""
+ext.fill_f64(np.zeros(2), 1.0)
+{change}
+try:
+    ext.fill_f64(np.zeros(3), 1.0)
+    print("ran")
+except RuntimeError as e:
+    print("refused:", e)
+{restore}
+a = np.zeros(3)
+ext.fill_f64(a, 1.0)
+print(a.tolist())
+"""
+    )
+    assert lines[0].startswith("refused: dlcast cannot see rust-numpy's borrows"), lines
+    assert lines[1] == "[1.0, 1.0, 1.0]", lines
+
+
 @pytest.mark.parametrize("version", ["1.0.0", "3.0"])
 def test_a_faked_numpy_version_changes_nothing(version):
     # Faked before dlcast's first call: dlcast still publishes rust-numpy's

@@ -6,7 +6,8 @@
 holds rust-numpy's borrows depends on who came first in the process:
 rust-numpy's own (a rust-numpy extension borrowed an array before dlcast met
 its first NumPy array: dlcast then also acquires its views there), or
-dlcast's (dlcast published it in rust-numpy's place). Each order runs in a
+dlcast's (dlcast published it in rust-numpy's place, already at its first
+call of any kind when NumPy is imported by then). Each order runs in a
 fresh interpreter; the suite's own process gets whichever came first.
 """
 
@@ -36,6 +37,13 @@ SCENARIO = textwrap.dedent(
         rnp.hold_ref_and_call(np.zeros(3), lambda: None)
     elif sys.argv[1] == "dlcast first":
         ext.hold_ref_and_call(np.zeros(3), lambda: None)
+    elif sys.argv[1] == "dlcast first, without a NumPy array":
+        # dlcast's first call sets up its registry, and with it publishes
+        # rust-numpy's table (NumPy is imported): rust-numpy's first borrow
+        # finds it there rather than publishing its own.
+        import array
+
+        ext.fill_f64(array.array("d", [0.0]), 1.0)
     # Either way rust-numpy's table now exists.
     core = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
     multiarray = sys.modules[core + ".multiarray"]
@@ -129,7 +137,9 @@ def check_all(rust_numpy_published):
     assert ext.live_borrows() == 0
 
 
-@pytest.mark.parametrize("order", ["rust-numpy first", "dlcast first"])
+@pytest.mark.parametrize(
+    "order", ["rust-numpy first", "dlcast first", "dlcast first, without a NumPy array"]
+)
 def test_each_order(order):
     out = subprocess.run(
         [sys.executable, "-c", SCENARIO, order],

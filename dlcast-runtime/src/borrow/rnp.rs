@@ -19,7 +19,9 @@
 //! compared by identity; no Python code). The module is NumPy's
 //! `multiarray` of NumPy's ABI version, read from NumPy's verified C API
 //! table ([`crate::npapi::table`]), never from `numpy.__version__`, which
-//! also decides the dtype layout dlcast's table reads. The first time:
+//! also decides the dtype layout dlcast's table reads. The first time
+//! (already when the registry is set up, at the first call of any dlcast
+//! function in the process, if NumPy is imported by then: [`set_up`]):
 //!
 //! - **No capsule yet**: dlcast publishes one whose functions enter
 //!   rust-numpy's borrows in dlcast's own registry (see [`super`]), with
@@ -72,7 +74,7 @@
 //! (rust-numpy does not see those either). In the first case rust-numpy's
 //! borrows are compared by memory with every view in the registry.
 
-use super::{BorrowApi, BorrowReq, EMPTY};
+use super::{BorrowApi, BorrowReq, LockGuard, OneWordLock};
 // NumPy's array object (as rust-numpy's functions are passed it) and dtype.
 use crate::npyffi::{PyArrayObject as ArrayHead, NPY_ARRAY_WRITEABLE};
 use pyo3::ffi;
@@ -80,8 +82,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use smallvec::SmallVec;
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::Mutex;
 
 /// The capsule's name, and the attribute of NumPy's `multiarray` module
 /// that holds it.
@@ -180,25 +182,64 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
     let expected = EXPECTED.load(Ordering::Acquire);
     if let (Some(place), false) = (PLACE.get(py), expected.is_null()) {
         let module = place.module.as_ptr();
-        // SAFETY: the GIL is held; `name` is an exact str and the
-        // interpreter's module dictionary an exact dict, so the look-up runs
-        // no Python code; it returns a new reference (or NULL).
-        let current = unsafe { ffi::PyImport_GetModule(place.name.as_ptr()) };
-        if !current.is_null() {
-            // SAFETY: the new reference just taken.
-            unsafe { ffi::Py_DecRef(current) };
-        }
-        // SAFETY: `module` is live (kept by `PLACE`); `dict` is its
-        // dictionary, `key` an exact str: a look-up that runs no Python code
-        // and returns a borrowed reference (or NULL).
-        let same = current == module
-            && unsafe { ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type) }
-            && unsafe { ffi::PyDict_GetItem(place.dict, place.key.as_ptr()) } == expected;
+        // The interpreter's module dictionary, where `PyImport_GetModule`
+        // looks (which `recheck` calls; here without its check that the
+        // module finished initialising, which reads attributes of the
+        // module's `__spec__` and costs more than the rest of a call).
+        // SAFETY: the GIL is held: a borrowed reference to the interpreter's
+        // dictionary (C-level state; rebinding `sys.modules` does not change
+        // it), alive as long as the interpreter.
+        let modules = unsafe { ffi::PyImport_GetModuleDict() };
+        // SAFETY: the pointers are only compared, never read through, but
+        // for the type checks of live objects (`modules`, and `module`, kept
+        // by `PLACE`). In an exact dict, with an exact str key (its hash
+        // cached), a look-up runs no Python code, cannot fail, and returns a
+        // borrowed reference or NULL (with an error set only on a failure,
+        // cleared below); `dict` is `module`'s dictionary and `key` an exact
+        // str. (`PyDict_GetItemWithError`: no saving and restoring of the
+        // error state around the look-up, as `PyDict_GetItem` does.)
+        let same = unsafe {
+            !modules.is_null()
+                && ffi::PyDict_CheckExact(modules) != 0
+                && ffi::PyDict_GetItemWithError(modules, place.name.as_ptr()) == module
+                && ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type)
+                && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
+        };
         if same {
             return Ok(());
         }
+        drop(PyErr::take(py));
     }
     recheck(py)
+}
+
+/// At the registry's set-up (the first time an extension needs it in the
+/// process, in phase 1 of a call), when NumPy is already imported: the first
+/// check now ([`recheck`]: dlcast's table is published in rust-numpy's
+/// place, or the one there adopted), rather than at the first exact
+/// `numpy.ndarray` argument. A rust-numpy extension that borrows before
+/// dlcast meets its first NumPy array then finds dlcast's table instead of
+/// publishing its own, in which every later dlcast view of a NumPy array
+/// would also have to be acquired. NumPy is never imported for this, and
+/// whatever goes wrong is left to [`check`], which refuses NumPy arrays
+/// with the reason.
+#[cold]
+#[inline(never)]
+pub(crate) fn set_up(py: Python<'_>) {
+    let name = pyo3::types::PyString::new(py, "numpy");
+    // SAFETY: the GIL is held; a look-up in `sys.modules` (phase 1: Python
+    // code may run if it was replaced) that returns a new reference or NULL
+    // (with an error only if the look-up itself failed).
+    let numpy = unsafe { ffi::PyImport_GetModule(name.as_ptr()) };
+    if numpy.is_null() {
+        drop(PyErr::take(py));
+        return;
+    }
+    // SAFETY: the new reference just taken.
+    unsafe { ffi::Py_DecRef(numpy) };
+    if let Err(e) = recheck(py) {
+        drop(e);
+    }
 }
 
 /// The error for NumPy arrays while rust-numpy's table cannot be followed.
@@ -304,9 +345,11 @@ fn learn_place(py: Python<'_>) -> PyResult<Place> {
     }
     Ok(Place {
         module: module.unbind(),
-        name: pyo3::types::PyString::new(py, name).into_any().unbind(),
+        // Interned: the keys a dictionary holds for these names are often
+        // the interned strings, which a look-up then finds by identity.
+        name: pyo3::types::PyString::intern(py, name).into_any().unbind(),
         dict,
-        key: pyo3::types::PyString::new(py, ATTR_NAME)
+        key: pyo3::types::PyString::intern(py, ATTR_NAME)
             .into_any()
             .unbind(),
     })
@@ -406,10 +449,10 @@ fn publish(py: Python<'_>, registry: &'static BorrowApi) -> PyResult<*mut ffi::P
 /// rust-numpy's live borrows entered in dlcast's registry: the array (which
 /// rust-numpy keeps alive until it releases it), whether writable, and the
 /// registry's id (0 for an empty array, not entered).
-static HELD: Mutex<Vec<(usize, bool, u64)>> = Mutex::new(Vec::new());
+static HELD: OneWordLock<Vec<(usize, bool, u64)>> = OneWordLock::new(Vec::new());
 
-fn held() -> std::sync::MutexGuard<'static, Vec<(usize, bool, u64)>> {
-    HELD.lock().unwrap_or_else(|e| e.into_inner())
+fn held() -> LockGuard<'static, Vec<(usize, bool, u64)>> {
+    HELD.lock()
 }
 
 /// The registry request for the array `a` (all of its bytes), or `None`
@@ -471,20 +514,21 @@ unsafe fn array_request(a: *mut ffi::PyObject, writable: bool) -> Option<BorrowR
     // A span that does not fit in the address space: all of it, every byte.
     let (lo, hi, modulus) = span.map_or((0, usize::MAX, 1), |(l, h)| (l, h, modulus));
     let cpu = crate::device::Device::CPU;
+    let (itemsize, modulus) = super::compact(itemsize, modulus);
     Some(BorrowReq {
-        device_type: cpu.device_type,
-        device_id: cpu.device_id,
         lo,
         hi,
         start,
         modulus,
-        itemsize,
-        writable: writable as u8,
         call: 0,
         function: RUST_NUMPY.as_ptr(),
-        function_len: RUST_NUMPY.len(),
         param: "".as_ptr(),
+        device_type: cpu.device_type,
+        device_id: cpu.device_id,
+        itemsize,
+        function_len: super::name_len(RUST_NUMPY.len()),
         param_len: 0,
+        writable: writable as u8,
     })
 }
 
@@ -503,9 +547,10 @@ unsafe fn enter(flags: *mut c_void, a: *mut ffi::PyObject, writable: bool) -> c_
     let id = match unsafe { array_request(a, writable) } {
         None => 0,
         Some(req) => {
-            let mut conflict = EMPTY;
-            // SAFETY: the registry's function, with a valid request and slot.
-            match unsafe { (registry.acquire)(&req, &mut conflict) } {
+            let mut conflict = MaybeUninit::<BorrowReq>::uninit();
+            // SAFETY: the registry's function, with a valid request and slot
+            // (read by no one: a refusal is all rust-numpy is told).
+            match unsafe { (registry.acquire)(&req, conflict.as_mut_ptr()) } {
                 0 => return -1,
                 id => id,
             }
@@ -560,10 +605,10 @@ unsafe extern "C" fn np_release_mut(flags: *mut c_void, a: *mut ffi::PyObject) {
 
 /// dlcast borrows (by id) whose views also hold the array in rust-numpy's
 /// registry.
-static HOLDS: Mutex<Vec<(u64, Hold)>> = Mutex::new(Vec::new());
+static HOLDS: OneWordLock<Vec<(u64, Hold)>> = OneWordLock::new(Vec::new());
 
-fn holds() -> std::sync::MutexGuard<'static, Vec<(u64, Hold)>> {
-    HOLDS.lock().unwrap_or_else(|e| e.into_inner())
+fn holds() -> LockGuard<'static, Vec<(u64, Hold)>> {
+    HOLDS.lock()
 }
 
 /// Ends the holds in rust-numpy's registries of the dlcast borrow `id`, if
@@ -599,8 +644,9 @@ pub(crate) struct Hold {
     data: *mut c_char,
     nd: c_int,
     flags: c_int,
-    /// The dimensions, then the byte strides.
-    dims: SmallVec<[isize; 8]>,
+    /// The dimensions, then the byte strides (inline up to two
+    /// dimensions: a smaller `Hold`, moved several times per view).
+    dims: SmallVec<[isize; 4]>,
     root: Py<PyAny>,
     descr: Py<PyAny>,
 }
@@ -746,7 +792,7 @@ fn hold_in(shared: &'static Shared, arr: &Bound<'_, PyAny>, writable: bool) -> R
     // fields up to `flags` are those of `ArrayHead`.
     let h = unsafe { &*p.cast::<ArrayHead>() };
     let nd = usize::try_from(h.nd).unwrap_or(0);
-    let mut dims: SmallVec<[isize; 8]> = SmallVec::new();
+    let mut dims: SmallVec<[isize; 4]> = SmallVec::new();
     if nd > 0 {
         // SAFETY: an array with `nd` > 0 has `nd` dimensions and strides,
         // valid while we hold the GIL and no Python code runs.
