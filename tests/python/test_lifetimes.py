@@ -180,6 +180,18 @@ def test_reference_cycle_through_the_view_is_collected():
     assert w() is None, "the cycle object -> array -> object must be collected"
 
 
+def test_only_arrays_that_refer_to_a_python_object_are_gc_tracked():
+    # A returned array over dlcast's own allocation refers to no Python
+    # object, so it can be in no cycle: the garbage collector does not track
+    # it (as CPython's tuples of atomic values). One that views an object's
+    # memory is tracked, so the cycle above is collected.
+    own = ext.ones_like(np.zeros(3)).base  # NumPy's array over a dlcast.Array
+    assert type(own).__name__ == "Array" and not gc.is_tracked(own)
+    m = ext.Matrix4f()
+    view = m.data()
+    assert type(view).__name__ == "Array" and gc.is_tracked(view)
+
+
 def test_foreign_memory_freed_once():
     n0, _ = ext.foreign_drops()
     a = np.asarray(ext.foreign(6))

@@ -71,7 +71,20 @@ impl Array {
             copy.never_written = true;
             inner = copy;
         }
-        Bound::new(py, Array { inner })
+        let untracked = inner.py_owner.is_none();
+        let array = Bound::new(py, Array { inner })?;
+        if untracked {
+            // An array that refers to no Python object (`__traverse__`
+            // reports nothing, and a frozen class never gains one) can be
+            // in no reference cycle: off the garbage collector's lists, as
+            // CPython does with tuples and dicts of atomic values, so that
+            // returning arrays triggers no collections.
+            // SAFETY: `array` is a live object of a GC type, just created;
+            // untracking is allowed at any time, and PyO3's deallocation
+            // untracks again only if it is tracked.
+            unsafe { pyo3::ffi::PyObject_GC_UnTrack(array.as_ptr().cast()) };
+        }
+        Ok(array)
     }
 }
 
