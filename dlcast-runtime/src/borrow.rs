@@ -69,6 +69,7 @@
 //! crate-private module `borrow::rnp`).
 
 use crate::device::Device;
+use crate::error::RegistryError;
 use pyo3::prelude::*;
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_void, CStr};
@@ -451,11 +452,7 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let dict =
         unsafe { pyo3::ffi::PyInterpreterState_GetDict(pyo3::ffi::PyInterpreterState_Get()) };
     if dict.is_null() {
-        return Err(PyErr::take(py).unwrap_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err(
-                "dlcast: the interpreter has no state dictionary to keep the borrow registry in",
-            )
-        }));
+        return Err(PyErr::take(py).unwrap_or_else(|| RegistryError::NoStateDict.into()));
     }
     let key = pyo3::types::PyString::new(py, KEY);
     let ptr = (&OWN_API as *const BorrowApi).cast_mut().cast::<c_void>();
@@ -475,22 +472,16 @@ fn find_or_publish(py: Python<'_>) -> PyResult<&'static BorrowApi> {
         pyo3::ffi::compat::PyDict_SetDefaultRef(dict, key.as_ptr(), ours.as_ptr(), &mut found)
     };
     if rc < 0 || found.is_null() {
-        return Err(PyErr::take(py).unwrap_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err(
-                "dlcast: the borrow registry could not be published",
-            )
-        }));
+        return Err(PyErr::take(py).unwrap_or_else(|| RegistryError::NotPublished.into()));
     }
     // SAFETY: a new reference (above).
     let found = unsafe { Bound::from_owned_ptr(py, found) };
     let api = verify(&found).ok_or_else(|| {
-        pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "dlcast: the interpreter's {KEY:?} entry is not a borrow registry of this dlcast \
-             layout (a capsule named {CAPSULE_NAME:?} whose table starts with {API_MAGIC:?} and \
-             whose table and functions lie in one loaded library; an extension built with a \
-             dlcast of another registry layout publishes another magic); dlcast refuses to run \
-             rather than start a second registry"
-        ))
+        PyErr::from(RegistryError::NotARegistry {
+            key: KEY,
+            capsule: CAPSULE_NAME,
+            magic: &API_MAGIC,
+        })
     })?;
     // Kept for the process (the table is a static of its publisher).
     std::mem::forget(found);

@@ -244,10 +244,7 @@ pub(crate) fn set_up(py: Python<'_>) {
 
 /// The error for NumPy arrays while rust-numpy's table cannot be followed.
 fn refusal(why: std::fmt::Arguments<'_>) -> PyErr {
-    pyo3::exceptions::PyRuntimeError::new_err(format!(
-        "dlcast cannot see rust-numpy's borrows of NumPy arrays: {why}; NumPy arrays are \
-         refused until it can"
-    ))
+    crate::error::RegistryError::RustNumpyUnseen(why.to_string()).into()
 }
 
 /// [`check`]'s slow path (phase 1: may run Python code, the first time).

@@ -20,7 +20,10 @@
 //!   `ndarray` view) refuses ([`NativeRefusal`]);
 //! - `export`: [`ShapeError`] (public) and what an export, the
 //!   `dlcast.Array` class, the hand-off to a framework and `ArrayBuffer`
-//!   refuse ([`ExportError`]).
+//!   refuse ([`ExportError`]);
+//! - `registry`: what the borrow registry's set-up refuses, and NumPy
+//!   arrays while rust-numpy's borrows cannot be followed
+//!   ([`RegistryError`]).
 //!
 //! This module sits low in the module graph: it uses the facts (`dtype`,
 //! `device`, `spec`) and nothing that uses it.
@@ -28,12 +31,14 @@
 mod call;
 mod export;
 mod import;
+mod registry;
 mod view;
 
 pub(crate) use call::{CallError, ConvertError, ImportRefusal, Unconvertible, WhyNot};
 pub(crate) use export::ExportError;
 pub use export::ShapeError;
 pub(crate) use import::{ImportError, ImportFault};
+pub(crate) use registry::RegistryError;
 pub(crate) use view::{DirectExtraction, ErrorInner, Native, NativeRefusal};
 pub use view::{ViewError, ViewErrorKind};
 
