@@ -22,6 +22,7 @@ import pytest
 import dlcast_rnp as rnp
 import dlcast_second as second
 import dlcast_testext as ext
+from conftest import run_py
 
 SCENARIO = textwrap.dedent(
     """
@@ -158,3 +159,62 @@ def test_in_this_process():
     # latest), published the table.
     ext.hold_ref_and_call(np.zeros(1), lambda: None)
     check_all(rust_numpy_published=False)
+
+
+# rust-numpy finds its table with a plain attribute look-up on NumPy's
+# `multiarray` module, which consults the module type's MRO (`module`, then
+# `object`) for a data descriptor *before* the module's dictionary. Such a
+# descriptor, put in a builtin type's dictionary through the dictionary
+# under its mappingproxy, redirects rust-numpy's look-up while the module's
+# dictionary (all that `borrow::rnp::check` compares) is unchanged.
+DESCRIPTOR_REDIRECT = """
+import gc, sys, types
+import numpy as np
+import dlcast_rnp as rnp
+import dlcast_testext as ext
+from conftest import run_py
+
+ext.hold_ref_and_call(np.zeros(3), lambda: None)  # dlcast publishes its table
+ATTR = "_RUST_NUMPY_BORROW_CHECKING_API"
+stash = []
+
+def fget(self):
+    if stash:
+        return stash[0]
+    raise AttributeError(ATTR)
+
+owner = {"module": types.ModuleType, "object": object}[sys.argv[1]]
+gc.get_referents(owner.__dict__)[0][ATTR] = property(fget, lambda self, v: stash.append(v))
+sys._clear_type_cache()
+
+a = np.zeros(4)
+seen = []
+
+def inner():
+    try:
+        ext.hold_mut_and_call(a, lambda: None)
+        seen.append("allowed")
+    except (BufferError, RuntimeError) as e:
+        seen.append("refused: " + type(e).__name__)
+
+try:
+    # rust-numpy's writable borrow (in a table of its own, made now), and
+    # dlcast's &mut [f64] of the same array inside it: two live `&mut`.
+    rnp.hold_mut_and_call(a, inner)
+except Exception as e:
+    seen.append("rust-numpy refused: " + type(e).__name__)
+print(seen)
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("owner", ["module", "object"])
+@pytest.mark.xfail(strict=True, reason=(
+    "borrow::rnp::check compares only the module's dictionary entry; a data "
+    "descriptor for the attribute on types.ModuleType or object (set through "
+    "the dictionary under the mappingproxy, then sys._clear_type_cache()) "
+    "redirects rust-numpy's own look-up to a table of its own unseen"))
+def test_rust_numpy_table_redirected_by_a_type_descriptor_is_not_trusted(owner):
+    r = run_py(DESCRIPTOR_REDIRECT.replace("sys.argv[1]", repr(owner)))
+    assert r.returncode == 0, r.stderr
+    assert "allowed" not in r.stdout, r.stdout
