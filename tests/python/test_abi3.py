@@ -299,3 +299,60 @@ def test_the_abi3_subset_covers_every_branch():
     assert wanted <= listed, sorted(wanted - listed)
     for name in listed:
         assert (pathlib.Path(__file__).parent / f"{name}.py").exists(), name
+
+
+# Below abi3-py311 a buffer input is held through memoryview objects (dlcast's
+# own, and the one NumPy's array over it keeps as its base): objects the
+# garbage collector lists, so Python code can find them (`gc.get_objects()`)
+# and `release()` them, which ends the exporter's export while dlcast still
+# holds its address: the exporter may then reallocate.
+RELEASED_HOLDERS = """
+import array, gc
+import numpy as np
+import dlcast_testext as ext
+
+def release_and_grow(obj, out):
+    for o in gc.get_objects():
+        if type(o) is memoryview and o.obj is obj:
+            o.release()
+    try:
+        obj.extend(obj[:1] * (1 << 18))  # reallocates, if allowed
+        out.append("moved")
+    except BufferError:
+        out.append("pinned")
+
+# In the body: a `&mut` of an array.array's memory, and a callback.
+a = array.array("d", [0.0] * 8)
+body = []
+ext.hold_mut_and_call(a, lambda: release_and_grow(a, body))
+print("body", body)
+
+# In phase 1 of a later argument, before phase 2 reads the first one.
+b = bytearray(64)
+early = []
+
+class Later:
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        release_and_grow(b, early)
+        return np.zeros(4, np.uint8).__dlpack__(**kw)
+
+try:
+    ext.u8_mut_pair(b, Later())
+except Exception:
+    pass
+print("early", early)
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.xfail(not ext.BUFFER_PROTOCOL, strict=True, reason=(
+    "below abi3-py311 the buffer is held by memoryview objects that "
+    "gc.get_objects() lists; releasing them unpins the exporter (use after free)"))
+def test_buffer_input_stays_pinned_when_python_code_releases_every_memoryview():
+    r = run_py(RELEASED_HOLDERS)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert "moved" not in r.stdout, r.stdout
+    assert "body ['pinned']" in r.stdout and "early ['pinned']" in r.stdout, r.stdout
