@@ -99,7 +99,7 @@ def test_default_result_is_a_dlcast_array():
     for f in (np.from_dlpack, torch.from_dlpack, jnp.from_dlpack, xp.from_dlpack, np.asarray):
         assert to_numpy(f(a)).tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(TypeError, match="0-d"):
-        len(ext.identity(np.float64(1.0).reshape(())))
+        len(ext.identity(np.array(1.0)))
 
 
 def test_zero_copy_pointers_equal_the_rust_allocation():

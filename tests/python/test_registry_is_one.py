@@ -61,12 +61,13 @@ def test_registry_survives_tampering_with_sys_modules(tamper):
     # `dlcast_testext` finds (or publishes) the registry; `dlcast_second`
     # has made no call yet when its place is tampered with, so it looks
     # for the registry afterwards: it must find the same one.
-    # The memory is an `array.array` (read through the buffer protocol), so
-    # that no NumPy-specific check is involved.
+    # The memory is a PyTorch tensor, so that no NumPy-specific check is
+    # involved (and every abi3 level reads it: buffers other than bytes are
+    # refused below abi3-py311).
     lines = run(
         f"""
-import array
-a = array.array("d", [0.0] * 4)
+import torch
+a = torch.zeros(4, dtype=torch.float64)
 ext.fill_f64(a, 1.0)
 {TAMPER_REGISTRY[tamper]}
 def callback():

@@ -205,12 +205,73 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
                 && ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type)
                 && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
         };
-        if same {
+        if same && !shadowed(place, expected) {
             return Ok(());
         }
         drop(PyErr::take(py));
     }
     recheck(py)
+}
+
+/// Whether rust-numpy's attribute look-up on NumPy's module could give
+/// something other than the module dictionary's entry `entry`: the look-up
+/// (`getattr(module, name)`) consults the module's class and `object`
+/// before the module's dictionary, and a data descriptor of that name there
+/// (Python code can put one in a built-in type's dictionary through the
+/// garbage collector) would hand rust-numpy a table of its own, which
+/// dlcast would never see. Where the build can read those classes'
+/// dictionaries at C level, any entry of that name counts; in abi3 builds,
+/// the look-up itself must give `entry` (the dictionary's entry, or
+/// nothing when it is NULL; Python code may run: phase 1).
+///
+/// A descriptor removed again before dlcast's next call, after rust-numpy
+/// took a table of its own through it, cannot be seen: the README's Safety
+/// section lists this limit.
+fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
+    let key = place.key.as_ptr();
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        let _ = entry;
+        let classes = [
+            std::ptr::addr_of_mut!(ffi::PyModule_Type),
+            std::ptr::addr_of_mut!(ffi::PyBaseObject_Type),
+        ];
+        classes.into_iter().any(|tp| {
+            // SAFETY: the GIL is held; static built-in types, whose
+            // dictionary (an exact dict: `tp_dict` before 3.12, a new
+            // reference from `PyType_GetDict` since) a look-up with an
+            // exact str key reads without running Python code; an error
+            // (none is expected) counts as shadowed, and is cleared.
+            unsafe {
+                #[cfg(not(Py_3_12))]
+                let dict = (*tp).tp_dict;
+                #[cfg(Py_3_12)]
+                let dict = ffi::PyType_GetDict(tp);
+                let hit = dict.is_null() || !ffi::PyDict_GetItemWithError(dict, key).is_null();
+                if !ffi::PyErr_Occurred().is_null() {
+                    ffi::PyErr_Clear();
+                }
+                #[cfg(Py_3_12)]
+                ffi::Py_XDECREF(dict);
+                hit
+            }
+        })
+    }
+    #[cfg(Py_LIMITED_API)]
+    {
+        // SAFETY: the GIL is held; `module` is live; a new reference or
+        // NULL with an error (cleared), compared by address only.
+        unsafe {
+            let got = ffi::PyObject_GetAttr(place.module.as_ptr(), key);
+            if got.is_null() {
+                ffi::PyErr_Clear();
+                return !entry.is_null();
+            }
+            // (A value where the dictionary has none is shadowed too.)
+            ffi::Py_DECREF(got);
+            got != entry
+        }
+    }
 }
 
 /// At the registry's set-up (the first time an extension needs it in the
@@ -280,6 +341,13 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
     // SAFETY: as in `check`: a borrowed reference or NULL, no Python code.
     let found = unsafe { ffi::PyDict_GetItem(place.dict, key) };
     let expected = EXPECTED.load(Ordering::Acquire);
+    if shadowed(place, found) {
+        return Err(refusal(format_args!(
+            "an attribute {ATTR_NAME} of the class `module` or `object` shadows the entry of \
+             {:?}'s dictionary that rust-numpy looks up (Python code put it there)",
+            place.name.bind(py)
+        )));
+    }
     if found.is_null() {
         // Missing: put back the table rust-numpy extensions found there, or
         // publish dlcast's the first time.

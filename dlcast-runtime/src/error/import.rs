@@ -5,8 +5,6 @@
 
 use crate::device::Device;
 use crate::dtype::DType;
-#[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-use pyo3::exceptions::PyTypeError;
 use pyo3::exceptions::{PyBufferError, PyMemoryError};
 use pyo3::PyErr;
 
@@ -59,11 +57,6 @@ pub(crate) enum ImportFault {
     /// `MemoryError`: no memory for a shape and strides.
     #[error("no memory for the shape and strides of {ndim} dimensions")]
     NoMemoryForDims { ndim: usize },
-    /// `TypeError`: a buffer whose format holds a NUL (the buffer protocol
-    /// through a memoryview, below abi3-py311).
-    #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-    #[error("the buffer format holds a NUL")]
-    FormatNul,
     /// `BufferError`: an exchange-table function failed without setting
     /// an exception.
     #[error("{0} failed without an error")]
@@ -76,8 +69,6 @@ impl From<ImportFault> for PyErr {
         let msg = e.to_string();
         match e {
             ImportFault::NoMemoryForDims { .. } => PyMemoryError::new_err(msg),
-            #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-            ImportFault::FormatNul => PyTypeError::new_err(msg),
             ImportFault::Silent(_) => PyBufferError::new_err(msg),
         }
     }

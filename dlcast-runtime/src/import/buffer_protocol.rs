@@ -205,215 +205,125 @@ pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
 
 /// The buffer protocol in abi3 builds for Python 3.9 and 3.10, whose
 /// limited API has no `Py_buffer`, `PyObject_GetBuffer` or
-/// `PyBuffer_Release`.
+/// `PyBuffer_Release`: there, dlcast reads exactly `bytes` and `bytearray`
+/// objects (exact types) in place, and refuses other buffers with an error
+/// that says what to pass instead (a NumPy array, which takes its own
+/// path, or `bytes`) or to build for abi3-py311.
 ///
-/// Phase 1 makes a `memoryview` of the argument (`PyMemoryView_FromObject`,
-/// in the limited API at every level). The memoryview acquires the
-/// exporter's buffer with `PyBUF_FULL_RO` and holds it until the memoryview
-/// is released or freed; dlcast holds the only reference to it, so the
-/// exporter keeps the memory alive and its description fixed (a
-/// `bytearray` cannot resize, ...) for as long as the view lives. The
-/// caller releasing their own memoryview changes nothing: the buffer is
-/// released only when every memoryview sharing it is.
+/// What decides safety comes from C: the address and length from
+/// CPython's accessors (`PyBytes_AsString`, `PyByteArray_Size`, ...),
+/// one dimension of bytes over the whole object, read-only for `bytes`.
+/// A `bytearray` must not resize while dlcast reads it: phase 1 makes a
+/// `memoryview` of it (`PyMemoryView_FromObject`, in the limited API at
+/// every level), an export the `bytearray` refuses to resize under, held
+/// until the read ends. That memoryview is never shown to Python code and
+/// is taken off the garbage collector's lists at once, so that no Python
+/// code can find it (`gc.get_objects()`, `gc.get_referrers`) and
+/// `release()` it early (which would let the `bytearray` reallocate under
+/// the read); it is put back on them just before it is freed, as its
+/// deallocation expects.
 ///
-/// What decides safety (the address, the item size, the shape, the strides
-/// and whether the memory may be written) is never read through a Python
-/// attribute: the memoryview's getters (`format`, `shape`, ...) belong to
-/// a built-in type, but Python code can replace them all the same (through
-/// the type's dictionary, reachable with `gc.get_referents`). Instead:
-/// - an exact `bytes` or `bytearray` is read from CPython's own C accessors
-///   (`PyBytes_AsString`, `PyBytes_Size`, ...): its buffer is always one
-///   dimension of bytes over the whole object, read-only for `bytes`;
-/// - any other buffer goes through NumPy: `numpy.asarray(memoryview)`
-///   builds an array over the memoryview's own buffer, which must be
-///   exactly NumPy's array type (the type from NumPy's verified C API
-///   table, see `import::numpy::learn_ndarray`), not own its data and have
-///   exactly a `memoryview` as its base (read from the array's C struct);
-///   phase 2 then reads the array from its C fields, as any exact
-///   `numpy.ndarray` is read. `numpy.asarray` is a module attribute Python
-///   code can replace, so it is checked by identity first (NumPy's builtin,
-///   see `crate::trust`); a replaced one is refused, never called.
-///   Without NumPy, such buffers are refused with an error that says so.
-///
-/// The memoryview's getters are read only to refuse early, with dlcast's
-/// own message, what the C path refuses (a format dlcast cannot hold,
-/// suboffsets): a liar there can make dlcast refuse, never read.
-///
-/// The one way around this is Python code that finds dlcast's private
-/// memoryview through the garbage collector's introspection
-/// (`gc.get_objects()`) and calls its `release()`; NumPy's own arrays over
-/// buffers have the same exposure.
+/// Other buffers are not read in place here: the only way to their
+/// address and layout in the limited API of 3.9/3.10 leads through Python
+/// code (memoryview's getters and NumPy's array construction, which
+/// consult attributes Python code can replace through a type's
+/// dictionary).
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
 mod fallback {
-    use super::{checked_dtype, describe, Desc, ImportError, Owner, RawTensor};
-    use crate::error::ImportFault;
-    use crate::import::{numpy as np_import, ImportPath};
-    use crate::npyffi::PyArrayObject;
+    use super::{describe, Desc, ImportError, Owner, RawTensor};
     use pyo3::exceptions::PyTypeError;
+    use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyByteArray, PyBytes};
-    use pyo3::{ffi, intern};
-    use std::ffi::{c_int, CString};
 
-    /// NumPy's `NPY_ARRAY_OWNDATA` flag: the array allocated its memory.
-    const NPY_ARRAY_OWNDATA: c_int = 0x0004;
-
-    /// A buffer held through a private memoryview (see the module
-    /// documentation).
+    /// An exact `bytes` or `bytearray` held while it is read (see the
+    /// module documentation).
     pub(crate) struct HeldBuffer {
-        /// The memoryview: holds the exporter's buffer until it drops.
-        _view: Py<PyAny>,
-        what: Held,
+        /// The memoryview that keeps a `bytearray` from resizing (owned:
+        /// one strong reference), off the garbage collector's lists.
+        view: *mut ffi::PyObject,
+        /// `len` bytes at `data`.
+        data: *mut u8,
+        len: isize,
+        readonly: bool,
     }
 
-    /// Where phase 2 reads the buffer's description from.
-    enum Held {
-        /// An exact `bytes` (read-only) or `bytearray`: `len` bytes at
-        /// `data`, from CPython's accessors.
-        Bytes {
-            data: *mut u8,
-            len: isize,
-            readonly: bool,
-        },
-        /// NumPy's array over the memoryview's buffer, read from its C
-        /// fields in phase 2.
-        Array(Py<PyAny>),
+    // SAFETY: `view` is a strong reference, used (and released) only with
+    // the GIL held, as every owner of a call's read (see `Owner`).
+    unsafe impl Send for HeldBuffer {}
+
+    impl Drop for HeldBuffer {
+        fn drop(&mut self) {
+            // SAFETY: `Owner`s drop with the GIL held; `view` is our strong
+            // reference to a live memoryview, untracked by us (tracked
+            // again, as memoryview's deallocation untracks without a check,
+            // then released).
+            unsafe {
+                if ffi::PyObject_GC_IsTracked(self.view) == 0 {
+                    ffi::PyObject_GC_Track(self.view.cast());
+                }
+                ffi::Py_DECREF(self.view);
+            }
+        }
     }
 
-    /// Nothing to do before the drop: the buffer is released when the
-    /// memoryview drops with the rest of `HeldBuffer` (with the GIL, see `Owner`).
+    /// Nothing to do before the drop: the memoryview is released when
+    /// `HeldBuffer` drops (with the GIL, see `Owner`).
     pub(crate) fn release(_held: &mut HeldBuffer) {}
 
     /// Phase 1 (see the module documentation). `Ok(None)` when `obj` does
     /// not support the buffer protocol (`memoryview()` raises `TypeError`).
     pub(crate) fn try_acquire(obj: &Bound<'_, PyAny>) -> Result<Option<Owner>, ImportError> {
         let py = obj.py();
+        let bytes = obj.is_exact_instance_of::<PyBytes>();
+        let bytearray = obj.is_exact_instance_of::<PyByteArray>();
         // SAFETY: `obj` is live; a new reference or NULL with an exception.
-        let view =
-            unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyMemoryView_FromObject(obj.as_ptr())) };
-        let view = match view {
-            Ok(v) => v,
-            Err(e) if e.get_type(py).is(py.get_type::<PyTypeError>()) => return Ok(None),
-            Err(e) => return Err(ImportError::Buffer(e)),
-        };
-        // Refuse early, with dlcast's message, what phase 2 would refuse
-        // (the getters decide nothing else: see the module documentation).
-        let (format, itemsize, suboffsets) = (|| -> PyResult<(CString, isize, bool)> {
-            let format: String = view.getattr(intern!(py, "format"))?.extract()?;
-            Ok((
-                CString::new(format).map_err(|_| ImportFault::FormatNul)?,
-                view.getattr(intern!(py, "itemsize"))?.extract()?,
-                view.getattr(intern!(py, "suboffsets"))?.len()? != 0,
-            ))
-        })()
-        .map_err(ImportError::Buffer)?;
-        checked_dtype(&format, itemsize, suboffsets)?;
-        let what = held(obj, &view)?;
-        Ok(Some(Owner::Buffer(HeldBuffer {
-            _view: view.unbind(),
-            what,
-        })))
-    }
-
-    /// `numpy.asarray`, once it is known to be NumPy's own (kept for the
-    /// process then; a failed check is not kept, so restoring a replaced
-    /// attribute works): exactly a builtin named `asarray` whose C function
-    /// lies in the library that defines NumPy's array type (see
-    /// [`crate::trust`]). A function Python code put in its place could
-    /// hand back an array over other memory (an immutable `bytes`), which
-    /// a `&mut` view would then write.
-    fn asarray(py: Python<'_>) -> Result<&'static Py<PyAny>, String> {
-        static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        ASARRAY.get_or_try_init(py, || {
-            let np = py
-                .import("numpy")
-                .map_err(|e| format!("importing NumPy failed ({e})"))?;
-            let asarray = np
-                .getattr("asarray")
-                .map_err(|e| format!("numpy.asarray is missing ({e})"))?;
-            let table = crate::npapi::table(py)
-                .ok_or_else(|| "NumPy's C API table could not be verified".to_string())?;
-            if !crate::trust::is_builtin(&asarray, "asarray", table.ndarray.cast()) {
-                return Err(
-                    "numpy.asarray is not NumPy's own builtin function (Python code replaced \
-                     it, or this NumPy's is written in Python)"
-                        .into(),
-                );
+        // For exact `bytes` and `bytearray`, their own C buffer functions
+        // run, no Python code.
+        let view = unsafe { ffi::PyMemoryView_FromObject(obj.as_ptr()) };
+        if view.is_null() {
+            let e = PyErr::fetch(py);
+            if e.get_type(py).is(py.get_type::<PyTypeError>()) {
+                return Ok(None);
             }
-            Ok(asarray.unbind())
-        })
-    }
-
-    /// What phase 2 reads: see the module documentation.
-    fn held(obj: &Bound<'_, PyAny>, view: &Bound<'_, PyAny>) -> Result<Held, ImportError> {
-        let py = obj.py();
-        // Exact `bytes` and `bytearray`: their buffer is CPython's own,
-        // one-dimensional over the whole object, at the address the
-        // accessors give (for a `bytearray`, fixed while the memoryview
-        // holds it: it cannot resize with an export).
-        if obj.is_exact_instance_of::<PyBytes>() {
-            // SAFETY: `obj` is a live `bytes`; these cannot fail on one.
-            let (data, len) = unsafe {
+            return Err(ImportError::Buffer(e));
+        }
+        if !(bytes || bytearray) {
+            // SAFETY: the new reference just made, released at once.
+            unsafe { ffi::Py_DECREF(view) };
+            return Err(ImportError::Unreadable(
+                "dlcast was built for the stable ABI of Python 3.9/3.10, whose limited API has \
+                 no buffer protocol: it reads bytes and bytearray directly, and other buffers \
+                 not at all; pass numpy.asarray(x) or bytes(x), or build for abi3-py311 or \
+                 later"
+                    .into(),
+            ));
+        }
+        // SAFETY: `view` is a live memoryview only we refer to (a GC type,
+        // tracked since its creation): off the lists before any Python code
+        // can run (see the module documentation).
+        unsafe { ffi::PyObject_GC_UnTrack(view.cast()) };
+        // SAFETY: `obj` is a live `bytes` / `bytearray`; these cannot fail
+        // on one.
+        let (data, len) = unsafe {
+            if bytes {
                 (
                     ffi::PyBytes_AsString(obj.as_ptr()),
                     ffi::PyBytes_Size(obj.as_ptr()),
                 )
-            };
-            return Ok(Held::Bytes {
-                data: data.cast(),
-                len,
-                readonly: true,
-            });
-        }
-        if obj.is_exact_instance_of::<PyByteArray>() {
-            // SAFETY: `obj` is a live `bytearray`; these cannot fail on one.
-            let (data, len) = unsafe {
+            } else {
                 (
                     ffi::PyByteArray_AsString(obj.as_ptr()),
                     ffi::PyByteArray_Size(obj.as_ptr()),
                 )
-            };
-            return Ok(Held::Bytes {
-                data: data.cast(),
-                len,
-                readonly: false,
-            });
-        }
-        let needs_numpy = |why: String| {
-            ImportError::Unreadable(format!(
-                "dlcast was built for the stable ABI of Python 3.9/3.10, whose limited API has \
-                 no buffer protocol: it reads buffers other than bytes and bytearray through \
-                 NumPy, and {why}; install NumPy, pass a NumPy array, or build for abi3-py311 \
-                 or later"
-            ))
+            }
         };
-        let asarray = asarray(py).map_err(needs_numpy)?;
-        let array = asarray
-            .bind(py)
-            .call1((view,))
-            .map_err(|e| needs_numpy(format!("NumPy refused the buffer ({e})")))?;
-        // NumPy's own `asarray` builds its array over a memoryview of ours,
-        // which shares our memoryview's buffer (a memoryview of a
-        // memoryview asks the exporter nothing). Checked from C-level
-        // state: exactly NumPy's array type, not owning its data, with
-        // exactly a memoryview as its base.
-        let over_view = np_import::learn_ndarray(&array) && {
-            // SAFETY: `array` is exactly NumPy's array type, whose objects
-            // start with `PyArrayObject`'s fields; `base` is NULL or a live
-            // object the array holds.
-            let fields = unsafe { &*array.as_ptr().cast::<PyArrayObject>() };
-            fields.flags & NPY_ARRAY_OWNDATA == 0
-                && !fields.base.is_null()
-                // SAFETY: `base` is a live object (above).
-                && unsafe { ffi::PyMemoryView_Check(fields.base) } != 0
-        };
-        if !over_view {
-            return Err(needs_numpy(
-                "NumPy's array does not share the buffer's memory".into(),
-            ));
-        }
-        Ok(Held::Array(array.unbind()))
+        Ok(Some(Owner::Buffer(HeldBuffer {
+            view,
+            data: data.cast(),
+            len,
+            readonly: bytes,
+        })))
     }
 
     /// Phase 2: no Python code runs; see the module documentation.
@@ -421,38 +331,15 @@ mod fallback {
         let Owner::Buffer(h) = owner else {
             return Err(ImportError::Invalid("not a buffer".into()));
         };
-        match &h.what {
-            Held::Bytes {
-                data,
-                len,
-                readonly,
-            } => describe(Desc {
-                data: *data,
-                format: c"B",
-                itemsize: 1,
-                readonly: *readonly,
-                shape: &[*len],
-                strides: None,
-                suboffsets: false,
-            }),
-            Held::Array(array) => {
-                // SAFETY: phase 2 runs with the GIL held (as every read of a
-                // call's arguments); `assume_attached` creates no state.
-                let py = unsafe { Python::assume_attached() };
-                let mut out = None;
-                if np_import::read_into(array.bind(py), &mut out) {
-                    if let Some(mut raw) = out {
-                        raw.path = ImportPath::Buffer;
-                        return Ok(raw);
-                    }
-                }
-                Err(ImportError::Unreadable(
-                    "NumPy's array over the buffer has a data type or layout dlcast cannot \
-                     read"
-                        .into(),
-                ))
-            }
-        }
+        describe(Desc {
+            data: h.data,
+            format: c"B",
+            itemsize: 1,
+            readonly: h.readonly,
+            shape: &[h.len],
+            strides: None,
+            suboffsets: false,
+        })
     }
 }
 
