@@ -185,10 +185,10 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::call::{raw_reads_in_progress, CallCx, Peeked};
-    pub use crate::import::torch::reads_key_set as torch_reads_key_set;
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};
+    pub use crate::import::torch::reads_key_set as torch_reads_key_set;
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};
     pub use crate::view::View;

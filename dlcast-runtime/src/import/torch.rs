@@ -390,9 +390,9 @@ fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Laz
 /// the two singletons), else a `TypeError`.
 fn is_true(v: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = v.py();
-    if v.is(&pyo3::types::PyBool::new(py, true)) {
+    if v.is(pyo3::types::PyBool::new(py, true)) {
         Ok(true)
-    } else if v.is(&pyo3::types::PyBool::new(py, false)) {
+    } else if v.is(pyo3::types::PyBool::new(py, false)) {
         Ok(false)
     } else {
         Err(pyo3::exceptions::PyTypeError::new_err(format!(
