@@ -92,6 +92,7 @@ struct Handles {
     /// `TensorBase._cdata`'s getter (the address of the tensor's C++
     /// `TensorImpl`), for [`KeySet::probe`] only; `None` where it is not
     /// PyTorch's own (the lazy bits are then asked by method calls).
+    #[cfg_attr(Py_LIMITED_API, allow(dead_code))]
     cdata: Option<Py<PyAny>>,
     /// `torch._C._to_dlpack_versioned` (else `_to_dlpack`), checked: the C
     /// export behind `Tensor.__dlpack__`, for host tensors read without the
@@ -454,10 +455,12 @@ struct KeySet {
 /// metadata, version counter, Python object slot, sizes and strides with
 /// five inline dimensions (88 bytes), offset, element count, dtype,
 /// device), so that every word read lies inside the object.
+#[cfg(not(Py_LIMITED_API))]
 const IMPL_WORDS: usize = 24;
 
 /// The tensors the probe learns from, made by PyTorch (Python code: at
 /// first use, in phase 1); each is also asked by `TensorBase`'s own methods.
+#[cfg(not(Py_LIMITED_API))]
 const PROBE: &std::ffi::CStr = c"
 import torch
 plain = torch.ones(3)
@@ -494,6 +497,7 @@ pub fn reads_key_set(py: Python<'_>) -> Option<bool> {
 
 /// A tensor's answers to `TensorBase`'s own methods, and the words the
 /// probe reads of it.
+#[cfg(not(Py_LIMITED_API))]
 struct Probed {
     neg: bool,
     conj: bool,
