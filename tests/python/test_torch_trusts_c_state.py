@@ -325,3 +325,67 @@ def test_pytorch_imported_after_another_pybind11_library_is_still_its_own():
     """, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["6.0", "6.0"], r.stdout + r.stderr[-2000:]
+
+
+_LAZY_OUTCOMES = """
+z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex128)
+with torch.inference_mode():
+    inf = torch.zeros(3, dtype=torch.float64)
+cases = {
+    "negative": lambda: ext.sum_f64(z.conj().imag),
+    "conjugate": lambda: ext.sum_c128(z.conj()),
+    "zero": lambda: ext.sum_f64(torch._efficientzerotensor(3, dtype=torch.float64)[1:]),
+    "inference": lambda: ext.fill_f64(inf, 1.0),
+    "plain": lambda: ext.sum_f64(torch.ones(3, dtype=torch.float64)),
+    "written": lambda: ext.fill_f64(torch.zeros(3, dtype=torch.float64), 1.0),
+}
+got = {k: outcome(f) for k, f in cases.items()}
+got["key_set"] = ext.torch_reads_key_set()
+got["abi3"] = ".abi3." in ext.__file__
+print(json.dumps(got))
+"""
+
+
+def assert_lazy_outcomes(got):
+    for case, what in (("negative", "negative bit"), ("conjugate", "conjugate bit"),
+                       ("zero", "zero tensor"), ("inference", "inference tensor")):
+        assert what in got[case].get("refused", ""), (case, got)
+    assert got["plain"] == {"value": 3.0} and got["written"] == {"value": None}, got
+
+
+def test_the_lazy_bits_are_read_from_the_key_set_where_its_layout_was_learnt():
+    # torch.rs `KeySet`: the layout is learnt at first use, checked against
+    # PyTorch's own `is_neg()`, `is_conj()`, `_is_zerotensor()` and
+    # `is_inference()`; the limited API (abi3) always asks the methods.
+    got = run(_LAZY_OUTCOMES, "before_first_use")
+    assert_lazy_outcomes(got)
+    assert got["key_set"] is (not got["abi3"]), got
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "doubt",
+    [
+        "torch._neg_view = lambda t: t.clone()",
+        "torch._efficientzerotensor = torch.zeros",
+        "torch.inference_mode = torch.no_grad",
+        "import gc; gc.get_referents(torch._C.TensorBase.__dict__)[0]['_cdata'] = property(lambda s: 0)",
+    ],
+    ids=["neg_view", "zero_tensor", "inference_mode", "cdata_getter"],
+)
+def test_a_key_set_probe_in_doubt_falls_back_to_pytorchs_methods(doubt):
+    # The probe's tensors or its `_cdata` getter replaced before first use:
+    # no layout is trusted, the methods are asked, and every lazy bit is
+    # still refused.
+    got = run(
+        f"""
+_real = (torch._neg_view, torch._efficientzerotensor, torch.inference_mode)
+{doubt}
+ext.sum_f64(torch.ones(3, dtype=torch.float64))
+torch._neg_view, torch._efficientzerotensor, torch.inference_mode = _real
+"""
+        + _LAZY_OUTCOMES,
+        "before_first_use",
+    )
+    assert_lazy_outcomes(got)
+    assert got["key_set"] is False, got

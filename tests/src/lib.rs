@@ -765,6 +765,14 @@ fn import_path(#[device(any)] x: TensorDyn<'_>) -> &'static str {
     x.import_path().name()
 }
 
+/// Whether dlcast reads PyTorch's lazy bits from its C-level key set
+/// (`True`), asks PyTorch's methods (`False`), or has not prepared a tensor
+/// yet (`None`).
+#[pyfunction]
+fn torch_reads_key_set(py: Python<'_>) -> Option<bool> {
+    dlcast_runtime::__private::torch_reads_key_set(py)
+}
+
 /// Registers the export functions (called from the module initialiser).
 fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -795,6 +803,7 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         maybe_ones_like,
         identity_tf,
         import_path,
+        torch_reads_key_set,
         rust_allocations,
         first_f64,
         points_len,

@@ -88,7 +88,12 @@ struct Handles {
     /// `torch._C._len_torch_function_stack` and `_len_torch_dispatch_stack`
     /// (C functions without arguments); `None` in a PyTorch without them,
     /// which then always takes the disabled regions.
-    mode_stacks: Option<(Py<PyAny>, Py<PyAny>)>,
+    mode_stacks: Option<(NoArgs, NoArgs)>,
+    /// `TensorBase._cdata`'s getter (the address of the tensor's C++
+    /// `TensorImpl`), for [`KeySet::probe`] only; `None` where it is not
+    /// PyTorch's own (the lazy bits are then asked by method calls).
+    #[cfg_attr(Py_LIMITED_API, allow(dead_code))]
+    cdata: Option<Py<PyAny>>,
     /// `torch._C._to_dlpack_versioned` (else `_to_dlpack`), checked: the C
     /// export behind `Tensor.__dlpack__`, for host tensors read without the
     /// exchange table (`Tensor.__dlpack__` itself is Python code of the
@@ -283,16 +288,16 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             c.hasattr("_len_torch_dispatch_stack"),
         ) {
             (Ok(true), Ok(true)) => Some((
-                builtin(
+                NoArgs::new(builtin(
                     &c,
                     "_len_torch_function_stack",
                     "torch._C._len_torch_function_stack",
-                )?,
-                builtin(
+                )?),
+                NoArgs::new(builtin(
                     &c,
                     "_len_torch_dispatch_stack",
                     "torch._C._len_torch_dispatch_stack",
-                )?,
+                )?),
             )),
             _ => None,
         };
@@ -328,6 +333,7 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             is_neg: get("is_neg")?,
             is_conj: get("is_conj")?,
             is_zerotensor: get("_is_zerotensor")?,
+            cdata: get("_cdata").ok(),
             mode_stacks,
             base: base.unbind(),
         })
@@ -353,7 +359,7 @@ pub(crate) fn tensor_base(py: Python<'_>) -> Result<&'static Py<PyAny>, ImportEr
 /// so for a tensor PyTorch made it is the `Python` key's own bit.
 fn python_dispatch(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
     get(&h.python_dispatch, obj)
-        .and_then(|v| v.is_truthy())
+        .and_then(|v| is_true(&v))
         .map_err(|e| producer_error("x._python_dispatch", e, obj.py()))
 }
 
@@ -371,7 +377,7 @@ fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Laz
         method
             .bind(py)
             .call1((alias,))
-            .and_then(|v| v.is_truthy())
+            .and_then(|v| is_true(&v))
             .map_err(|e| producer_error(what, e, py))
     };
     Ok(Lazy {
@@ -379,6 +385,30 @@ fn lazy_bits(alias: &Bound<'_, PyAny>, h: &Handles, complex: bool) -> Result<Laz
         conjugate: complex && bit(&h.is_conj, "x.is_conj")?,
         zero: bit(&h.is_zerotensor, "x._is_zerotensor")?,
     })
+}
+
+/// A PyTorch answer that must be a bool: `True` or `False` (compared with
+/// the two singletons), else a `TypeError`.
+fn is_true(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = v.py();
+    if v.is(pyo3::types::PyBool::new(py, true)) {
+        Ok(true)
+    } else if v.is(pyo3::types::PyBool::new(py, false)) {
+        Ok(false)
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "PyTorch answered {}, not a bool",
+            type_name(v)
+        )))
+    }
+}
+
+/// Whether `obj` is an instance of `TensorBase` (exactly `torch.Tensor`,
+/// a pointer comparison, or a subclass). Runs no Python code.
+fn is_tensor(obj: &Bound<'_, PyAny>, h: &Handles) -> bool {
+    exchange::is_exactly_torch_tensor(obj)
+        // SAFETY: both are live objects, `h.base` a type.
+        || unsafe { pyo3::ffi::PyObject_TypeCheck(obj.as_ptr(), h.base.as_ptr().cast()) } != 0
 }
 
 /// A tensor's lazy bits (`is_neg()`, `is_conj()`).
@@ -390,6 +420,260 @@ struct Lazy {
     /// no memory; its data pointer is NULL plus the storage offset, which
     /// a slice makes non-NULL (an address to read or write, not its values).
     zero: bool,
+}
+
+/// Where a tensor's dispatch key set lies in memory, and which of its bits
+/// are the lazy bits: PyTorch's C-level state, read instead of asking
+/// `is_neg()`, `is_conj()`, `_is_zerotensor()` and `is_inference()` (C
+/// methods that release and retake the GIL, the largest cost of a call).
+///
+/// PyTorch promises no layout, so none is assumed: [`KeySet::probe`]
+/// learns it at first use from tensors it makes, and keeps it only if it
+/// agrees with PyTorch's own answers (`TensorBase`'s methods, checked to be
+/// PyTorch's own) on every one of them; on any doubt, or under the limited
+/// API (where a type's size cannot be read), there is no `KeySet` and the
+/// methods are asked as before.
+#[derive(Clone, Copy, Debug)]
+struct KeySet {
+    /// Byte offset, in a `TensorBase` instance, of its `TensorImpl *`.
+    impl_at: usize,
+    /// Byte offset, in a `TensorImpl`, of its `DispatchKeySet` (one word).
+    keys_at: usize,
+    /// The `Negative`, `Conjugate` and `ZeroTensor` bits.
+    neg: u64,
+    conj: u64,
+    zero: u64,
+    /// The bits a normal tensor has and an inference tensor lacks
+    /// (`ADInplaceOrView` and autograd's): `is_inference()` is true when
+    /// none of them is set.
+    tracked: u64,
+}
+
+/// The number of `TensorImpl` words the probe looks at: 192 bytes, fewer
+/// than the fields every `TensorImpl` has before its key set and the flags
+/// after it (a vtable, reference counts, storage, autograd and extra
+/// metadata, version counter, Python object slot, sizes and strides with
+/// five inline dimensions (88 bytes), offset, element count, dtype,
+/// device), so that every word read lies inside the object.
+#[cfg(not(Py_LIMITED_API))]
+const IMPL_WORDS: usize = 24;
+
+/// The tensors the probe learns from, made by PyTorch (Python code: at
+/// first use, in phase 1); each is also asked by `TensorBase`'s own methods.
+#[cfg(not(Py_LIMITED_API))]
+const PROBE: &std::ffi::CStr = c"
+import torch
+plain = torch.ones(3)
+view = plain[1:]
+neg = torch._neg_view(plain)
+conj = torch.ones(2, dtype=torch.complex64).conj()
+both = torch._neg_view(conj)
+zero = torch._efficientzerotensor(3)
+with torch.inference_mode():
+    inference = torch.ones(3)
+tensors = [plain, view, neg, conj, both, zero, inference]
+";
+
+/// What [`KeySet::probe`] found, once (see [`keys`]).
+static KEYS: pyo3::sync::PyOnceLock<Option<KeySet>> = pyo3::sync::PyOnceLock::new();
+
+/// The learnt layout, probed the first time (phase 1; Python code); `None`
+/// when the probe did not find one it trusts.
+fn keys(py: Python<'_>, h: &'static Handles) -> Option<KeySet> {
+    *KEYS.get_or_init(py, || {
+        let found = KeySet::probe(py, h);
+        // A probe that failed half-way leaves no error behind.
+        drop(PyErr::take(py));
+        found
+    })
+}
+
+/// Whether the lazy bits are read from PyTorch's C-level state (`Some`
+/// once the first PyTorch argument was prepared), for tests.
+#[doc(hidden)]
+pub fn reads_key_set(py: Python<'_>) -> Option<bool> {
+    KEYS.get(py).map(Option::is_some)
+}
+
+/// A tensor's answers to `TensorBase`'s own methods, and the words the
+/// probe reads of it.
+#[cfg(not(Py_LIMITED_API))]
+struct Probed {
+    neg: bool,
+    conj: bool,
+    zero: bool,
+    inference: bool,
+    /// `TensorBase._cdata`: the address of its `TensorImpl`.
+    cdata: usize,
+    /// Its first [`IMPL_WORDS`] `TensorImpl` words.
+    words: [u64; IMPL_WORDS],
+    object: *const u8,
+}
+
+impl KeySet {
+    /// Learns the layout (see [`KeySet`]); `None` on any doubt.
+    #[cfg(Py_LIMITED_API)]
+    fn probe(_py: Python<'_>, _h: &'static Handles) -> Option<KeySet> {
+        None
+    }
+
+    /// Learns the layout (see [`KeySet`]); `None` on any doubt: the
+    /// `TensorImpl *` must be the one word of the `TensorBase` struct
+    /// (within its C size) that holds `_cdata` in every probe tensor, and
+    /// the key set the one `TensorImpl` word whose bits, learnt from the
+    /// differences between a plain tensor and its negative, conjugate,
+    /// zero and inference counterparts, give every probe tensor's answers
+    /// to `is_neg()`, `is_conj()`, `_is_zerotensor()` and `is_inference()`.
+    #[cfg(not(Py_LIMITED_API))]
+    fn probe(py: Python<'_>, h: &'static Handles) -> Option<KeySet> {
+        use pyo3::ffi;
+        let cdata = h.cdata.as_ref()?;
+        let base = h.base.bind(py);
+        // SAFETY: `base` is `TensorBase`, a static type (checked in
+        // `handles`); its C size is a plain field.
+        let size =
+            usize::try_from(unsafe { (*base.as_ptr().cast::<ffi::PyTypeObject>()).tp_basicsize })
+                .ok()?;
+        // No mode or override answers for PyTorch here.
+        let _off = NoTorchFunction::enter(py, h).ok()?;
+        let scope = pyo3::types::PyDict::new(py);
+        py.run(PROBE, Some(&scope), Some(&scope)).ok()?;
+        let tensors = scope.get_item("tensors").ok()??;
+        let mut probed = Vec::new();
+        for t in tensors.try_iter().ok()? {
+            let t = t.ok()?;
+            // SAFETY: both pointers are live type objects.
+            if unsafe { ffi::PyObject_TypeCheck(t.as_ptr(), base.as_ptr().cast()) } == 0 {
+                return None;
+            }
+            let ask = |m: &Py<PyAny>| -> Option<bool> {
+                let v = m.bind(py).call1((&t,)).ok()?;
+                v.cast::<pyo3::types::PyBool>().ok().map(|b| b.is_true())
+            };
+            let address: usize = get(cdata, &t).ok()?.extract().ok()?;
+            if address == 0 || address % 8 != 0 {
+                return None;
+            }
+            let mut words = [0u64; IMPL_WORDS];
+            for (i, w) in words.iter_mut().enumerate() {
+                // SAFETY: `address` is the live `TensorImpl` of `t` (which
+                // `tensors` holds), aligned, and has more than
+                // `IMPL_WORDS` words (see `IMPL_WORDS`).
+                *w = unsafe { std::ptr::read((address as *const u64).add(i)) };
+            }
+            probed.push(Probed {
+                neg: ask(&h.is_neg)?,
+                conj: ask(&h.is_conj)?,
+                zero: ask(&h.is_zerotensor)?,
+                inference: ask(&h.is_inference)?,
+                cdata: address,
+                words,
+                object: t.as_ptr().cast::<u8>().cast_const(),
+            });
+        }
+        let [plain, _, neg, conj, _, zero, inference] = probed.as_slice() else {
+            return None;
+        };
+        if plain.neg || plain.conj || plain.zero || plain.inference {
+            return None;
+        }
+        // The `TensorImpl *`: one word of the `TensorBase` struct, past the
+        // object header, within its C size.
+        let header = std::mem::size_of::<ffi::PyObject>();
+        let at: Vec<usize> = (header..size.saturating_sub(7))
+            .step_by(8)
+            .filter(|&at| {
+                probed.iter().all(|p| {
+                    // SAFETY: `p.object` is a live `TensorBase` instance
+                    // (checked above, held by `tensors`), at least `size`
+                    // bytes long; `at + 8 <= size`; object memory is word
+                    // aligned.
+                    let w = unsafe { std::ptr::read(p.object.add(at).cast::<usize>()) };
+                    w == p.cdata
+                })
+            })
+            .collect();
+        let [impl_at] = at.as_slice() else {
+            return None;
+        };
+        let single = |w: u64| w.count_ones() == 1;
+        let learnt: Vec<KeySet> = (1..IMPL_WORDS)
+            .filter_map(|k| {
+                let w = |p: &Probed| p.words[k];
+                let (n, c, z) = (w(neg) ^ w(plain), w(conj) ^ w(plain), w(zero) ^ w(plain));
+                let tracked = w(plain) ^ w(inference);
+                let keys = KeySet {
+                    impl_at: *impl_at,
+                    keys_at: k * 8,
+                    neg: n,
+                    conj: c,
+                    zero: z,
+                    tracked,
+                };
+                let ok = single(n)
+                    && single(c)
+                    && single(z)
+                    && (n | c | z).count_ones() == 3
+                    && tracked != 0
+                    && tracked & (n | c | z) == 0
+                    && w(plain) & tracked == tracked
+                    && probed.iter().all(|p| {
+                        let bits = keys.bits(w(p));
+                        (
+                            bits.negative,
+                            bits.conjugate,
+                            bits.zero,
+                            keys.inference(w(p)),
+                        ) == (p.neg, p.conj, p.zero, p.inference)
+                    });
+                ok.then_some(keys)
+            })
+            .collect();
+        match learnt.as_slice() {
+            [keys] => Some(*keys),
+            _ => None,
+        }
+    }
+
+    /// The key set of `obj`, a live instance of `TensorBase` (the caller
+    /// checked its type); `None` if it holds no `TensorImpl`.
+    fn read(&self, obj: &Bound<'_, PyAny>) -> Option<u64> {
+        // SAFETY: `obj` is a `TensorBase` instance, whose C struct holds
+        // its `TensorImpl *` at `impl_at` (learnt by `probe` within the
+        // struct's C size, and the same for every instance of the type and
+        // its subclasses); word aligned.
+        let tensor = unsafe {
+            std::ptr::read(
+                obj.as_ptr()
+                    .cast::<u8>()
+                    .add(self.impl_at)
+                    .cast::<*const u8>(),
+            )
+        };
+        if tensor.is_null() {
+            return None;
+        }
+        // SAFETY: `tensor` is the live `TensorImpl` of `obj` (which the
+        // caller holds; a tensor keeps its `TensorImpl`); its key set is the
+        // aligned word at `keys_at` (learnt by `probe`, the same for every
+        // `TensorImpl`, whatever its subclass). The GIL is held and no
+        // PyTorch call runs on this thread.
+        Some(unsafe { std::ptr::read(tensor.add(self.keys_at).cast::<u64>()) })
+    }
+
+    /// The lazy bits in a key set (`conjugate` whatever the dtype).
+    fn bits(&self, keys: u64) -> Lazy {
+        Lazy {
+            negative: keys & self.neg != 0,
+            conjugate: keys & self.conj != 0,
+            zero: keys & self.zero != 0,
+        }
+    }
+
+    /// `is_inference()` of a key set.
+    fn inference(&self, keys: u64) -> bool {
+        keys & self.tracked == 0
+    }
 }
 
 /// Whether no `__torch_function__` mode and no `__torch_dispatch__` mode is
@@ -416,12 +700,51 @@ fn no_function_modes(py: Python<'_>, h: &Handles) -> Result<bool, ImportError> {
 }
 
 /// Whether `len` (one of `torch._C`'s mode stack lengths) answers 0.
-fn stack_empty(py: Python<'_>, len: &Py<PyAny>) -> Result<bool, ImportError> {
-    len.bind(py)
-        .call0()
+fn stack_empty(py: Python<'_>, len: &NoArgs) -> Result<bool, ImportError> {
+    len.call(py)
         .and_then(|n| n.extract::<i64>())
         .map(|n| n == 0)
         .map_err(|e| producer_error("torch._C._len_torch_function_stack", e, py))
+}
+
+/// A builtin without arguments, checked to be PyTorch's own (see
+/// [`handles`]), with its C function when it is a `METH_NOARGS` one: that
+/// is called directly, as CPython would call it, without going through the
+/// generic call machinery.
+struct NoArgs {
+    builtin: Py<PyAny>,
+    function: Option<pyo3::ffi::PyCFunction>,
+}
+
+impl NoArgs {
+    /// `builtin` must be exactly a builtin function (`is_builtin` holds).
+    fn new(builtin: Py<PyAny>) -> Self {
+        use pyo3::ffi;
+        let f = builtin.as_ptr();
+        // SAFETY: both calls: `f` is exactly a builtin function (checked by
+        // the caller with `is_builtin`), as they require.
+        let function = unsafe {
+            (ffi::PyCFunction_GetFlags(f) == ffi::METH_NOARGS)
+                .then(|| ffi::PyCFunction_GetFunction(f))
+                .flatten()
+        };
+        NoArgs { builtin, function }
+    }
+
+    /// `builtin()`.
+    fn call<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let Some(function) = self.function else {
+            return self.builtin.bind(py).call0();
+        };
+        // SAFETY: `function` is the `METH_NOARGS` C function of the builtin
+        // kept in `self` (see `new`): called as CPython calls it, with the
+        // builtin's `self` (borrowed from the builtin, which holds it) and
+        // NULL; it returns a new reference or NULL with an exception set.
+        unsafe {
+            let module = pyo3::ffi::PyCFunction_GetSelf(self.builtin.as_ptr());
+            Bound::from_owned_ptr_or_err(py, function(module, std::ptr::null_mut()))
+        }
+    }
 }
 
 /// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
@@ -541,6 +864,7 @@ pub(crate) fn prepare(
     let py = obj.py();
     refuse_py_dispatch(flags)?;
     let h = handles(py)?;
+    let keys = keys(py, h);
     let api = exchange::torch_table(py);
     crate::import::ready_private_check(py)?;
     let mut off = region(obj, h)?;
@@ -549,7 +873,7 @@ pub(crate) fn prepare(
     // thread may run (and change `obj`'s class) while it does; the fast
     // path's premise is checked again after it (the mode stacks are this
     // thread's own).
-    let bump = writable && guard_write(obj, h)?;
+    let bump = writable && guard_write(obj, h, keys)?;
     if writable && off.is_none() && !exchange::is_exactly_torch_tensor(obj) {
         off = Some(NoTorchFunction::enter(py, h)?);
     }
@@ -588,16 +912,30 @@ pub(crate) fn prepare(
         },
         None => None,
     };
-    // The lazy bits, asked of the alias, which no one else can change. The
-    // alias was allocated (a collection may have run a finalizer, which may
-    // have entered a mode): the fast path asks again for the function
-    // modes, the only ones `is_neg()` / `is_conj()` consult (they dispatch
-    // no operator).
-    if off.is_none() && !no_function_modes(py, h)? {
-        off = Some(NoTorchFunction::enter(py, h)?);
-    }
+    // The lazy bits of the alias, which no one else can change: read from
+    // its key set where the layout was learnt (no Python code), else asked.
     let complex = described.is_none_or(|(_, d)| d.complex);
-    refuse_lazy_bits(lazy_bits(&alias, h, complex)?)?;
+    let read = keys
+        .filter(|_| exchange::is_exactly_torch_tensor(&alias))
+        .and_then(|k| Some(k.bits(k.read(&alias)?)));
+    let bits = match read {
+        Some(mut bits) => {
+            // A real number is its own conjugate (see `lazy_bits`).
+            bits.conjugate &= complex;
+            bits
+        }
+        None => {
+            // The alias was allocated (a collection may have run a
+            // finalizer, which may have entered a mode): the fast path asks
+            // again for the function modes, the only ones `is_neg()` /
+            // `is_conj()` consult (they dispatch no operator).
+            if off.is_none() && !no_function_modes(py, h)? {
+                off = Some(NoTorchFunction::enter(py, h)?);
+            }
+            lazy_bits(&alias, h, complex)?
+        }
+    };
+    refuse_lazy_bits(bits)?;
     drop(off);
     let Some((api, exchange::Described { device, .. })) = described else {
         // No exchange table (a PyTorch without it, or one that failed its
@@ -751,10 +1089,14 @@ fn py_dispatch_refusal() -> ImportError {
 /// inference tensor outside `torch.inference_mode()` (PyTorch refuses
 /// in-place writes to it there). `Ok(false)` for an inference tensor, whose
 /// version PyTorch does not track.
-fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError> {
+fn guard_write(
+    obj: &Bound<'_, PyAny>,
+    h: &Handles,
+    keys: Option<KeySet>,
+) -> Result<bool, ImportError> {
     let py = obj.py();
     let truthy = |v: PyResult<Bound<'_, PyAny>>, what: &'static str| {
-        v.and_then(|v| v.is_truthy())
+        v.and_then(|v| is_true(&v))
             .map_err(|e| producer_error(what, e, py))
     };
     if truthy(get(&h.requires_grad, obj), "x.requires_grad")? {
@@ -764,7 +1106,16 @@ fn guard_write(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<bool, ImportError>
                 .into(),
         ));
     }
-    if truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")? {
+    // The key set where it was learnt (see `KeySet`), else the method,
+    // which releases the GIL.
+    let inference = match keys
+        .filter(|_| is_tensor(obj, h))
+        .and_then(|k| Some((k, k.read(obj)?)))
+    {
+        Some((k, set)) => k.inference(set),
+        None => truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")?,
+    };
+    if inference {
         let in_mode = truthy(
             h.is_inference_mode_enabled.bind(py).call0(),
             "torch.is_inference_mode_enabled",
