@@ -83,7 +83,7 @@ def test_a_subclass_that_gains_torch_dispatch_later_is_refused():
 
 
 # Formerly a hole: the negative / conjugate bits are asked through
-# Python method calls (torch.rs, torch_bit) that a __torch_function__ mode
+# Python method calls (import/torch, torch_bit) that a __torch_function__ mode
 # (or a subclass's __torch_function__) can answer: a lazily negated tensor
 # is then read raw.
 

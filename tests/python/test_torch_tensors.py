@@ -241,7 +241,7 @@ def test_inference_tensors_are_not_written_outside_inference_mode():
 
 
 # A residual the README documents: memory moved or freed by
-# ordinary, flag-free APIs while a body holds a view. torch.rs promises a
+# ordinary, flag-free APIs while a body holds a view. import/torch promises a
 # PyTorch view "stays valid whatever Python code does to the caller's
 # tensor during the call ... with one exception: resizing the storage";
 # `share_memory_()` (also run implicitly by torch.multiprocessing when a

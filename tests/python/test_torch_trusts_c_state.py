@@ -1,5 +1,5 @@
 """dlcast trusts PyTorch's C-level state, never a Python attribute that Python
-code can replace (torch.rs `handles`, exchange.rs `torch_table`).
+code can replace (import/torch `handles`, exchange.rs `torch_table`).
 
 Each test replaces one attribute dlcast relies on — before dlcast's first
 use of PyTorch in the process, and after a first call — and checks that the
@@ -354,7 +354,7 @@ def assert_lazy_outcomes(got):
 
 
 def test_the_lazy_bits_are_read_from_the_key_set_where_its_layout_was_learnt():
-    # torch.rs `KeySet`: the layout is learnt at first use, checked against
+    # import/torch/key_set.rs `KeySet`: the layout is learnt at first use, checked against
     # PyTorch's own `is_neg()`, `is_conj()`, `_is_zerotensor()` and
     # `is_inference()`; the limited API (abi3) always asks the methods.
     got = run(_LAZY_OUTCOMES, "before_first_use")

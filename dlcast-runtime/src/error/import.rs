@@ -5,7 +5,7 @@
 
 use crate::device::Device;
 use crate::dtype::DType;
-use pyo3::exceptions::{PyBufferError, PyMemoryError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError};
 use pyo3::PyErr;
 
 /// Why an import failed, before the call context adds the function and the
@@ -61,6 +61,13 @@ pub(crate) enum ImportFault {
     /// an exception.
     #[error("{0} failed without an error")]
     Silent(&'static str),
+    /// `TypeError`: PyTorch answered something other than `True` or
+    /// `False` (the answer's type name).
+    #[error("PyTorch answered {0}, not a bool")]
+    NotABool(String),
+    /// `RuntimeError`: a piece of PyTorch dlcast relies on is missing.
+    #[error("{0} is missing")]
+    TorchMissing(&'static str),
 }
 
 impl From<ImportFault> for PyErr {
@@ -70,6 +77,8 @@ impl From<ImportFault> for PyErr {
         match e {
             ImportFault::NoMemoryForDims { .. } => PyMemoryError::new_err(msg),
             ImportFault::Silent(_) => PyBufferError::new_err(msg),
+            ImportFault::NotABool(_) => PyTypeError::new_err(msg),
+            ImportFault::TorchMissing(_) => PyRuntimeError::new_err(msg),
         }
     }
 }
