@@ -190,6 +190,16 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
         // dictionary (C-level state; rebinding `sys.modules` does not change
         // it), alive as long as the interpreter.
         let modules = unsafe { ffi::PyImport_GetModuleDict() };
+        // Unchanged since the last check that found everything in place
+        // (see `seen`): only the module's type, which its dictionary does
+        // not hold, is compared again.
+        // SAFETY: `module` is live (kept by `PLACE`); its type pointer is
+        // only compared.
+        if seen::unchanged(modules, place.dict)
+            && unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type)
+        {
+            return Ok(());
+        }
         // SAFETY: the pointers are only compared, never read through, but
         // for the type checks of live objects (`modules`, and `module`, kept
         // by `PLACE`). In an exact dict, with an exact str key (its hash
@@ -206,11 +216,104 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
                 && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
         };
         if same {
+            seen::record(modules, place.dict);
             return Ok(());
         }
         drop(PyErr::take(py));
     }
     recheck(py)
+}
+
+/// The state of the two dictionaries [`check`] looks in when it last found
+/// them as expected, by their version tags (PEP 509: CPython gives a dict a
+/// new tag, never handed out before, at every change of its contents; C-level
+/// state no Python code can set), so that a check between changes is two
+/// comparisons, not two look-ups. Where the interpreter has no such tags
+/// (abi3 builds, which cannot read the dict's fields; CPython 3.14 removed
+/// them; free-threaded builds, which dlcast refuses), nothing is recorded
+/// and every check looks up.
+mod seen {
+    use pyo3::ffi;
+
+    #[cfg(not(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy)))]
+    mod tags {
+        use super::ffi;
+        use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+        /// The interpreter's module dictionary, and the tags of it and of
+        /// NumPy's module dictionary, when `VALID`. (Atomics for `static`s:
+        /// only read and written with the GIL held, which orders them.)
+        static MODULES: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+        static TAGS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+        static VALID: AtomicBool = AtomicBool::new(false);
+
+        /// A dict's version tag.
+        ///
+        /// # Safety
+        /// `dict` is a live exact dict and the GIL is held.
+        #[inline(always)]
+        #[allow(deprecated)]
+        unsafe fn tag(dict: *mut ffi::PyObject) -> u64 {
+            // SAFETY: an exact dict starts with `PyDictObject`'s fields; the
+            // GIL is held, so no thread changes it while it is read.
+            unsafe { (*dict.cast::<ffi::PyDictObject>()).ma_version_tag }
+        }
+
+        /// Records both dicts' tags (`modules`: the interpreter's module
+        /// dictionary, an exact dict; `attrs`: NumPy's module dictionary).
+        #[inline(always)]
+        pub(in super::super) fn record(modules: *mut ffi::PyObject, attrs: *mut ffi::PyObject) {
+            // SAFETY: the callers pass live exact dicts (`check` tested
+            // `modules`; a module's dictionary is an exact dict it keeps, and
+            // `PLACE` keeps the module), with the GIL held.
+            let (a, b) = unsafe { (tag(modules), tag(attrs)) };
+            MODULES.store(modules, Ordering::Relaxed);
+            TAGS[0].store(a, Ordering::Relaxed);
+            TAGS[1].store(b, Ordering::Relaxed);
+            VALID.store(true, Ordering::Relaxed);
+        }
+
+        /// Whether neither dict changed since the last `record` (the same
+        /// module dictionary, both with the tags recorded).
+        #[inline(always)]
+        pub(in super::super) fn unchanged(
+            modules: *mut ffi::PyObject,
+            attrs: *mut ffi::PyObject,
+        ) -> bool {
+            VALID.load(Ordering::Relaxed)
+                && MODULES.load(Ordering::Relaxed) == modules
+                // SAFETY: as in `record` (`modules` is the pointer recorded
+                // there, the interpreter's module dictionary, which lives as
+                // long as the interpreter).
+                && unsafe {
+                    tag(modules) == TAGS[0].load(Ordering::Relaxed)
+                        && tag(attrs) == TAGS[1].load(Ordering::Relaxed)
+                }
+        }
+
+        /// Forgets the record (the expected table changed).
+        pub(in super::super) fn forget() {
+            VALID.store(false, Ordering::Relaxed);
+        }
+    }
+    #[cfg(not(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy)))]
+    pub(super) use tags::{forget, record, unchanged};
+
+    /// Without version tags: nothing recorded.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    #[inline(always)]
+    pub(super) fn record(_modules: *mut ffi::PyObject, _attrs: *mut ffi::PyObject) {}
+
+    /// Without version tags: always looked up.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    #[inline(always)]
+    pub(super) fn unchanged(_modules: *mut ffi::PyObject, _attrs: *mut ffi::PyObject) -> bool {
+        false
+    }
+
+    /// Without version tags: nothing to forget.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    pub(super) fn forget() {}
 }
 
 /// At the registry's set-up (the first time an extension needs it in the
@@ -297,6 +400,7 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
             return Err(PyErr::fetch(py));
         }
         EXPECTED.store(table, Ordering::Release);
+        seen::forget();
         return Ok(());
     }
     if found == expected {
@@ -317,6 +421,7 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
     }
     // Kept for the process, as rust-numpy does: the table stays valid.
     EXPECTED.store(found.into_ptr(), Ordering::Release);
+    seen::forget();
     Ok(())
 }
 
