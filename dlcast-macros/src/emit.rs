@@ -365,6 +365,33 @@ pub(crate) fn expand_callable(
             quote!(#pyo3::Py<#pyo3::PyAny>),
         )
     };
+    // The straight-line call (see the runtime's `FastCx`), for functions
+    // whose array parameters are all required and of one element type each,
+    // read from the producer's stream: tried first; where it does not take
+    // the call, the general path runs it from the start. The same body code,
+    // with `__dlcast` naming the straight-line call.
+    let fast = if !views.is_empty()
+        && a.tparams.is_empty()
+        && views.iter().all(|v| !v.optional)
+        && opts.stream.is_none()
+        && a.stream_param.is_none()
+    {
+        let args = views.iter().map(|v| {
+            let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
+            let span = ty.span().resolved_at(Span::call_site());
+            quote_spanned!(span=> #rt::FastArg::of::<#ty>(#ident))
+        });
+        quote! {
+            if let ::core::option::Option::Some(__dlcast) =
+                #rt::FastCx::<#n_views>::read(&#spec_ident, [#(#args),*])
+            {
+                let __dlcast = &__dlcast;
+                return { #result };
+            }
+        }
+    } else {
+        quote!()
+    };
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
@@ -380,6 +407,7 @@ pub(crate) fn expand_callable(
                 params: &[#(#param_specs),*],
             };
             #like_prelude
+            #fast
             let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
             #stream_setup
             #(#peeks)*

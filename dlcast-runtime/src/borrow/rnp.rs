@@ -195,9 +195,9 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
         // not hold, is compared again.
         // SAFETY: `module` is live (kept by `PLACE`); its type pointer is
         // only compared.
-        if seen::unchanged(modules, place.dict)
-            && unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type)
-        {
+        let plain_module =
+            || unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type);
+        if seen::unchanged(modules, place.dict) && plain_module() {
             return Ok(());
         }
         // SAFETY: the pointers are only compared, never read through, but
