@@ -949,6 +949,10 @@ fn fast_read(
         .any(|d| d.matches(crate::device::Device::CPU))
         && needs.ndim.is_none_or(|n| n == read.ndim)
         && param.shape.is_none_or(|dims| {
+            // Only `_` extents (a slice's spec): the rank decides.
+            if dims.len() == shape.len() && dims.iter().all(|d| *d == crate::spec::Dim::Any) {
+                return true;
+            }
             crate::spec::match_shape(dims, shape, |k, n| match names.get_mut(usize::from(k)) {
                 Some(b @ None) => {
                     *b = Some(Binding {
