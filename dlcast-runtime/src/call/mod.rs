@@ -981,7 +981,7 @@ fn fast_read(
             }
         }
         && (!(param.aligned || needs.aligned) || read.data as usize % needs.align == 0)
-        && (!writable || !read.read_only && !crate::layout::may_self_overlap(shape, strides));
+        && (!writable || !read.read_only && !read.may_self_overlap());
     if !fits {
         return None;
     }
