@@ -392,6 +392,20 @@ pub(crate) fn expand_callable(
     } else {
         quote!()
     };
+    // Without array parameters (nor a stream to set up): no call context.
+    let general = if views.is_empty() && opts.stream.is_none() && a.stream_param.is_none() {
+        quote! {
+            let __dlcast = &#rt::FastCx::<0>::no_arrays(&#spec_ident)?;
+            #result
+        }
+    } else {
+        quote! {
+            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
+            #stream_setup
+            #(#peeks)*
+            #dispatch
+        }
+    };
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
@@ -408,10 +422,7 @@ pub(crate) fn expand_callable(
             };
             #like_prelude
             #fast
-            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
-            #stream_setup
-            #(#peeks)*
-            #dispatch
+            #general
         }
     };
     Ok(Generated {

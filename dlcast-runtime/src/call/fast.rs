@@ -169,3 +169,32 @@ impl<'a, const N: usize> FastCx<'a, N> {
         f()
     }
 }
+
+impl FastCx<'_, 0> {
+    /// The call of a function without array parameters : nothing
+    /// to read, no call context; the body runs as in one.
+    ///
+    /// # Errors
+    /// On a free-threaded interpreter running without the GIL, as
+    /// [`CallCx::finish`](super::CallCx::finish).
+    #[inline(always)]
+    pub fn no_arrays(spec: &'static FnSpec) -> PyResult<Self> {
+        if !spec.params.is_empty() {
+            return Err(misuse());
+        }
+        #[cfg(Py_GIL_DISABLED)]
+        {
+            // SAFETY: the generated code calls this inside the PyO3 function
+            // it wraps, where the GIL is held.
+            let py = unsafe { Python::assume_attached() };
+            super::refuse_free_threading(py)?;
+        }
+        Ok(FastCx {
+            spec,
+            args: [],
+            reads: [],
+            held: [],
+            taken: [],
+        })
+    }
+}
