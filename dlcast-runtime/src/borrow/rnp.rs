@@ -16,12 +16,14 @@
 //! dlcast looks there in phase 1 of every call that reads an exact
 //! `numpy.ndarray` from its fields ([`check`]: a look-up of the module in
 //! `sys.modules` and one of the attribute in the module's dictionary, each
-//! compared by identity; no Python code). The module is NumPy's
-//! `multiarray` of NumPy's ABI version, read from NumPy's verified C API
-//! table ([`crate::npapi::table`]), never from `numpy.__version__`, which
-//! also decides the dtype layout dlcast's table reads. The first time
-//! (already when the registry is set up, at the first call of any dlcast
-//! function in the process, if NumPy is imported by then: [`set_up`]):
+//! compared by identity, skipped while neither dictionary changed since
+//! the last look-up by its PEP 509 version tag; no Python code). The
+//! module is NumPy's `multiarray` of NumPy's ABI version, read from
+//! NumPy's verified C API table ([`crate::npapi::table`]), never from
+//! `numpy.__version__`, which also decides the dtype layout dlcast's table
+//! reads. The first time (already when the registry is set up, at the first
+//! call of any dlcast function in the process, if NumPy is imported by
+//! then: [`set_up`]):
 //!
 //! - **No capsule yet**: dlcast publishes one whose functions enter
 //!   rust-numpy's borrows in dlcast's own registry (see [`super`]), with
@@ -173,7 +175,9 @@ pub(crate) fn foreign() -> Option<&'static Foreign> {
 /// published or adopted: the module rust-numpy imports is still NumPy's
 /// `multiarray`, of the plain module type, and its attribute [`ATTR`]
 /// still holds the same capsule (one look-up in `sys.modules`, one in the
-/// module's dictionary, no Python code). Otherwise (and the first time)
+/// module's dictionary, no Python code; none while both dictionaries keep
+/// the version tags they had at the last check that passed, see `seen`).
+/// Otherwise (and the first time)
 /// [`recheck`] decides: the table is put back where it was deleted, a
 /// valid table rust-numpy published in its place is adopted (views are
 /// acquired there too), and anything else refuses the argument.

@@ -18,6 +18,12 @@
 //! [`View`] trait, in the `view` module), and [`CallCx::body`] runs the body.
 //! Error messages are formatted only when a check fails.
 //!
+//! Functions whose array parameters are all required and of one element
+//! type each first try the straight-line call of `fast` ([`FastCx`]), which
+//! takes calls whose every argument is an exact `numpy.ndarray` this
+//! driver's fast path would take, without the driver's per-argument state;
+//! anything else runs here from the start.
+//!
 //! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2
 //! ([`Who`]); in `error`, what a call refuses, one variant per refusal, with
 //! its message and exception type (`CallError`); in `release`, when what a
