@@ -273,7 +273,12 @@ pub(crate) fn expand_callable(
             ::core::result::Result::Ok(__dlcast_py.None())
         }
     } else {
-        quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework))
+        match &opts.returns {
+            // No framework to convert to: PyO3's conversion itself (what
+            // `into_py_result` does then), without the call.
+            None => quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py)),
+            Some(_) => quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework)),
+        }
     };
     let run = quote! {
         #(#prepares)*

@@ -254,6 +254,8 @@ def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
 # branch. `make abi3` runs the files the Makefile lists in
 # ABI3_PYTEST_FILES against the abi3-py39 build, not the whole suite.
 ABI3_BRANCHES = {
+    "borrow/rnp.rs": ("rust-numpy's table looked up at every check (no version tags under abi3)",
+                      ["test_registry_is_one", "test_replaced_attributes"]),
     "error/export.rs": ("the buffer protocol's refusals, or `__array_interface__`'s below 3.11",
                         ["test_abi3", "test_exports"]),
     "error/import.rs": ("the private memoryview's refusals (buffer inputs below 3.11)",
