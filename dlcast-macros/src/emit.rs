@@ -273,7 +273,12 @@ pub(crate) fn expand_callable(
             ::core::result::Result::Ok(__dlcast_py.None())
         }
     } else {
-        quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework))
+        match &opts.returns {
+            // No framework to convert to: PyO3's conversion itself (what
+            // `into_py_result` does then), without the call.
+            None => quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py)),
+            Some(_) => quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework)),
+        }
     };
     let run = quote! {
         #(#prepares)*
@@ -365,6 +370,47 @@ pub(crate) fn expand_callable(
             quote!(#pyo3::Py<#pyo3::PyAny>),
         )
     };
+    // The straight-line call (see the runtime's `FastCx`), for functions
+    // whose array parameters are all required and of one element type each,
+    // read from the producer's stream: tried first; where it does not take
+    // the call, the general path runs it from the start. The same body code,
+    // with `__dlcast` naming the straight-line call.
+    let fast = if !views.is_empty()
+        && a.tparams.is_empty()
+        && views.iter().all(|v| !v.optional)
+        && opts.stream.is_none()
+        && a.stream_param.is_none()
+    {
+        let args = views.iter().map(|v| {
+            let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
+            let span = ty.span().resolved_at(Span::call_site());
+            quote_spanned!(span=> #rt::FastArg::of::<#ty>(#ident))
+        });
+        quote! {
+            if let ::core::option::Option::Some(__dlcast) =
+                #rt::FastCx::<#n_views>::read(&#spec_ident, [#(#args),*])
+            {
+                let __dlcast = &__dlcast;
+                return { #result };
+            }
+        }
+    } else {
+        quote!()
+    };
+    // Without array parameters (nor a stream to set up): no call context.
+    let general = if views.is_empty() && opts.stream.is_none() && a.stream_param.is_none() {
+        quote! {
+            let __dlcast = &#rt::FastCx::<0>::no_arrays(&#spec_ident)?;
+            #result
+        }
+    } else {
+        quote! {
+            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
+            #stream_setup
+            #(#peeks)*
+            #dispatch
+        }
+    };
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
@@ -380,10 +426,8 @@ pub(crate) fn expand_callable(
                 params: &[#(#param_specs),*],
             };
             #like_prelude
-            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
-            #stream_setup
-            #(#peeks)*
-            #dispatch
+            #fast
+            #general
         }
     };
     Ok(Generated {

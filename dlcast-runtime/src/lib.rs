@@ -188,7 +188,9 @@ pub mod prelude {
 /// Used by the code `#[dlpack_fn]` generates; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::call::{numpy_fast_path, raw_reads_in_progress, CallCx, Peeked};
+    pub use crate::call::{
+        numpy_fast_path, raw_reads_in_progress, CallCx, FastArg, FastCx, Peeked,
+    };
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_result, Framework};

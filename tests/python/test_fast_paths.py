@@ -364,3 +364,31 @@ def test_numpy_fast_path_views_that_outlive_the_body():
     assert ext.fp_drop_then_call(y, lambda: ext.fp_slice_mut(y)) == ([1.0, 2.0, 3.0], y.ctypes.data)
     assert ext.live_borrows() == before
     assert ext.numpy_fast_path() > 0
+
+
+def test_numpy_fast_path_that_gives_up_midway_leaves_nothing_registered():
+    # The straight-line call registers each argument as it reads it; a
+    # later argument it cannot take (an extent that differs, a read-only
+    # output, a conflict with an earlier argument) ends every entry it made
+    # before the general path runs the call (and refuses it).
+    before = ext.live_borrows()
+    a, b = (np.arange(12, dtype=np.float32).reshape(4, 3) for _ in range(2))
+    w, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    ro_out = np.zeros(4, np.float32)
+    ro_out.flags.writeable = False
+    refused = [
+        (a, np.zeros((5, 3), np.float32), w, out),  # `n` differs at b
+        (a, b, w, ro_out),  # read-only output, after three entries
+        (a, b, w, w),  # the output is w: a conflict within the call
+    ]
+    for args in refused:
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            ext.fp_args(*args)
+        assert ext.live_borrows() == before
+    # Nothing left behind: the same arrays, writable ones included, are
+    # taken again, by the fast path.
+    taken = ext.numpy_fast_path()
+    assert ext.fp_args(a, b, w, out) == pytest.approx(float(sum(a[:, 0] + b[:, 1] + w)))
+    assert out.tolist() == (a[:, 0] + b[:, 1] + w).tolist()
+    assert ext.numpy_fast_path() > taken
+    assert ext.live_borrows() == before

@@ -16,12 +16,14 @@
 //! dlcast looks there in phase 1 of every call that reads an exact
 //! `numpy.ndarray` from its fields ([`check`]: a look-up of the module in
 //! `sys.modules` and one of the attribute in the module's dictionary, each
-//! compared by identity; no Python code). The module is NumPy's
-//! `multiarray` of NumPy's ABI version, read from NumPy's verified C API
-//! table ([`crate::npapi::table`]), never from `numpy.__version__`, which
-//! also decides the dtype layout dlcast's table reads. The first time
-//! (already when the registry is set up, at the first call of any dlcast
-//! function in the process, if NumPy is imported by then: [`set_up`]):
+//! compared by identity, skipped while neither dictionary changed since
+//! the last look-up by its PEP 509 version tag; no Python code). The
+//! module is NumPy's `multiarray` of NumPy's ABI version, read from
+//! NumPy's verified C API table ([`crate::npapi::table`]), never from
+//! `numpy.__version__`, which also decides the dtype layout dlcast's table
+//! reads. The first time (already when the registry is set up, at the first
+//! call of any dlcast function in the process, if NumPy is imported by
+//! then: [`set_up`]):
 //!
 //! - **No capsule yet**: dlcast publishes one whose functions enter
 //!   rust-numpy's borrows in dlcast's own registry (see [`super`]), with
@@ -173,7 +175,9 @@ pub(crate) fn foreign() -> Option<&'static Foreign> {
 /// published or adopted: the module rust-numpy imports is still NumPy's
 /// `multiarray`, of the plain module type, and its attribute [`ATTR`]
 /// still holds the same capsule (one look-up in `sys.modules`, one in the
-/// module's dictionary, no Python code). Otherwise (and the first time)
+/// module's dictionary, no Python code; none while both dictionaries keep
+/// the version tags they had at the last check that passed, see `seen`).
+/// Otherwise (and the first time)
 /// [`recheck`] decides: the table is put back where it was deleted, a
 /// valid table rust-numpy published in its place is adopted (views are
 /// acquired there too), and anything else refuses the argument.
@@ -190,6 +194,16 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
         // dictionary (C-level state; rebinding `sys.modules` does not change
         // it), alive as long as the interpreter.
         let modules = unsafe { ffi::PyImport_GetModuleDict() };
+        // Unchanged since the last check that found everything in place
+        // (see `seen`): only the module's type, which its dictionary does
+        // not hold, is compared again.
+        // SAFETY: `module` is live (kept by `PLACE`); its type pointer is
+        // only compared.
+        let plain_module =
+            || unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type);
+        if seen::unchanged(modules, place.dict) && plain_module() {
+            return Ok(());
+        }
         // SAFETY: the pointers are only compared, never read through, but
         // for the type checks of live objects (`modules`, and `module`, kept
         // by `PLACE`). In an exact dict, with an exact str key (its hash
@@ -206,6 +220,7 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
                 && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
         };
         if same && !shadowed(place, expected) {
+            seen::record(modules, place.dict);
             return Ok(());
         }
         drop(PyErr::take(py));
@@ -272,6 +287,144 @@ fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
             got != entry
         }
     }
+}
+
+/// The state of the dictionaries [`check`] looks in (and of those where
+/// [`shadowed`] looks) when it last found them as expected, by their version tags (PEP 509: CPython gives a dict a
+/// new tag, never handed out before, at every change of its contents; C-level
+/// state no Python code can set), so that a check between changes is two
+/// comparisons, not two look-ups. Where the interpreter has no such tags
+/// (abi3 builds, which cannot read the dict's fields; CPython 3.14 removed
+/// them; free-threaded builds, which dlcast refuses), nothing is recorded
+/// and every check looks up.
+mod seen {
+    use pyo3::ffi;
+
+    #[cfg(not(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy)))]
+    mod tags {
+        use super::ffi;
+        use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+        /// The interpreter's module dictionary, and the tags of it, of
+        /// NumPy's module dictionary and of the dictionaries of the classes
+        /// `module` and `object` (where a shadowing attribute would sit, see
+        /// `shadowed`), when `VALID`. (Atomics for `static`s: only read and
+        /// written with the GIL held, which orders them.)
+        static MODULES: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+        static TAGS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+        static VALID: AtomicBool = AtomicBool::new(false);
+
+        /// A dict's version tag.
+        ///
+        /// # Safety
+        /// `dict` is a live exact dict and the GIL is held.
+        #[inline(always)]
+        #[allow(deprecated)]
+        unsafe fn tag(dict: *mut ffi::PyObject) -> u64 {
+            // SAFETY: an exact dict starts with `PyDictObject`'s fields; the
+            // GIL is held, so no thread changes it while it is read.
+            unsafe { (*dict.cast::<ffi::PyDictObject>()).ma_version_tag }
+        }
+
+        /// The dictionaries of the static classes `module` and `object`
+        /// (`tp_dict` before 3.12; since, the interpreter keeps them and
+        /// `PyType_GetDict` hands out a new reference, dropped here: they
+        /// live as long as the interpreter).
+        #[inline(always)]
+        fn class_dicts() -> [*mut ffi::PyObject; 2] {
+            [
+                std::ptr::addr_of_mut!(ffi::PyModule_Type),
+                std::ptr::addr_of_mut!(ffi::PyBaseObject_Type),
+            ]
+            .map(|tp| {
+                // SAFETY: static built-in types, with the GIL held; their
+                // dictionaries are exact dicts, never NULL once the
+                // interpreter runs.
+                unsafe {
+                    #[cfg(not(Py_3_12))]
+                    let dict = (*tp).tp_dict;
+                    #[cfg(Py_3_12)]
+                    let dict = {
+                        let d = ffi::PyType_GetDict(tp);
+                        ffi::Py_XDECREF(d);
+                        d
+                    };
+                    dict
+                }
+            })
+        }
+
+        /// The four tags (see `TAGS`), or `None` if a class has no
+        /// dictionary.
+        #[inline(always)]
+        fn tags(modules: *mut ffi::PyObject, attrs: *mut ffi::PyObject) -> Option<[u64; 4]> {
+            let [m, o] = class_dicts();
+            if m.is_null() || o.is_null() {
+                return None;
+            }
+            // SAFETY: live exact dicts (see `record` and `class_dicts`),
+            // with the GIL held.
+            Some(unsafe { [tag(modules), tag(attrs), tag(m), tag(o)] })
+        }
+
+        /// Records the dicts' tags (`modules`: the interpreter's module
+        /// dictionary, an exact dict; `attrs`: NumPy's module dictionary).
+        #[inline(always)]
+        pub(in super::super) fn record(modules: *mut ffi::PyObject, attrs: *mut ffi::PyObject) {
+            // The callers pass live exact dicts (`check` tested `modules`; a
+            // module's dictionary is an exact dict it keeps, and `PLACE`
+            // keeps the module), with the GIL held.
+            let Some(now) = tags(modules, attrs) else {
+                return forget();
+            };
+            MODULES.store(modules, Ordering::Relaxed);
+            for (t, v) in TAGS.iter().zip(now) {
+                t.store(v, Ordering::Relaxed);
+            }
+            VALID.store(true, Ordering::Relaxed);
+        }
+
+        /// Whether no dict changed since the last `record` (the same
+        /// module dictionary, all with the tags recorded).
+        #[inline(always)]
+        pub(in super::super) fn unchanged(
+            modules: *mut ffi::PyObject,
+            attrs: *mut ffi::PyObject,
+        ) -> bool {
+            // (`modules` is the pointer recorded, the interpreter's module
+            // dictionary, which lives as long as the interpreter.)
+            VALID.load(Ordering::Relaxed)
+                && MODULES.load(Ordering::Relaxed) == modules
+                && tags(modules, attrs).is_some_and(|now| {
+                    TAGS.iter()
+                        .zip(now)
+                        .all(|(t, v)| t.load(Ordering::Relaxed) == v)
+                })
+        }
+
+        /// Forgets the record (the expected table changed).
+        pub(in super::super) fn forget() {
+            VALID.store(false, Ordering::Relaxed);
+        }
+    }
+    #[cfg(not(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy)))]
+    pub(super) use tags::{forget, record, unchanged};
+
+    /// Without version tags: nothing recorded.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    #[inline(always)]
+    pub(super) fn record(_modules: *mut ffi::PyObject, _attrs: *mut ffi::PyObject) {}
+
+    /// Without version tags: always looked up.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    #[inline(always)]
+    pub(super) fn unchanged(_modules: *mut ffi::PyObject, _attrs: *mut ffi::PyObject) -> bool {
+        false
+    }
+
+    /// Without version tags: nothing to forget.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    pub(super) fn forget() {}
 }
 
 /// At the registry's set-up (the first time an extension needs it in the
@@ -362,6 +515,7 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
             return Err(PyErr::fetch(py));
         }
         EXPECTED.store(table, Ordering::Release);
+        seen::forget();
         return Ok(());
     }
     if found == expected {
@@ -382,6 +536,7 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
     }
     // Kept for the process, as rust-numpy does: the table stays valid.
     EXPECTED.store(found.into_ptr(), Ordering::Release);
+    seen::forget();
     Ok(())
 }
 

@@ -18,6 +18,12 @@
 //! [`View`] trait, in the `view` module), and [`CallCx::body`] runs the body.
 //! Error messages are formatted only when a check fails.
 //!
+//! Functions whose array parameters are all required and of one element
+//! type each first try the straight-line call of `fast` ([`FastCx`]), which
+//! takes calls whose every argument is an exact `numpy.ndarray` this
+//! driver's fast path would take, without the driver's per-argument state;
+//! anything else runs here from the start.
+//!
 //! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2
 //! ([`Who`]); in `error`, what a call refuses, one variant per refusal, with
 //! its message and exception type (`CallError`); in `release`, when what a
@@ -33,6 +39,7 @@ use smallvec::SmallVec;
 
 mod checks;
 mod error;
+mod fast;
 pub(crate) mod release;
 
 use crate::import::numpy::NpRead;
@@ -40,6 +47,7 @@ use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
 use error::CallError;
+pub use fast::{FastArg, FastCx};
 
 /// The dtype of an argument that decides a dtype-generic function's type
 /// parameter, read in phase 1 (it is read again, and checked, in phase 2).
@@ -546,64 +554,16 @@ impl<const N: usize> CallCx<N> {
             let (Some(needs), Some(dtype)) = (slot.fast, slot.dtype) else {
                 return false;
             };
-            let Some(read) = numpy::read_fast(obj.bind(py), dtype, needs.itemsize) else {
-                return false;
-            };
-            let param = &who.spec.params[index];
-            let (shape, strides) = (read.shape(), read.elem_strides());
-            // `Who::check`'s checks, each one passed or left to it.
-            let fits = param
-                .devices
-                .iter()
-                .any(|d| d.matches(crate::device::Device::CPU))
-                && needs.ndim.is_none_or(|n| n == read.ndim)
-                && param.shape.is_none_or(|dims| {
-                    crate::spec::match_shape(dims, shape, |k, n| {
-                        match names.get_mut(usize::from(k)) {
-                            Some(b @ None) => {
-                                *b = Some(Binding {
-                                    extent: n,
-                                    param: index as u8,
-                                });
-                                true
-                            }
-                            Some(Some(b)) => b.extent == n,
-                            None => false,
-                        }
-                    })
-                })
-                && match param.order {
-                    crate::spec::Order::Any => true,
-                    crate::spec::Order::C => crate::layout::is_c_contiguous(shape, strides),
-                    crate::spec::Order::F => crate::layout::is_f_contiguous(shape, strides),
-                    crate::spec::Order::Contiguous => {
-                        crate::layout::is_c_contiguous(shape, strides)
-                            || crate::layout::is_f_contiguous(shape, strides)
-                    }
-                }
-                && (!needs.contiguous || strides == [1] || shape == [1])
-                && (!(param.aligned || needs.aligned) || read.data as usize % needs.align == 0)
-                && (!slot.writable
-                    || !read.read_only && !crate::layout::may_self_overlap(shape, strides));
-            if !fits {
-                return false;
-            }
-            let base = read.data as usize;
-            let req = crate::borrow::request(
-                crate::device::Device::CPU,
-                base,
-                base + read.hi as usize,
-                base,
-                shape,
-                strides,
-                needs.itemsize,
+            let Some((read, borrow)) = fast_read(
+                api,
+                who,
+                names,
+                index,
+                obj.bind(py),
+                needs,
+                dtype,
                 slot.writable,
-                who.call,
-                who.spec.name,
-                param.name,
-            );
-            // A conflict: the general path says which, in its words.
-            let Ok(borrow) = crate::borrow::acquire_with(api, &req) else {
+            ) else {
                 return false;
             };
             slot.held.set(Some(borrow));
@@ -906,7 +866,7 @@ impl<const N: usize> CallCx<N> {
             return V::from_fast(
                 read,
                 FastKeep {
-                    obj,
+                    obj: obj.bind(self.py()),
                     borrow: &slot.held,
                     spec: self.spec,
                     index,
@@ -965,6 +925,88 @@ impl<const N: usize> CallCx<N> {
             Ok(None)
         }
     }
+}
+
+/// The fast read of one exact `numpy.ndarray` argument (parameter `index`,
+/// view type needs `needs`, element type `dtype`, writable or not), checked
+/// against the parameter's spec as `Who::check` would (each check passed,
+/// or the argument left to the general path) and entered in the borrow
+/// registry `api`; named extents are bound in `names`. `None` at the first
+/// surprise (a conflict included: the general path says which, in its
+/// words). Runs no Python code.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn fast_read(
+    api: &'static crate::borrow::BorrowApi,
+    who: Who,
+    names: &mut [Option<Binding>],
+    index: usize,
+    obj: &Bound<'_, PyAny>,
+    needs: FastNeeds,
+    dtype: DType,
+    writable: bool,
+) -> Option<(NpRead, crate::borrow::Borrow)> {
+    let read = numpy::read_fast(obj, dtype, needs.itemsize)?;
+    let param = who.spec.params.get(index)?;
+    let (shape, strides) = (read.shape(), read.elem_strides());
+    let fits = param
+        .devices
+        .iter()
+        .any(|d| d.matches(crate::device::Device::CPU))
+        && needs.ndim.is_none_or(|n| n == read.ndim)
+        && param.shape.is_none_or(|dims| {
+            // Only `_` extents (a slice's spec): the rank decides.
+            if dims.len() == shape.len() && dims.iter().all(|d| *d == crate::spec::Dim::Any) {
+                return true;
+            }
+            crate::spec::match_shape(dims, shape, |k, n| match names.get_mut(usize::from(k)) {
+                Some(b @ None) => {
+                    *b = Some(Binding {
+                        extent: n,
+                        param: index as u8,
+                    });
+                    true
+                }
+                Some(Some(b)) => b.extent == n,
+                None => false,
+            })
+        })
+        && if needs.contiguous {
+            // One dimension of unit stride (or one element): C- and
+            // F-contiguous, so every order accepts it.
+            read.ndim == 1 && (strides == [1] || shape == [1])
+        } else {
+            match param.order {
+                crate::spec::Order::Any => true,
+                crate::spec::Order::C => crate::layout::is_c_contiguous(shape, strides),
+                crate::spec::Order::F => crate::layout::is_f_contiguous(shape, strides),
+                crate::spec::Order::Contiguous => {
+                    crate::layout::is_c_contiguous(shape, strides)
+                        || crate::layout::is_f_contiguous(shape, strides)
+                }
+            }
+        }
+        && (!(param.aligned || needs.aligned) || read.data as usize % needs.align == 0)
+        && (!writable || !read.read_only && !read.may_self_overlap());
+    if !fits {
+        return None;
+    }
+    let base = read.data as usize;
+    let req = crate::borrow::request(
+        crate::device::Device::CPU,
+        base,
+        base + read.hi as usize,
+        base,
+        shape,
+        strides,
+        needs.itemsize,
+        writable,
+        who.call,
+        who.spec.name,
+        param.name,
+    );
+    let borrow = crate::borrow::acquire_with(api, &req).ok()?;
+    Some((read, borrow))
 }
 
 /// The call context's methods called out of order (only code that drives

@@ -267,6 +267,40 @@ impl NpRead {
     pub(crate) fn elem_strides(&self) -> &[isize] {
         &self.strides[..self.ndim.min(FAST_DIMS)]
     }
+
+    /// Whether two indices may reach the same element:
+    /// [`crate::layout::may_self_overlap`]'s answer, by the same steps on
+    /// fixed arrays (no allocation, no copy of variable length).
+    #[inline(always)]
+    pub(crate) fn may_self_overlap(&self) -> bool {
+        // The dimensions with more than one index, as (stride, extent),
+        // sorted (an insertion sort of at most `FAST_DIMS` pairs).
+        let mut dims = [(0usize, 0usize); FAST_DIMS];
+        let mut len = 0;
+        for (&n, &s) in self.shape().iter().zip(self.elem_strides()) {
+            if n > 1 {
+                let mut k = len;
+                let item = (s.unsigned_abs(), n);
+                while k > 0 && dims[k - 1] > item {
+                    dims[k] = dims[k - 1];
+                    k -= 1;
+                }
+                dims[k] = item;
+                len += 1;
+            }
+        }
+        let mut reach: usize = 0;
+        for &(stride, n) in &dims[..len] {
+            if stride <= reach {
+                return true;
+            }
+            reach = match stride.checked_mul(n - 1).and_then(|r| r.checked_add(reach)) {
+                Some(r) => r,
+                None => return true,
+            };
+        }
+        false
+    }
 }
 
 /// The call driver's fast read of an exact `numpy.ndarray` whose dtype is
@@ -442,6 +476,43 @@ pub(crate) fn try_zeros<T: Copy + Default>(ndim: usize) -> Option<Dims<T>> {
 mod tests {
     use super::*;
     use crate::facts::npy_type;
+
+    #[test]
+    fn fast_self_overlap_answers_as_the_layout_module() {
+        let extents = [1usize, 2, 3, 5];
+        let strides = [0isize, 1, 2, 3, 4, 6, 15, isize::MAX];
+        let mut checked = 0;
+        for ndim in 1..=FAST_DIMS {
+            let cases = (extents.len() * strides.len()).pow(ndim as u32);
+            for mut c in 0..cases {
+                let mut read = NpRead {
+                    data: std::ptr::null_mut(),
+                    ndim,
+                    dims: [0; FAST_DIMS],
+                    strides: [0; FAST_DIMS],
+                    dtype: DType::FLOAT64,
+                    read_only: false,
+                    hi: 0,
+                };
+                for k in 0..ndim {
+                    read.dims[k] = extents[c % extents.len()];
+                    c /= extents.len();
+                    read.strides[k] = strides[c % strides.len()];
+                    c /= strides.len();
+                }
+                let want = crate::layout::may_self_overlap(read.shape(), read.elem_strides());
+                assert_eq!(
+                    read.may_self_overlap(),
+                    want,
+                    "{:?} {:?}",
+                    read.shape(),
+                    read.elem_strides()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000);
+    }
 
     #[test]
     fn numpy_type_numbers_read_as_their_rows() {

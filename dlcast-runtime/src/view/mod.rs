@@ -23,7 +23,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Native, NativeRefusal};
-use crate::import::numpy::NpRead;
+use crate::import::numpy::{NpRead, FAST_DIMS};
 use crate::import::RawTensor;
 use crate::layout;
 use crate::spec::FnSpec;
@@ -93,7 +93,7 @@ pub struct FastNeeds {
 /// takes its own.
 #[doc(hidden)]
 pub struct FastKeep<'a> {
-    pub(crate) obj: &'a Py<PyAny>,
+    pub(crate) obj: &'a Bound<'a, PyAny>,
     pub(crate) borrow: &'a std::cell::Cell<Option<crate::borrow::Borrow>>,
     pub(crate) spec: &'static FnSpec,
     pub(crate) index: usize,
@@ -614,20 +614,26 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
 /// the read's registry entry, taken from the call context.
 #[inline(always)]
 fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> RawTensor {
-    // SAFETY: the call context's methods (and so the views they make) run
-    // where the GIL is held.
-    let py = unsafe { Python::assume_attached() };
+    // Inline dims filled from the read's fixed arrays (a fixed-size copy,
+    // no `memcpy` of variable length; the read's arrays fit: checked at
+    // compile time).
+    const _: () = assert!(FAST_DIMS <= crate::import::INLINE_DIMS);
+    fn inline<T: Copy + Default>(v: &[T; FAST_DIMS], n: usize) -> crate::import::Dims<T> {
+        let mut buf = [T::default(); crate::import::INLINE_DIMS];
+        buf[..FAST_DIMS].copy_from_slice(v);
+        smallvec::SmallVec::from_buf_and_len(buf, n.min(FAST_DIMS))
+    }
     let mut raw = RawTensor::new(
         read.data,
-        crate::import::Dims::from_slice(read.shape()),
-        crate::import::Dims::from_slice(read.elem_strides()),
+        inline(&read.dims, read.ndim),
+        inline(&read.strides, read.ndim),
         read.dtype,
         read.read_only,
         Some(crate::layout::ByteExtent { lo: 0, hi: read.hi }),
         crate::import::ImportPath::Numpy,
     );
     raw.borrow = keep.borrow.take();
-    raw.set_owner(crate::import::Owner::Object(keep.obj.clone_ref(py)));
+    raw.set_owner(crate::import::Owner::Object(keep.obj.clone().unbind()));
     raw
 }
 
@@ -646,7 +652,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
     fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> pyo3::PyResult<Self> {
         // Writable and reaching no element twice: the checks of the
         // parameter (`Who::check`), made again.
-        if read.read_only || layout::may_self_overlap(read.shape(), read.elem_strides()) {
+        if read.read_only || read.may_self_overlap() {
             return Err(keep.refuse(Native::ReadOnly));
         }
         Ok(TensorMut {

@@ -295,7 +295,7 @@ impl<'a, T: Element, D: ndarray::Dimension> View<'a> for ndarray::ArrayViewMut<'
     #[inline(always)]
     fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> PyResult<Self> {
         check_fast::<T>(read, &keep)?;
-        if read.read_only || layout::may_self_overlap(read.shape(), read.elem_strides()) {
+        if read.read_only || read.may_self_overlap() {
             return Err(keep.refuse(Native::ReadOnly));
         }
         let (shape, ptr) = fast_nd_shape::<T, D>(read, &keep)?;

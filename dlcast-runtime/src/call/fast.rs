@@ -1,0 +1,200 @@
+//! The straight-line call: for a function whose array parameters are all
+//! required, of one element type each, and read from the producer's own
+//! stream (no `#[dtype(..)]` dispatch, no `Option`, no `stream`), the
+//! generated code first tries [`FastCx::read`]. It takes a call whose every
+//! array argument is an exact `numpy.ndarray` the call driver's fast path
+//! reads as it is (see [`CallCx`](super::CallCx)'s `fast_pass`), with the
+//! same steps in the same order — phase 1 (the registry found, rust-numpy's
+//! table checked, once per call rather than once per argument), then the
+//! reads, checks and registry entries with no Python code — but without the
+//! call context's per-argument state (sources, reads, conversions, holds in
+//! rust-numpy's registries) that only the general path uses: the arguments
+//! stay borrowed from the caller, the reads are plain values. Anything else
+//! (any argument or step the fast path would leave to the general path)
+//! returns `None` with nothing held, and the generated code runs the
+//! general path ([`CallCx`](super::CallCx)) from the start, which stays the
+//! one definition of what is accepted and of every message.
+
+use super::{fast_read, fast_switch, misuse, release, Binding, Who};
+use crate::dtype::DType;
+use crate::import::numpy::{self, NpRead};
+use crate::spec::FnSpec;
+use crate::view::{FastKeep, FastNeeds, View};
+use pyo3::prelude::*;
+use std::cell::Cell;
+
+/// The most named extents a straight-line call binds (more: the general
+/// path).
+const MAX_NAMES: usize = 8;
+
+/// One array argument of a straight-line call, with what its view type
+/// needs ([`FastArg::of`]).
+#[doc(hidden)]
+pub struct FastArg<'a> {
+    obj: &'a Bound<'a, PyAny>,
+    needs: Option<FastNeeds>,
+    dtype: Option<DType>,
+    writable: bool,
+}
+
+impl<'a> FastArg<'a> {
+    /// The argument `obj` of a parameter of view type `V`.
+    #[inline(always)]
+    pub fn of<'v, V: View<'v>>(obj: &'a Bound<'a, PyAny>) -> Self {
+        FastArg {
+            obj,
+            needs: V::FAST,
+            dtype: V::DTYPE,
+            writable: V::WRITABLE,
+        }
+    }
+}
+
+/// A straight-line call whose `N` array arguments were read and registered
+/// (see the module documentation): the views borrow it, so it outlives
+/// them; dropping it ends the registry entries no view took.
+#[doc(hidden)]
+pub struct FastCx<'a, const N: usize> {
+    spec: &'static FnSpec,
+    args: [FastArg<'a>; N],
+    reads: [Option<NpRead>; N],
+    held: [Cell<Option<crate::borrow::Borrow>>; N],
+    taken: [Cell<bool>; N],
+}
+
+impl<'a, const N: usize> FastCx<'a, N> {
+    /// Phase 1 and phase 2 of the call of the function described by `spec`
+    /// with the array arguments `args`, in order, where the fast path takes
+    /// every one of them; `None` otherwise, with nothing held (the general
+    /// path then runs the call from the start).
+    #[inline(always)]
+    pub fn read(spec: &'static FnSpec, args: [FastArg<'a>; N]) -> Option<Self> {
+        if N == 0 || spec.params.len() != N || spec.dim_names.len() > MAX_NAMES {
+            return None;
+        }
+        // Phase 1, which for exact `numpy.ndarray` arguments runs Python code
+        // only to find the registry or rust-numpy's table the first time (an
+        // error: left to the general path, which reports it).
+        for a in &args {
+            if a.needs.is_none() || a.dtype.is_none() || !numpy::is_ndarray(a.obj) {
+                return None;
+            }
+        }
+        if !fast_switch::on() {
+            return None;
+        }
+        let py = args[0].obj.py();
+        let api = crate::borrow::api(py).ok()?;
+        crate::borrow::rnp::check(py).ok()?;
+        // Views of NumPy arrays are dlcast's registry's alone.
+        if crate::borrow::rnp::foreign().is_some() {
+            return None;
+        }
+        #[cfg(Py_GIL_DISABLED)]
+        super::refuse_free_threading(py).ok()?;
+        // Phase 2: no Python code from here to the body.
+        #[cfg(debug_assertions)]
+        let _reads = super::tripwire::Reads::enter();
+        let who = Who {
+            spec,
+            call: crate::borrow::new_call_id(),
+        };
+        let mut names = [None::<Binding>; MAX_NAMES];
+        let names = &mut names[..spec.dim_names.len()];
+        let held: [Cell<Option<crate::borrow::Borrow>>; N] =
+            std::array::from_fn(|_| Cell::new(None));
+        let mut reads = [None::<NpRead>; N];
+        for (index, a) in args.iter().enumerate() {
+            let (Some(needs), Some(dtype)) = (a.needs, a.dtype) else {
+                return None;
+            };
+            // A surprise drops what was registered (`held`) on return.
+            let (read, borrow) =
+                fast_read(api, who, names, index, a.obj, needs, dtype, a.writable)?;
+            held[index].set(Some(borrow));
+            reads[index] = Some(read);
+        }
+        fast_switch::taken();
+        Some(FastCx {
+            spec,
+            args,
+            reads,
+            held,
+            taken: std::array::from_fn(|_| Cell::new(false)),
+        })
+    }
+
+    /// The view of parameter `index`, of the view type `read` was given;
+    /// once per parameter; the view borrows the call, so it cannot outlive
+    /// it.
+    #[inline(always)]
+    pub fn take<V: View<'a>>(&'a self, index: usize) -> PyResult<V> {
+        let (Some(arg), Some(read), Some(held), Some(taken)) = (
+            self.args.get(index),
+            self.reads.get(index).and_then(Option::as_ref),
+            self.held.get(index),
+            self.taken.get(index),
+        ) else {
+            return Err(misuse());
+        };
+        // The view type must be the one the read was made for: the checks
+        // and the registry entry were made for its dtype and writability.
+        if taken.replace(true)
+            || V::WRITABLE != arg.writable
+            || V::DTYPE != arg.dtype
+            || V::FAST != arg.needs
+            || V::DTYPE != Some(read.dtype)
+        {
+            return Err(misuse());
+        }
+        V::from_fast(
+            read,
+            FastKeep {
+                obj: arg.obj,
+                borrow: held,
+                spec: self.spec,
+                index,
+            },
+        )
+    }
+
+    /// Runs the body `f`, as [`CallCx::body`](super::CallCx::body) does for
+    /// a call none of whose views runs a producer's code when dropped.
+    #[inline(always)]
+    pub fn body<R>(&self, f: impl FnOnce() -> R) -> R {
+        if !release::in_body() {
+            return f();
+        }
+        let _guard = release::BodyGuard::enter();
+        f()
+    }
+}
+
+impl FastCx<'_, 0> {
+    /// The call of a function without array parameters : nothing
+    /// to read, no call context; the body runs as in one.
+    ///
+    /// # Errors
+    /// On a free-threaded interpreter running without the GIL, as
+    /// [`CallCx::finish`](super::CallCx::finish).
+    #[inline(always)]
+    pub fn no_arrays(spec: &'static FnSpec) -> PyResult<Self> {
+        if !spec.params.is_empty() {
+            return Err(misuse());
+        }
+        #[cfg(Py_GIL_DISABLED)]
+        {
+            // SAFETY: the generated code calls this inside the PyO3 function
+            // it wraps, where the GIL is held.
+            let py = unsafe { Python::assume_attached() };
+            super::refuse_free_threading(py)?;
+        }
+        Ok(FastCx {
+            spec,
+            args: [],
+            reads: [],
+            held: [],
+            taken: [],
+        })
+    }
+}
