@@ -1,13 +1,13 @@
 //! The checks of phase 2 ([`Who`]): an argument's read against its
 //! parameter's [`ParamSpec`] (device, shape and named extents, dtype,
 //! order, writability, alignment), the borrow-registry and rust-numpy
-//! probes; what they refuse is a `CallError` (in `error`).
+//! probes; what they refuse is a `CallError` (in `crate::error`).
 
-use super::error::{CallError, ImportRefusal, WhyNot};
 use super::Binding;
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::error::{CallError, ImportRefusal, WhyNot};
 use crate::import::{self, ImportError, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};

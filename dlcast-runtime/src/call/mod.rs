@@ -25,9 +25,10 @@
 //! anything else runs here from the start.
 //!
 //! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2
-//! ([`Who`]); in `error`, what a call refuses, one variant per refusal, with
-//! its message and exception type (`CallError`); in `release`, when what a
-//! call holds is released (the body guard, and `RawTensor`'s `Drop`).
+//! ([`Who`]); in `release`, when what a call holds is released (the body
+//! guard, and `RawTensor`'s `Drop`). What a call refuses, one variant per
+//! refusal with its message and exception type, is `CallError` in
+//! [`crate::error`].
 
 use crate::convert::Target;
 use crate::dtype::DType;
@@ -38,15 +39,14 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 mod checks;
-mod error;
 mod fast;
 pub(crate) mod release;
 
+use crate::error::CallError;
 use crate::import::numpy::NpRead;
 use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
-use error::CallError;
 pub use fast::{FastArg, FastCx};
 
 /// The dtype of an argument that decides a dtype-generic function's type
@@ -1138,8 +1138,5 @@ fn refuse_free_threading(py: Python<'_>) -> PyResult<()> {
         GIL_ON.store(true, Ordering::Relaxed);
         return Ok(());
     }
-    Err(pyo3::exceptions::PyRuntimeError::new_err(
-        "dlcast functions do not run on free-threaded CPython without the GIL yet: run \
-         Python with PYTHON_GIL=1 (or -X gil=1)",
-    ))
+    Err(CallError::FreeThreaded.into())
 }

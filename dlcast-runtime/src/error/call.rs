@@ -263,6 +263,13 @@ pub(crate) enum CallError {
          parameter with the same view type, then body)"
     )]
     Misuse,
+    /// `RuntimeError`: a free-threaded interpreter with the GIL off.
+    #[cfg(Py_GIL_DISABLED)]
+    #[error(
+        "dlcast functions do not run on free-threaded CPython without the GIL yet: run \
+         Python with PYTHON_GIL=1 (or -X gil=1)"
+    )]
+    FreeThreaded,
     /// An import refused the argument: see [`ImportRefusal`].
     #[error("{func}(): argument '{param}': {why}")]
     Import {
@@ -412,6 +419,8 @@ impl From<CallError> for PyErr {
         let msg = e.to_string();
         match e {
             CallError::RegistryFull | CallError::VersionMemory => PyMemoryError::new_err(msg),
+            #[cfg(Py_GIL_DISABLED)]
+            CallError::FreeThreaded => pyo3::exceptions::PyRuntimeError::new_err(msg),
             CallError::InvalidBool { .. } => PyValueError::new_err(msg),
             CallError::InUse { .. }
             | CallError::RustNumpy { .. }
