@@ -283,11 +283,8 @@ ABI3_BRANCHES = {
     "import/mod.rs": ("the private alias's weak-reference check",
                       ["test_torch_tensors", "test_torch_modes", "test_torch_trusts_c_state"]),
     "import/numpy.rs": ("how the ndarray type's name is read", ["test_fast_paths"]),
-    "import/torch/mod.rs": ("TensorBase's getters through `tp_descr_get` or `__get__`; "
-                            "the lazy bits from the key set, or PyTorch's methods (abi3)",
+    "import/torch/mod.rs": ("TensorBase's getters through `tp_descr_get` or `__get__`",
                             ["test_torch_paths", "test_torch_modes", "test_torch_trusts_c_state"]),
-    "import/torch/key_set.rs": ("the key-set probe, absent under the limited API",
-                                ["test_torch_trusts_c_state"]),
     "lib.rs": ("abi3t refused at compile time (`make abi3-check`)", []),
 }
 # The soundness files, whose checked fallbacks differ under abi3, and the

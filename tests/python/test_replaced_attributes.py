@@ -94,9 +94,6 @@ HARMLESS = {
     # checks what it reads itself.
     "__module__": "routes an object to an import path whose own checks hold",
     "__mro__": "routes an object to the PyTorch path, which checks TensorBase itself",
-    # import/torch/key_set.rs `KeySet::probe`: a key of the probe's own dictionary; a lie in
-    # what the probe makes is caught by PyTorch's own methods (fallback).
-    "tensors": "the probe's own dictionary; its tensors are checked by TensorBase's methods",
     # Conversions: the converted object is a new argument, read and checked
     # in full in phase 2 (read-only in the body).
     "astype": "a conversion; the result is read and checked in full",

@@ -353,13 +353,14 @@ def assert_lazy_outcomes(got):
     assert got["plain"] == {"value": 3.0} and got["written"] == {"value": None}, got
 
 
-def test_the_lazy_bits_are_read_from_the_key_set_where_its_layout_was_learnt():
-    # import/torch/key_set.rs `KeySet`: the layout is learnt at first use, checked against
-    # PyTorch's own `is_neg()`, `is_conj()`, `_is_zerotensor()` and
-    # `is_inference()`; the limited API (abi3) always asks the methods.
+def test_the_lazy_bits_are_asked_of_pytorchs_methods_not_a_learnt_key_set():
+    # import/torch/key_set.rs `KeySet::probe`: no key-set layout is learnt
+    # (tensors Python code can choose could teach it a size word), so every
+    # lazy bit is asked of PyTorch's own `is_neg()`, `is_conj()`,
+    # `_is_zerotensor()` and `is_inference()`, and each is refused.
     got = run(_LAZY_OUTCOMES, "before_first_use")
     assert_lazy_outcomes(got)
-    assert got["key_set"] is (not got["abi3"]), got
+    assert got["key_set"] is False, got
 
 
 @pytest.mark.hostile
@@ -387,5 +388,45 @@ torch._neg_view, torch._efficientzerotensor, torch.inference_mode = _real
         + _LAZY_OUTCOMES,
         "before_first_use",
     )
+    assert_lazy_outcomes(got)
+    assert got["key_set"] is False, got
+
+
+# The probe's tensors come from `torch.ones`, `torch._neg_view` and
+# `torch._efficientzerotensor` as Python code finds them at first use. Real
+# tensors (so PyTorch's own answers are true), chosen so that one other
+# `TensorImpl` word, the first inline size, carries the differences the
+# probe looks for (sizes 9, 9+16, 9+32, 9+16+32, 9+64 and 1: bit 4 for the
+# negative views, bit 5 for the conjugates, bit 6 for the zero tensor, bit 3
+# missing in the inference tensor), while the key-set word fails the probe's
+# test (the zero tensor is a meta tensor: more than one key differs).
+_PROBE_TAUGHT_SIZES = """
+_real = (torch.ones, torch._neg_view, torch._efficientzerotensor)
+_ones, _neg, _zero = _real
+
+def ones(*size, dtype=None, **kw):
+    if dtype is torch.complex64:
+        return _ones(9 + 32, 3, dtype=dtype)
+    return _ones((1 if torch.is_inference_mode_enabled() else 9), 3)
+
+def neg_view(t):
+    if t.is_complex():
+        return _neg(_ones(9 + 16 + 32, 3, dtype=torch.complex64).conj())
+    return _neg(_ones(9 + 16, 3))
+
+torch.ones = ones
+torch._neg_view = neg_view
+torch._efficientzerotensor = lambda *a, **k: _zero(9 + 64, 3, device="meta")
+ext.sum_f64(_ones(3, dtype=torch.float64))
+torch.ones, torch._neg_view, torch._efficientzerotensor = _real
+"""
+
+
+@pytest.mark.hostile
+def test_a_key_set_probe_taught_by_chosen_tensors_does_not_read_sizes_as_keys():
+    # Once (before the probe was disabled) this taught it the first inline
+    # size as the key set: a negative view summed as plain, a sliced zero
+    # tensor dereferenced (segfault). Now every lazy bit is still refused.
+    got = run(_PROBE_TAUGHT_SIZES + _LAZY_OUTCOMES, "before_first_use")
     assert_lazy_outcomes(got)
     assert got["key_set"] is False, got

@@ -94,11 +94,6 @@ struct Handles {
     /// (C functions without arguments); `None` in a PyTorch without them,
     /// which then always takes the disabled regions.
     mode_stacks: Option<(NoArgs, NoArgs)>,
-    /// `TensorBase._cdata`'s getter (the address of the tensor's C++
-    /// `TensorImpl`), for [`KeySet::probe`] only; `None` where it is not
-    /// PyTorch's own (the lazy bits are then asked by method calls).
-    #[cfg_attr(Py_LIMITED_API, allow(dead_code))]
-    cdata: Option<Py<PyAny>>,
     /// `torch._C._to_dlpack_versioned` (else `_to_dlpack`), checked: the C
     /// export behind `Tensor.__dlpack__`, for host tensors read without the
     /// exchange table (`Tensor.__dlpack__` itself is Python code of the
@@ -338,7 +333,6 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             is_neg: get("is_neg")?,
             is_conj: get("is_conj")?,
             is_zerotensor: get("_is_zerotensor")?,
-            cdata: get("_cdata").ok(),
             mode_stacks,
             base: base.unbind(),
         })
