@@ -105,7 +105,7 @@ pub struct BorrowReq {
     /// multiple of it); 0 for a single element.
     pub modulus: usize,
     /// Which call holds the borrow (unique per call of one extension; see
-    /// [`same_call`]).
+    /// `same_call`).
     pub call: u64,
     /// The function's name (UTF-8, not NUL-terminated, valid for the
     /// process), `function_len` bytes of it.
