@@ -92,7 +92,9 @@ IMPORTS = {
     "numpy": (lambda: np.arange(6.0).reshape(2, 3), "numpy", CALLS),
     "torch": (lambda: torch.arange(6, dtype=torch.float64).reshape(2, 3), "exchange_api", CALLS),
     "jax": (lambda: jnp.arange(6.0).reshape(2, 3), "dlpack", JAX_IMPORT_CALLS),
-    "buffer": (lambda: array.array("d", range(6)), "buffer", CALLS),
+    # (Below abi3-py311 only bytes and bytearray are read in place.)
+    "buffer": (lambda: array.array("d", range(6)) if ext.BUFFER_PROTOCOL else bytearray(48),
+               "buffer", CALLS),
 }
 
 
