@@ -39,6 +39,7 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 mod checks;
+mod debug;
 mod fast;
 pub(crate) mod release;
 
@@ -47,6 +48,10 @@ use crate::import::numpy::NpRead;
 use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use checks::Refusal;
 pub use checks::Who;
+use debug::fast_switch;
+#[cfg(debug_assertions)]
+use debug::tripwire;
+pub use debug::{numpy_fast_path, raw_reads_in_progress};
 pub use fast::{FastArg, FastCx};
 
 /// The dtype of an argument that decides a dtype-generic function's type
@@ -991,6 +996,7 @@ fn fast_read(
     if !fits {
         return None;
     }
+    // `read_fast` checked that `data + hi` does not overflow.
     let base = read.data as usize;
     let req = crate::borrow::request(
         crate::device::Device::CPU,
@@ -1014,99 +1020,6 @@ fn fast_read(
 #[cold]
 fn misuse() -> PyErr {
     CallError::Misuse.into()
-}
-
-/// The fast path's switch and count, for tests that run the same inputs
-/// through it and through the general path ([`numpy_fast_path`]): debug
-/// builds only; release builds always take it and count nothing.
-mod fast_switch {
-    #[cfg(debug_assertions)]
-    pub(super) static OFF: std::sync::atomic::AtomicBool =
-        std::sync::atomic::AtomicBool::new(false);
-    #[cfg(debug_assertions)]
-    pub(super) static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-    /// Whether `prepare` may leave exact NumPy arrays to the fast path.
-    #[inline(always)]
-    pub(super) fn on() -> bool {
-        #[cfg(debug_assertions)]
-        return !OFF.load(std::sync::atomic::Ordering::Relaxed);
-        #[cfg(not(debug_assertions))]
-        true
-    }
-
-    /// Counts a call whose arguments the fast path read.
-    #[inline(always)]
-    pub(super) fn taken() {
-        #[cfg(debug_assertions)]
-        TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// For tests: in debug builds, turns the fast path for exact NumPy arrays
-/// off (`Some(false)`) or on (`Some(true)`, the default), or leaves it
-/// (`None`), and returns how many calls it completed in the process so
-/// far; `None` in release builds, which always take it.
-#[doc(hidden)]
-pub fn numpy_fast_path(on: Option<bool>) -> Option<u64> {
-    #[cfg(debug_assertions)]
-    {
-        use std::sync::atomic::Ordering;
-        if let Some(on) = on {
-            fast_switch::OFF.store(!on, Ordering::Relaxed);
-        }
-        Some(fast_switch::TAKEN.load(Ordering::Relaxed))
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        let _ = on;
-        None
-    }
-}
-
-/// Debug builds only: marks the stretch of phase 2 where arguments are
-/// read, so that tests can call Python code from every hook dlcast
-/// consults and check that none of it runs there
-/// ([`raw_reads_in_progress`]).
-#[cfg(debug_assertions)]
-mod tripwire {
-    use std::cell::Cell;
-
-    thread_local! {
-        static ACTIVE: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Inside a read pass while alive (restores the previous state on drop).
-    pub(super) struct Reads(bool);
-
-    impl Reads {
-        pub(super) fn enter() -> Self {
-            Reads(ACTIVE.with(|a| a.replace(true)))
-        }
-    }
-
-    impl Drop for Reads {
-        fn drop(&mut self) {
-            ACTIVE.with(|a| a.set(self.0));
-        }
-    }
-
-    pub(super) fn active() -> bool {
-        ACTIVE.with(Cell::get)
-    }
-}
-
-/// Whether this thread is reading a `#[dlpack_fn]` call's arguments (phase
-/// 2, from the first raw read to the last check), where no Python code may
-/// run: `Some(..)` in debug builds, `None` in release builds, which do not
-/// track it. For tests: Python code that dlcast may reach (a producer's
-/// methods, a replaced attribute) asks it and records a `Some(true)`.
-#[doc(hidden)]
-pub fn raw_reads_in_progress() -> Option<bool> {
-    #[cfg(debug_assertions)]
-    return Some(tripwire::active());
-    #[cfg(not(debug_assertions))]
-    None
 }
 
 /// On a free-threaded CPython (3.13t+) running without the GIL, refuses the
