@@ -21,6 +21,7 @@ mod ownership;
 mod ownership_edges;
 mod producer;
 mod ranked;
+mod stored;
 mod view_drops;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -471,6 +472,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ownership_edges::add(m)?;
     ranked::add(m)?;
     constructions::add(m)?;
+    stored::add(m)?;
     add_robustness_functions(m)
 }
 
