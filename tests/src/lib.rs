@@ -403,7 +403,7 @@ fn consume(#[device(any)] x: TensorDyn<'_>) -> usize {
     x.ndim()
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // False in abi3 builds for Python 3.9/3.10 (`make abi3`): exported
     // arrays offer `__array_interface__` instead of the buffer protocol.
