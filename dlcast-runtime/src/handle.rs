@@ -79,7 +79,8 @@ static BORROW_MUT: FnSpec = FnSpec {
 /// would refuse. A `#[pyclass]` that stores one takes part in Python's
 /// garbage collection by forwarding its `__traverse__` and `__clear__` to
 /// [`ArrayHandle::traverse`] and [`ArrayHandle::clear`]; a cleared handle's
-/// borrows raise `ValueError`.
+/// borrows raise `ValueError`. A DLPack capsule can be read once: store the
+/// array that made it, not the capsule.
 ///
 /// ```
 /// # use dlcast_runtime::prelude::*;

@@ -185,8 +185,8 @@ pub use view::{Iter, TakeASliceOrNdarrayViewBeforeLeavingTheGil, ViewErrorKind, 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        dlpack_fn, ArrayBuffer, ArrayHandle, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut,
-        TensorRef, ViewError, ViewErrorKind, DYN,
+        dlpack_fn, ArrayBuffer, ArrayHandle, DType, Device, Element, Tensor, TensorDyn,
+        TensorDynMut, TensorMut, TensorRef, ViewError, ViewErrorKind, DYN,
     };
 }
 
