@@ -222,3 +222,13 @@ def test_cleared_handle_refuses_borrows():
         s.fill(1.0)
     s.store(np.ones(2, dtype=np.float32))
     assert s.values() == [1.0, 1.0]
+
+
+def test_handle_as_a_dlpack_fn_parameter():
+    a = np.ones(3, dtype=np.float32)
+    t = torch.full((2,), 2.0)
+    # Read-only views of one array may coexist; a handle of a tensor too.
+    assert ext.sum_with_handle(a, a) == 6.0
+    assert ext.sum_with_handle(a, t) == 7.0
+    with pytest.raises(TypeError, match=r"ArrayHandle.borrow\(\): argument 'array': expected dtype float32, got float64"):
+        ext.sum_with_handle(a, np.ones(2))

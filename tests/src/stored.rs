@@ -119,7 +119,19 @@ fn fill_then_sum_stored(
     Ok(v.iter()?.sum())
 }
 
+/// A handle as a `#[dlpack_fn]` parameter next to a view: the sum of `x`
+/// plus the sum of what `h` holds, borrowed in the body while `x`'s view
+/// lives.
+#[dlpack_fn]
+#[pyfunction]
+fn sum_with_handle(py: Python<'_>, x: TensorRef<'_, f32>, h: ArrayHandle<f32>) -> PyResult<f32> {
+    let own: f32 = x.iter()?.sum();
+    let held: f32 = h.borrow(py)?.iter()?.sum();
+    Ok(own + held)
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Stored>()?;
-    m.add_function(wrap_pyfunction!(fill_then_sum_stored, m)?)
+    m.add_function(wrap_pyfunction!(fill_then_sum_stored, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_with_handle, m)?)
 }
