@@ -72,6 +72,10 @@ mod view;
 // a call holds back while its body runs.
 mod call;
 
+// Arrays kept beyond the call (`ArrayHandle`): each borrow a one-argument
+// call of the driver above.
+mod handle;
+
 // Export: arrays handed back to Python (`ArrayBuffer` inside, public as
 // `buffer`).
 pub mod export;
@@ -87,6 +91,7 @@ pub use device::{Device, DeviceSpec};
 pub use dlcast_macros::dlpack_fn;
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
+pub use handle::ArrayHandle;
 pub use import::{ImportPath, INLINE_DIMS, MAX_VERSION};
 /// The `ndarray` crate dlcast's `ArrayView` / `ArrayViewMut` parameters
 /// are of (feature `ndarray`): depend on the same version, or use this.
@@ -180,8 +185,8 @@ pub use view::{Iter, TakeASliceOrNdarrayViewBeforeLeavingTheGil, ViewErrorKind, 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        dlpack_fn, ArrayBuffer, DType, Device, Element, Tensor, TensorDyn, TensorDynMut, TensorMut,
-        TensorRef, ViewError, ViewErrorKind, DYN,
+        dlpack_fn, ArrayBuffer, ArrayHandle, DType, Device, Element, Tensor, TensorDyn,
+        TensorDynMut, TensorMut, TensorRef, ViewError, ViewErrorKind, DYN,
     };
 }
 

@@ -21,6 +21,7 @@ mod ownership;
 mod ownership_edges;
 mod producer;
 mod ranked;
+mod stored;
 mod view_drops;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -402,7 +403,7 @@ fn consume(#[device(any)] x: TensorDyn<'_>) -> usize {
     x.ndim()
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // False in abi3 builds for Python 3.9/3.10 (`make abi3`): exported
     // arrays offer `__array_interface__` instead of the buffer protocol.
@@ -471,6 +472,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ownership_edges::add(m)?;
     ranked::add(m)?;
     constructions::add(m)?;
+    stored::add(m)?;
     add_robustness_functions(m)
 }
 

@@ -263,11 +263,15 @@ pub(crate) enum CallError {
          parameter with the same view type, then body)"
     )]
     Misuse,
-    /// `RuntimeError`: a free-threaded interpreter with the GIL off.
+    /// `RuntimeError`: a free-threaded interpreter with the GIL off (the
+    /// extension's module did not ask for it, or `PYTHON_GIL=0` overrode
+    /// that): the message says how to turn it on.
     #[cfg(Py_GIL_DISABLED)]
     #[error(
-        "dlcast functions do not run on free-threaded CPython without the GIL yet: run \
-         Python with PYTHON_GIL=1 (or -X gil=1)"
+        "dlcast functions do not run on free-threaded CPython while the GIL is disabled: \
+         declare the extension's module with #[pymodule(gil_used = true)] (CPython then \
+         enables the GIL when it imports the module), or run Python with PYTHON_GIL=1 \
+         (or -X gil=1)"
     )]
     FreeThreaded,
     /// An import refused the argument: see [`ImportRefusal`].

@@ -172,7 +172,7 @@ fn edge_magnitude(
     }
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn dlcast_demo(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grayscale, m)?)?;
     m.add_function(wrap_pyfunction!(box_blur, m)?)?;

@@ -17,7 +17,7 @@ fn scale(x: &mut [f32], factor: f32) {
     x.iter_mut().for_each(|v| *v *= factor);
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn quickstart(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(row_sums, m)?)?;
     m.add_function(wrap_pyfunction!(scale, m)?)

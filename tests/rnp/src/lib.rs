@@ -39,7 +39,7 @@ fn borrow_and_call(x: PyReadonlyArray1<'_, f64>, callback: &Bound<'_, PyAny>) ->
     Ok(())
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn dlcast_rnp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hold_mut_and_call, m)?)?;
     m.add_function(wrap_pyfunction!(hold_ref_and_call, m)?)?;

@@ -30,7 +30,7 @@ fn live_borrows(py: Python<'_>) -> PyResult<usize> {
     dlcast_runtime::borrow::live_borrows(py)
 }
 
-#[pymodule]
+#[pymodule(gil_used = true)]
 fn dlcast_second(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fill, m)?)?;
     m.add_function(wrap_pyfunction!(hold_and_call, m)?)?;
