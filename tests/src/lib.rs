@@ -14,6 +14,7 @@ mod callbacks;
 mod constructions;
 mod copies;
 mod fast_numpy;
+mod float8;
 mod gpu;
 mod hand_driven;
 mod native;
@@ -471,6 +472,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ownership_edges::add(m)?;
     ranked::add(m)?;
     constructions::add(m)?;
+    float8::add(m)?;
     add_robustness_functions(m)
 }
 
