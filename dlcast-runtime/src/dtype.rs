@@ -348,6 +348,28 @@ mod tests {
     }
 
     #[test]
+    fn dtypes_numpy_lacks_are_absent_from_numpy() {
+        use crate::facts::Framework;
+        for d in DTYPES {
+            assert_eq!(
+                d.numpy.is_empty(),
+                d.absent_from.contains(&Framework::Numpy),
+                "{}",
+                d.name
+            );
+        }
+        let torch_lacks: Vec<&str> = DTYPES
+            .iter()
+            .filter(|d| d.absent_from.contains(&Framework::Torch))
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(
+            torch_lacks,
+            ["float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"]
+        );
+    }
+
+    #[test]
     fn bool_reads_bytes() {
         let bytes = [0u8, 1, 2];
         let p = bytes.as_ptr().cast::<bool>();
