@@ -25,9 +25,9 @@ use pyo3::types::PyDict;
 
 /// Whether `from` converts implicitly to `to`: NumPy's
 /// `can_cast(from, to, casting="same_kind")`, i.e. the kind (the dtype
-/// table's `kind` column: bfloat16 counts as a float) never goes down the
-/// ladder. `false` for dtypes dlcast does not convert (vector lanes, opaque
-/// handles, unknown codes).
+/// table's `kind` column: bfloat16 and the float8 types count as floats)
+/// never goes down the ladder. `false` for dtypes dlcast does not convert
+/// (vector lanes, opaque handles, unknown codes).
 pub fn same_kind(from: DType, to: DType) -> bool {
     matches!((from.facts(), to.facts()), (Some(a), Some(b)) if a.kind <= b.kind)
 }
@@ -68,8 +68,12 @@ pub(crate) fn convert<'py>(
     let wants_f = target.order == Order::F && ndim >= 2;
     let framework = Framework::of(obj);
     let numpy_like = matches!(framework, Some(Framework::Numpy | Framework::Cupy) | None);
-    if target.dtype == DType::BFLOAT16 && numpy_like {
-        return Err(ConvertError::Unsupported(Unconvertible::NumpyBfloat16));
+    // bfloat16 and the float8 types: NumPy's own dtypes have none (those
+    // of `ml_dtypes` are not exported through DLPack).
+    if numpy_like && target.dtype.facts().is_some_and(|f| f.numpy.is_empty()) {
+        return Err(ConvertError::Unsupported(Unconvertible::NumpyLacks(
+            target.dtype,
+        )));
     }
     // JAX without `jax_enable_x64` silently keeps 32 bits: 64-bit targets
     // of host arrays go through NumPy.
@@ -196,6 +200,11 @@ mod tests {
         assert!(same_kind(DType::BOOL, DType::INT8));
         assert!(same_kind(DType::UINT8, DType::INT8));
         assert!(same_kind(DType::FLOAT32, DType::BFLOAT16));
+        assert!(same_kind(DType::FLOAT8_E4M3FN, DType::FLOAT32));
+        assert!(same_kind(DType::FLOAT32, DType::FLOAT8_E5M2));
+        assert!(same_kind(DType::INT8, DType::FLOAT8_E4M3FN));
+        assert!(!same_kind(DType::FLOAT8_E4M3FN, DType::INT32));
+        assert!(!same_kind(DType::COMPLEX64, DType::FLOAT8_E5M2));
         assert!(!same_kind(DType::FLOAT32, DType::INT32));
         assert!(!same_kind(DType::INT8, DType::UINT64));
         assert!(!same_kind(DType::COMPLEX64, DType::FLOAT64));

@@ -19,15 +19,16 @@ pub struct DType {
 pub use crate::facts::code;
 use crate::facts::{DTypeFacts, DTYPES};
 
-/// For each DLPack code up to [`code::BOOL`] and each size of 8 to 128
-/// bits (by `log2(bits) - 3`), the index of its row in [`DTYPES`] plus one
-/// (0: none); built from the table at compile time.
-const ROWS: [[u8; 5]; 7] = {
-    let mut rows = [[0u8; 5]; 7];
+/// For each DLPack code up to [`code::FLOAT8_E8M0FNU`] and each size of 8
+/// to 128 bits (by `log2(bits) - 3`), the index of its row in [`DTYPES`]
+/// plus one (0: none); built from the table at compile time.
+const ROWS: [[u8; 5]; 15] = {
+    let mut rows = [[0u8; 5]; 15];
     let mut i = 0;
     while i < DTYPES.len() {
         let d = &DTYPES[i];
-        assert!(d.bits.is_power_of_two() && d.bits >= 8 && d.bits <= 128 && d.code <= code::BOOL);
+        assert!(d.bits.is_power_of_two() && d.bits >= 8 && d.bits <= 128);
+        assert!((d.code as usize) < rows.len());
         rows[d.code as usize][(d.bits.trailing_zeros() - 3) as usize] = i as u8 + 1;
         i += 1;
     }
@@ -69,6 +70,22 @@ impl DType {
     pub const COMPLEX64: DType = DType::new(code::COMPLEX, 64, 1);
     /// `complex128` (two `float64`).
     pub const COMPLEX128: DType = DType::new(code::COMPLEX, 128, 1);
+    /// `float8_e3m4`.
+    pub const FLOAT8_E3M4: DType = DType::new(code::FLOAT8_E3M4, 8, 1);
+    /// `float8_e4m3`.
+    pub const FLOAT8_E4M3: DType = DType::new(code::FLOAT8_E4M3, 8, 1);
+    /// `float8_e4m3b11fnuz`.
+    pub const FLOAT8_E4M3B11FNUZ: DType = DType::new(code::FLOAT8_E4M3B11FNUZ, 8, 1);
+    /// `float8_e4m3fn` (OCP's E4M3, PyTorch's `torch.float8_e4m3fn`).
+    pub const FLOAT8_E4M3FN: DType = DType::new(code::FLOAT8_E4M3FN, 8, 1);
+    /// `float8_e4m3fnuz`.
+    pub const FLOAT8_E4M3FNUZ: DType = DType::new(code::FLOAT8_E4M3FNUZ, 8, 1);
+    /// `float8_e5m2` (OCP's E5M2, PyTorch's `torch.float8_e5m2`).
+    pub const FLOAT8_E5M2: DType = DType::new(code::FLOAT8_E5M2, 8, 1);
+    /// `float8_e5m2fnuz`.
+    pub const FLOAT8_E5M2FNUZ: DType = DType::new(code::FLOAT8_E5M2FNUZ, 8, 1);
+    /// `float8_e8m0fnu`.
+    pub const FLOAT8_E8M0FNU: DType = DType::new(code::FLOAT8_E8M0FNU, 8, 1);
 
     /// This dtype's row of the dtype table ([`crate::facts::DTYPES`]):
     /// `None` for every `(code, bits, lanes)` dlcast does not map to a
@@ -137,7 +154,7 @@ impl fmt::Display for DType {
 /// Only dlcast implements this trait.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an array element type dlcast supports",
-    note = "elements: bool, i8..i64, u8..u64, f32, f64, half::f16, half::bf16, num_complex::Complex<f32>/<f64>; for a dtype read at run time use TensorDyn"
+    note = "elements: bool, i8..i64, u8..u64, f32, f64, half::f16, half::bf16, microfloat::f8e4m3fn, f8e5m2 (and the other float8 types), num_complex::Complex<f32>/<f64>; for a dtype read at run time use TensorDyn"
 )]
 pub unsafe trait Element: Copy + Send + Sync + 'static {
     /// The DLPack data type of this element.
@@ -171,8 +188,10 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
 
 macro_rules! element {
     ($($t:ty => $d:ident),* $(,)?) => {$(
-        // SAFETY: `$d` has the size and representation of `$t`, a plain
-        // integer or IEEE float type for which every bit pattern is valid.
+        // SAFETY: `$d` has the size and representation of `$t`, for which
+        // every bit pattern is valid: a plain integer or IEEE float, a
+        // `half`/`microfloat` newtype of `u16`/`u8` (see each invocation),
+        // or `num_complex`'s `#[repr(C)]` pair of floats.
         unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
     )*};
 }
@@ -184,6 +203,21 @@ element!(
 
 #[cfg(feature = "half")]
 element!(half::f16 => FLOAT16, half::bf16 => BFLOAT16);
+
+// Each `microfloat` type is a `#[repr(transparent)]` wrapper of one `u8`
+// holding the format's bits as `ml_dtypes` and DLPack lay them out, and
+// every byte is a value of it (`from_bits` takes any `u8`).
+#[cfg(feature = "float8")]
+element!(
+    microfloat::f8e3m4 => FLOAT8_E3M4,
+    microfloat::f8e4m3 => FLOAT8_E4M3,
+    microfloat::f8e4m3b11fnuz => FLOAT8_E4M3B11FNUZ,
+    microfloat::f8e4m3fn => FLOAT8_E4M3FN,
+    microfloat::f8e4m3fnuz => FLOAT8_E4M3FNUZ,
+    microfloat::f8e5m2 => FLOAT8_E5M2,
+    microfloat::f8e5m2fnuz => FLOAT8_E5M2FNUZ,
+    microfloat::f8e8m0fnu => FLOAT8_E8M0FNU,
+);
 
 #[cfg(feature = "complex")]
 element!(
@@ -220,9 +254,12 @@ mod tests {
         assert_eq!(DType::COMPLEX128.itemsize(), Some(16));
         assert_eq!(DType::new(2, 32, 4).name(), None);
         assert_eq!(
-            DType::new(9, 8, 1).to_string(),
-            "dtype(code=9, bits=8, lanes=1)"
+            DType::new(9, 16, 1).to_string(),
+            "dtype(code=9, bits=16, lanes=1)"
         );
+        assert_eq!(DType::new(10, 8, 1).to_string(), "float8_e4m3fn");
+        assert_eq!(DType::new(12, 8, 1).to_string(), "float8_e5m2");
+        assert_eq!(DType::FLOAT8_E8M0FNU.itemsize(), Some(1));
         assert_eq!(DType::new(2, 32, 4).itemsize(), None);
     }
 
@@ -258,7 +295,22 @@ mod tests {
             n += check::<num_complex::Complex<f32>>("c64")
                 + check::<num_complex::Complex<f64>>("c128");
         }
-        if cfg!(all(feature = "half", feature = "complex")) {
+        #[cfg(feature = "float8")]
+        {
+            n += check::<microfloat::f8e3m4>("f8e3m4")
+                + check::<microfloat::f8e4m3>("f8e4m3")
+                + check::<microfloat::f8e4m3b11fnuz>("f8e4m3b11fnuz")
+                + check::<microfloat::f8e4m3fn>("f8e4m3fn")
+                + check::<microfloat::f8e4m3fnuz>("f8e4m3fnuz")
+                + check::<microfloat::f8e5m2>("f8e5m2")
+                + check::<microfloat::f8e5m2fnuz>("f8e5m2fnuz")
+                + check::<microfloat::f8e8m0fnu>("f8e8m0fnu");
+        }
+        if cfg!(all(
+            feature = "half",
+            feature = "complex",
+            feature = "float8"
+        )) {
             assert_eq!(n, DTYPES.len(), "a row without an Element type");
         }
     }
@@ -285,11 +337,36 @@ mod tests {
             (2, 24, 1),
             (2, 0, 1),
             (2, 255, 1),
-            (7, 8, 1),
+            (7, 16, 1),
+            (10, 8, 2),
+            (15, 8, 1),
+            (17, 4, 1),
             (3, 64, 1),
         ] {
             assert!(DType::new(c, b, l).facts().is_none(), "{c} {b} {l}");
         }
+    }
+
+    #[test]
+    fn dtypes_numpy_lacks_are_absent_from_numpy() {
+        use crate::facts::Framework;
+        for d in DTYPES {
+            assert_eq!(
+                d.numpy.is_empty(),
+                d.absent_from.contains(&Framework::Numpy),
+                "{}",
+                d.name
+            );
+        }
+        let torch_lacks: Vec<&str> = DTYPES
+            .iter()
+            .filter(|d| d.absent_from.contains(&Framework::Torch))
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(
+            torch_lacks,
+            ["float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"]
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //!   column), the hand-off of `returns = <option>` (`export/handoff.rs`:
 //!   the `name`, `handover`, `host_only`, `read_only` and `layout`
 //!   columns, read generically: what is refused, what is copied, what is
-//!   handed to which function), the names, sizes, NumPy type numbers, buffer formats and
-//!   casting kinds of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
+//!   handed to which function), the names, sizes, NumPy type numbers, buffer formats,
+//!   casting kinds and absences (`export/handoff.rs`) of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
 //!   signature line ([`FRAMEWORKS`]), `#[dtype(..)]`'s names, element types
@@ -48,6 +48,24 @@ pub mod code {
     pub const COMPLEX: u8 = 5;
     /// Boolean, stored as one byte per element.
     pub const BOOL: u8 = 6;
+    /// float8 E3M4 (bias 3, IEEE-like infinities and NaNs).
+    pub const FLOAT8_E3M4: u8 = 7;
+    /// float8 E4M3 (bias 7, IEEE-like infinities and NaNs).
+    pub const FLOAT8_E4M3: u8 = 8;
+    /// float8 E4M3 with bias 11, finite, one NaN, no negative zero.
+    pub const FLOAT8_E4M3B11FNUZ: u8 = 9;
+    /// float8 E4M3, finite (OCP's E4M3: no infinities, NaN `S.1111.111`).
+    pub const FLOAT8_E4M3FN: u8 = 10;
+    /// float8 E4M3 with bias 8, finite, one NaN, no negative zero.
+    pub const FLOAT8_E4M3FNUZ: u8 = 11;
+    /// float8 E5M2 (OCP's E5M2: IEEE-like infinities and NaNs).
+    pub const FLOAT8_E5M2: u8 = 12;
+    /// float8 E5M2 with bias 16, finite, one NaN, no negative zero.
+    pub const FLOAT8_E5M2FNUZ: u8 = 13;
+    /// float8 E8M0 (an exponent only: a power of two, no sign, no zero).
+    pub const FLOAT8_E8M0FNU: u8 = 14;
+    // 15 to 17 (float6 and float4) are sub-byte types, packed in memory:
+    // no array element type dlcast maps them to.
 }
 
 /// NumPy's type numbers (`enum NPY_TYPES` of `ndarraytypes.h`, the same in
@@ -102,7 +120,7 @@ pub enum Kind {
     UInt,
     /// Signed integers.
     Int,
-    /// Floats, bfloat16 included.
+    /// Floats, bfloat16 and the float8 types included.
     Float,
     /// Complex numbers.
     Complex,
@@ -125,7 +143,7 @@ pub struct DTypeFacts {
     pub kind: Kind,
     /// NumPy's type numbers ([`npy_type`]) whose arrays are this dtype on
     /// this platform; the first is the one dlcast creates. Empty where
-    /// NumPy has no such type (bfloat16).
+    /// NumPy has no such type (bfloat16, the float8 types).
     pub numpy: &'static [i32],
     /// The buffer protocol's format (PEP 3118 / `struct`) dlcast exports;
     /// `None` where `struct` has none.
@@ -133,11 +151,15 @@ pub struct DTypeFacts {
     /// NumPy's array-interface `typestr` without its byte-order character
     /// (`"f4"`); `None` where NumPy has none.
     pub typestr: Option<&'static str>,
+    /// The frameworks that have no such dtype: `returns = <it>` refuses an
+    /// array of it, saying so, before anything is handed over (rather than
+    /// pass on the framework's own error).
+    pub absent_from: &'static [Framework],
 }
 
 macro_rules! dtypes {
     ($($name:literal $rust:ident $element:literal $code:ident $bits:literal $kind:ident
-       [$numpy:expr] $format:expr, $typestr:expr;)*) => {
+       [$numpy:expr] $format:expr, $typestr:expr $(, absent from $($absent:ident)+)?;)*) => {
         /// The element types dlcast supports, one row each.
         pub const DTYPES: &[DTypeFacts] = &[$(DTypeFacts {
             name: $name,
@@ -149,6 +171,7 @@ macro_rules! dtypes {
             numpy: $numpy,
             format: $format,
             typestr: $typestr,
+            absent_from: &[$($(Framework::$absent),+)?],
         }),*];
     };
 }
@@ -156,6 +179,7 @@ macro_rules! dtypes {
 dtypes! {
     // name      #[dtype] element type path                          code    bits kind
     //     [NumPy type numbers]                                              format       typestr
+    //     (, absent from <the frameworks without it>)
     "bool"       bool "bool"                                         BOOL    8    Bool
         [&[npy_type::BOOL]]                                                   Some(c"?"),  Some("b1");
     "int8"       i8   "i8"                                           INT     8    Int
@@ -179,9 +203,11 @@ dtypes! {
         [if LONG_IS_64 { &[npy_type::ULONG, npy_type::ULONGLONG] } else { &[npy_type::ULONGLONG] }]
                                                                               Some(c"Q"),  Some("u8");
     "float16"    f16  "::dlcast_runtime::__private::F16"             FLOAT   16   Float
-        [&[npy_type::HALF]]                                                   Some(c"e"),  Some("f2");
+        [&[npy_type::HALF]]                                                   Some(c"e"),  Some("f2"),
+        absent from ArrayApi;
     "bfloat16"   bf16 "::dlcast_runtime::__private::BF16"            BFLOAT  16   Float
-        [&[]]                                                                 None,        None;
+        [&[]]                                                                 None,        None,
+        absent from Numpy ArrayApi;
     "float32"    f32  "f32"                                          FLOAT   32   Float
         [&[npy_type::FLOAT]]                                                  Some(c"f"),  Some("f4");
     "float64"    f64  "f64"                                          FLOAT   64   Float
@@ -190,6 +216,26 @@ dtypes! {
         [&[npy_type::CFLOAT]]                                                 Some(c"Zf"), Some("c8");
     "complex128" c128 "::dlcast_runtime::__private::Complex128"      COMPLEX 128  Complex
         [&[npy_type::CDOUBLE]]                                                Some(c"Zd"), Some("c16");
+    // The float8 types (feature `float8`): NumPy has none (ml_dtypes adds
+    // them as user dtypes, which DLPack cannot export), nor has `struct`;
+    // PyTorch has five of them (not E3M4, E4M3, E4M3B11FNUZ), JAX (through
+    // ml_dtypes) all.
+    "float8_e3m4"        f8e3m4        "::dlcast_runtime::__private::F8E3M4"
+        FLOAT8_E3M4         8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
+    "float8_e4m3"        f8e4m3        "::dlcast_runtime::__private::F8E4M3"
+        FLOAT8_E4M3         8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
+    "float8_e4m3b11fnuz" f8e4m3b11fnuz "::dlcast_runtime::__private::F8E4M3B11Fnuz"
+        FLOAT8_E4M3B11FNUZ  8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
+    "float8_e4m3fn"      f8e4m3fn      "::dlcast_runtime::__private::F8E4M3Fn"
+        FLOAT8_E4M3FN       8 Float [&[]] None, None, absent from Numpy ArrayApi;
+    "float8_e4m3fnuz"    f8e4m3fnuz    "::dlcast_runtime::__private::F8E4M3Fnuz"
+        FLOAT8_E4M3FNUZ     8 Float [&[]] None, None, absent from Numpy ArrayApi;
+    "float8_e5m2"        f8e5m2        "::dlcast_runtime::__private::F8E5M2"
+        FLOAT8_E5M2         8 Float [&[]] None, None, absent from Numpy ArrayApi;
+    "float8_e5m2fnuz"    f8e5m2fnuz    "::dlcast_runtime::__private::F8E5M2Fnuz"
+        FLOAT8_E5M2FNUZ     8 Float [&[]] None, None, absent from Numpy ArrayApi;
+    "float8_e8m0fnu"     f8e8m0fnu     "::dlcast_runtime::__private::F8E8M0Fnu"
+        FLOAT8_E8M0FNU      8 Float [&[]] None, None, absent from Numpy ArrayApi;
 }
 
 /// How an array is handed to a framework (`returns = ...`), and the

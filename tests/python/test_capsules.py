@@ -8,6 +8,7 @@ import itertools
 import os
 import random
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -494,6 +495,12 @@ SUPPORTED_DTYPES = {
     (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
     (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
     (4, 16): "bfloat16", (5, 64): np.complex64, (5, 128): np.complex128, (6, 8): "bool",
+    # The float8 codes (the sub-byte float6 and float4 ones, 15 to 17, stay
+    # refused).
+    (7, 8): ml_dtypes.float8_e3m4, (8, 8): ml_dtypes.float8_e4m3,
+    (9, 8): ml_dtypes.float8_e4m3b11fnuz, (10, 8): ml_dtypes.float8_e4m3fn,
+    (11, 8): ml_dtypes.float8_e4m3fnuz, (12, 8): ml_dtypes.float8_e5m2,
+    (13, 8): ml_dtypes.float8_e5m2fnuz, (14, 8): ml_dtypes.float8_e8m0fnu,
 }
 CODES = list(range(0, 21)) + [127, 255]
 BITS = [0, 1, 4, 6, 8, 16, 32, 64, 128, 255]

@@ -14,6 +14,7 @@ mod callbacks;
 mod constructions;
 mod copies;
 mod fast_numpy;
+mod float8;
 mod gpu;
 mod hand_driven;
 mod native;
@@ -143,6 +144,14 @@ fn values(py: Python<'_>, x: TensorDyn<'_>) -> PyResult<Vec<Py<PyAny>>> {
         f16 => f64::from, bf16 => f64::from,
         Complex<f32> => |v: Complex<f32>| complex(v.re.into(), v.im.into()),
         Complex<f64> => |v: Complex<f64>| complex(v.re, v.im),
+        microfloat::f8e3m4 => |v: microfloat::f8e3m4| f64::from(v.to_f32()),
+        microfloat::f8e4m3 => |v: microfloat::f8e4m3| f64::from(v.to_f32()),
+        microfloat::f8e4m3b11fnuz => |v: microfloat::f8e4m3b11fnuz| f64::from(v.to_f32()),
+        microfloat::f8e4m3fn => |v: microfloat::f8e4m3fn| f64::from(v.to_f32()),
+        microfloat::f8e4m3fnuz => |v: microfloat::f8e4m3fnuz| f64::from(v.to_f32()),
+        microfloat::f8e5m2 => |v: microfloat::f8e5m2| f64::from(v.to_f32()),
+        microfloat::f8e5m2fnuz => |v: microfloat::f8e5m2fnuz| f64::from(v.to_f32()),
+        microfloat::f8e8m0fnu => |v: microfloat::f8e8m0fnu| f64::from(v.to_f32()),
     )
 }
 
@@ -473,6 +482,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ranked::add(m)?;
     constructions::add(m)?;
     stored::add(m)?;
+    float8::add(m)?;
     add_robustness_functions(m)
 }
 

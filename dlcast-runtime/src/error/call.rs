@@ -468,9 +468,9 @@ pub(crate) enum Unconvertible {
     /// A capsule, which its first read consumed.
     #[error("a DLPack capsule can be read only once")]
     Capsule,
-    /// bfloat16 for NumPy or CuPy.
-    #[error("NumPy has no bfloat16 that DLPack can export")]
-    NumpyBfloat16,
+    /// bfloat16 or a float8 type for NumPy or CuPy.
+    #[error("NumPy has no {0} that DLPack can export")]
+    NumpyLacks(DType),
     /// Device memory of a framework dlcast has no conversion for.
     #[error("its framework has no conversion dlcast knows for device memory")]
     Device,

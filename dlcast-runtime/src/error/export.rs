@@ -246,6 +246,18 @@ pub(crate) enum ExportError {
         name: &'static str,
         device: Device,
     },
+    /// A dtype the framework does not have (the dtype table's
+    /// `absent_from` column).
+    #[error(
+        "returns = {option}: {name} has no {dtype}; return it to a framework that has it \
+         (JAX has every dtype dlcast knows, PyTorch all but float8_e3m4, float8_e4m3 and \
+         float8_e4m3b11fnuz) or as a dlcast.Array, or convert it in Rust"
+    )]
+    DtypeAbsent {
+        option: &'static str,
+        name: &'static str,
+        dtype: DType,
+    },
     /// Read-only data, for a framework without read-only arrays.
     #[error(
         "returns = {option}: the array is read-only (a view of a read-only input, a Tensor \

@@ -32,13 +32,23 @@ impl Framework {
     }
 
     /// Hands one exported array to the framework, as its row of the
-    /// framework table says: NumPy's C API first where the row's hand-over
-    /// is through it; then its refusals (device memory, read-only data,
-    /// negative strides), then the copy its layout column asks for, then
-    /// the hand-over itself.
+    /// framework table says: a dtype the framework lacks (the dtype
+    /// table's `absent_from` column) refused; NumPy's C API first where
+    /// the row's hand-over is through it; then its refusals (device memory,
+    /// read-only data, negative strides), then the copy its layout column
+    /// asks for, then the hand-over itself.
     fn convert<'py>(self, arr: &Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
         let f = self.facts();
+        let dtype = arr.get().inner.dtype;
+        if dtype.facts().is_some_and(|d| d.absent_from.contains(&self)) {
+            return Err(ExportError::DtypeAbsent {
+                option: f.option,
+                name: f.name,
+                dtype,
+            }
+            .into());
+        }
         if let Handover::NumpyCApi { .. } = f.handover {
             // NumPy's C API first; the importer only where that cannot be
             // used (looked up only then).

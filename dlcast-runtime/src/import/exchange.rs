@@ -445,7 +445,8 @@ pub(crate) fn owning(
 pub(crate) struct Described {
     pub(crate) device: crate::device::Device,
     /// The dtype may be complex: its code is none of DLPack's real kinds
-    /// (signed and unsigned integers, IEEE and bfloat floats, booleans).
+    /// (signed and unsigned integers, IEEE, bfloat and float8 floats,
+    /// booleans).
     pub(crate) complex: bool,
 }
 
@@ -475,6 +476,14 @@ pub(crate) fn describe(
             DLDataTypeCode::kDLFloat,
             DLDataTypeCode::kDLBfloat,
             DLDataTypeCode::kDLBool,
+            DLDataTypeCode::kDLFloat8_e3m4,
+            DLDataTypeCode::kDLFloat8_e4m3,
+            DLDataTypeCode::kDLFloat8_e4m3b11fnuz,
+            DLDataTypeCode::kDLFloat8_e4m3fn,
+            DLDataTypeCode::kDLFloat8_e4m3fnuz,
+            DLDataTypeCode::kDLFloat8_e5m2,
+            DLDataTypeCode::kDLFloat8_e5m2fnuz,
+            DLDataTypeCode::kDLFloat8_e8m0fnu,
         ]
         .contains(&u32::from(t.dtype.code)),
     }))
