@@ -74,6 +74,9 @@ pub(crate) struct Generated {
     pub(crate) wrapper: TokenStream2,
     /// For methods: the body, an associated function for the plain impl.
     pub(crate) body: TokenStream2,
+    /// For `#[new]`: its signature line as `__init__` (see
+    /// [`pysig::init_line`]).
+    pub(crate) init_line: Option<String>,
 }
 
 pub(crate) fn expand_callable(
@@ -297,10 +300,12 @@ pub(crate) fn expand_callable(
     let dispatch = dispatch_tokens(&a, 0, &mut Vec::new(), &run, &peek_ident);
 
     // Python-facing signature and docstring.
+    // What a returned array becomes: `like(x)` names the parameter whose
+    // framework it takes (the stub generator reads it from here).
     let array_type = match &opts.returns {
-        None => "dlcast.Array",
-        Some(Returns::Like(_)) => "...",
-        Some(Returns::Framework(f, _)) => f.facts().python_type,
+        None => "dlcast.Array".to_string(),
+        Some(Returns::Like(p)) => format!("like({})", p.unraw()),
+        Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
     };
     let mut py_params = a.py_params.clone();
     for v in views {
@@ -320,8 +325,14 @@ pub(crate) fn expand_callable(
                     .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
             }),
         };
-        let ann =
-            pysig::array_annotation(&v.annots, dtype, &dim_names, v.kind.writable(), v.optional);
+        let ann = pysig::array_annotation(
+            &v.annots,
+            v.shape.as_deref(),
+            dtype,
+            &dim_names,
+            v.kind.writable(),
+            v.optional,
+        );
         if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
             p.1 = Some(ann);
         }
@@ -335,12 +346,9 @@ pub(crate) fn expand_callable(
     } else {
         ""
     };
-    let params_text = match (receiver.is_empty(), params_text.is_empty()) {
-        (true, _) => params_text,
-        (false, true) => receiver.to_string(),
-        (false, false) => format!("{receiver}, {params_text}"),
-    };
-    let ret = pysig::return_annotation(&sig.output, array_type, self_name(ctx))
+    let init_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
+    let params_text = pysig::with_receiver(receiver, &params_text);
+    let ret = pysig::return_annotation(&sig.output, &array_type, self_name(ctx))
         .unwrap_or_else(|| "...".into());
     // The first docstring line, as pybind11 and nanobind write it: help()
     // shows it, and the stub generator parses it. (`__text_signature__`
@@ -433,6 +441,7 @@ pub(crate) fn expand_callable(
     Ok(Generated {
         wrapper,
         body: body_fn,
+        init_line,
     })
 }
 

@@ -21,6 +21,7 @@ mod ownership;
 mod ownership_edges;
 mod producer;
 mod ranked;
+mod stubs;
 mod view_drops;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -470,6 +471,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fast_numpy::add(m)?;
     ownership_edges::add(m)?;
     ranked::add(m)?;
+    stubs::add(m)?;
     constructions::add(m)?;
     add_robustness_functions(m)
 }

@@ -25,7 +25,7 @@ def mypy(*files: pathlib.Path) -> tuple[str, int]:
 
 def main() -> int:
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "dlcast_stubgen.py"), "dlcast_testext", "-o", str(STUBS)],
+        [sys.executable, str(ROOT / "dlcast-stubgen" / "dlcast_stubgen.py"), "dlcast_testext", "-o", str(STUBS)],
         check=True,
     )
     os.environ["MYPYPATH"] = str(STUBS)
