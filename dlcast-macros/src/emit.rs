@@ -14,7 +14,7 @@ use crate::parse::{
     body_value_type, element_type, has_attr, returns_result, returns_unit, FnOptions, Returns,
     ViewKind,
 };
-use crate::{pysig, stream};
+use crate::{pysig, stream, stubhint};
 
 /// Where the expanded function lives.
 pub(crate) enum Ctx {
@@ -77,6 +77,9 @@ pub(crate) struct Generated {
     /// For `#[new]`: its signature line as `__init__` (see
     /// [`pysig::init_line`]).
     pub(crate) init_line: Option<String>,
+    /// With the `inspect` feature: the marker types of the hints PyO3's
+    /// introspection reads (items beside the function or `impl` block).
+    pub(crate) hint_items: TokenStream2,
 }
 
 pub(crate) fn expand_callable(
@@ -308,6 +311,7 @@ pub(crate) fn expand_callable(
         Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
     };
     let mut py_params = a.py_params.clone();
+    let mut view_hints = Vec::new();
     for v in views {
         let dtype = match v.tparam {
             Some(k) => Some(
@@ -334,7 +338,14 @@ pub(crate) fn expand_callable(
             v.optional,
         );
         if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
+            // PyO3's hint keeps the constraint text (without `| None`,
+            // which PyO3 adds for an `Option`).
+            view_hints.push(stubhint::param_hint(
+                ann.strip_suffix(" | None").unwrap_or(&ann),
+            ));
             p.1 = Some(ann);
+        } else {
+            view_hints.push(stubhint::param_hint("ndarray"));
         }
     }
     let pyo3_attrs = pysig::scan_pyo3_attrs(attrs);
@@ -366,7 +377,7 @@ pub(crate) fn expand_callable(
     if !a.tparams.is_empty() {
         outer_generics.where_clause = None;
     }
-    let outer_params = &a.outer_params;
+
     let (fn_token, ident) = (&sig.fn_token, &sig.ident);
     let spec_ident = format_ident!("__DLCAST_SPEC");
     let n_views = views.len();
@@ -419,6 +430,73 @@ pub(crate) fn expand_callable(
             #dispatch
         }
     };
+    // With the `inspect` feature: PyO3's introspection reads the hints of
+    // the arguments' and the result's types, so the arrays come in as
+    // `In<Marker>` and the result goes out as `Out<Marker>`, each marker
+    // carrying the signature line's annotation as a stub type.
+    let mut outer_params = a.outer_params.clone();
+    let (mut hint_items, mut unwrap_args) = (quote!(), quote!());
+    let (mut wrap_result, mut ret_ty) = (false, ret_ty);
+    if cfg!(feature = "inspect") {
+        let marker_base = match ctx {
+            Ctx::Free => format!("__DlcastHint_{}", sig.ident.unraw()),
+            Ctx::Method(class) => format!("__DlcastHint_{class}_{}", sig.ident.unraw()),
+        };
+        let mut marker = |suffix: &str, hint: &stubhint::Py| {
+            let m = format_ident!("{marker_base}_{suffix}");
+            let hint = hint.to_tokens(&pyo3);
+            hint_items.extend(quote! {
+                #[doc(hidden)]
+                #[allow(non_camel_case_types)]
+                pub struct #m;
+                impl #rt::Hint for #m {
+                    const HINT: #pyo3::inspect::PyStaticExpr = #hint;
+                }
+            });
+            m
+        };
+        for (v, hint) in views.iter().zip(&view_hints) {
+            let m = marker(&v.ident.unraw().to_string(), hint);
+            let ident = &v.ident;
+            let Some(slot) = outer_params.iter_mut().find(|p| {
+                matches!(syn::parse2::<FnArg>((*p).clone()),
+                    Ok(FnArg::Typed(pt)) if matches!(&*pt.pat, syn::Pat::Ident(pi) if pi.ident == *ident))
+            }) else {
+                continue;
+            };
+            let mut arg: syn::PatType = match syn::parse2::<FnArg>(slot.clone()) {
+                Ok(FnArg::Typed(pt)) => pt,
+                _ => continue,
+            };
+            if v.optional {
+                *arg.ty = syn::parse_quote!(::core::option::Option<#rt::In<'_, '_, #m>>);
+                unwrap_args.extend(quote!(let #ident = #ident.as_ref().map(#rt::In::get);));
+            } else {
+                *arg.ty = syn::parse_quote!(#rt::In<'_, '_, #m>);
+                unwrap_args.extend(quote!(let #ident = #ident.get();));
+            }
+            *slot = quote!(#arg);
+        }
+        if !plain_return {
+            let m = marker("return", &stubhint::return_hint(&ret));
+            ret_ty = quote!(#rt::Out<#m>);
+            wrap_result = true;
+        }
+    }
+    let mut inner = quote! {
+        #like_prelude
+        #fast
+        #general
+    };
+    if wrap_result {
+        // The body's `return`s leave the closure; its result is wrapped.
+        inner = quote! {
+            ::core::result::Result::map(
+                (|| -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> { #inner })(),
+                #rt::Out::new,
+            )
+        };
+    }
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
@@ -433,15 +511,15 @@ pub(crate) fn expand_callable(
                 dim_names: &[#(#dim_names),*],
                 params: &[#(#param_specs),*],
             };
-            #like_prelude
-            #fast
-            #general
+            #unwrap_args
+            #inner
         }
     };
     Ok(Generated {
         wrapper,
         body: body_fn,
         init_line,
+        hint_items,
     })
 }
 

@@ -18,6 +18,7 @@ mod facts;
 mod parse;
 mod pysig;
 mod stream;
+mod stubhint;
 
 use analyse::combine;
 use emit::{expand_callable, Ctx};
@@ -108,8 +109,8 @@ fn expand_fn(opts: &FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
         block,
     } = func;
     let g = expand_callable(opts, &attrs, &vis, &sig, &block, &Ctx::Free)?;
-    let (body, wrapper) = (g.body, g.wrapper);
-    Ok(quote!(#body #wrapper))
+    let (body, wrapper, hints) = (g.body, g.wrapper, g.hint_items);
+    Ok(quote!(#body #hints #wrapper))
 }
 
 fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2> {
@@ -128,6 +129,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         _ => None,
     };
     let mut init_line: Option<String> = None;
+    let mut hints = TokenStream2::new();
     for item in imp.items.iter_mut() {
         let ImplItem::Fn(m) = item else { continue };
         let own = match take_method_options(&mut m.attrs) {
@@ -166,6 +168,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
                 init_line = init_line.take().or(g.init_line);
                 *m = syn::parse2(g.wrapper)?;
                 bodies.push(g.body);
+                hints.extend(g.hint_items);
             }
             Err(e) => combine(&mut errors, e),
         }
@@ -190,5 +193,6 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         impl #impl_generics #self_ty #where_clause {
             #(#bodies)*
         }
+        #hints
     })
 }
