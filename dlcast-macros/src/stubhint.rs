@@ -378,9 +378,6 @@ mod tests {
             show(&param_hint("ndarray[float32, (n, 3), cpu]")),
             "typing.Annotated[typing.Any, \"ndarray[float32, (n, 3), cpu]\"]"
         );
-        assert_eq!(
-            parse("ndarray[float32 | float64, (n, 3), cuda(0) | cpu, writable]").is_some(),
-            true
-        );
+        assert!(parse("ndarray[float32 | float64, (n, 3), cuda(0) | cpu, writable]").is_some());
     }
 }

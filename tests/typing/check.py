@@ -12,6 +12,7 @@ on the lines marked `# E: <code>`):
 
 The extensions must be installed (`make typecheck` does it)."""
 
+import ast
 import os
 import pathlib
 import re
@@ -62,6 +63,34 @@ def check(name: str, stubs: pathlib.Path, stub: pathlib.Path, caller: str, wrong
     return True
 
 
+def _returns(stub: pathlib.Path) -> dict[str, str]:
+    """Each top-level function's return annotation, names without their
+    modules (PyO3 writes `from numpy import ndarray`, dlcast `numpy.ndarray`)."""
+
+    class Short(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            return ast.Name(node.attr)
+
+    out = {}
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.returns is not None:
+            out[node.name] = ast.unparse(Short().visit(node.returns))
+    return out
+
+
+def same_returns(pyo3_stub: pathlib.Path, own_stub: pathlib.Path) -> bool:
+    """The two generators read the same facts: where PyO3's stub types a
+    result (not `Any`), dlcast's says the same."""
+    pyo3, own = _returns(pyo3_stub), _returns(own_stub)
+    typed = {name: ann for name, ann in pyo3.items() if ann != "Any"}
+    differ = {name: (ann, own.get(name)) for name, ann in typed.items() if own.get(name) != ann}
+    if differ or len(typed) < 3:
+        print(f"return types differ between PyO3's stub and dlcast's (PyO3's, dlcast's): {differ}")
+        return False
+    print(f"the {len(typed)} typed results of PyO3's stub are dlcast's")
+    return True
+
+
 def main() -> int:
     ok = True
     stubs = OUT / "stubs"
@@ -81,6 +110,7 @@ def main() -> int:
     subprocess.run([sys.executable, str(GENERATOR), "dlcast_inspect_ext", "-o", str(own)], check=True)
     ok &= check("dlcast_inspect_ext (dlcast-stubgen)", own, own / "dlcast_inspect_ext.pyi",
                 "inspect_caller.py", "inspect_wrong.py", "E,E-dlcast")
+    ok &= same_returns(pyo3_stubs / "dlcast_inspect_ext" / "__init__.pyi", own / "dlcast_inspect_ext.pyi")
     return 0 if ok else 1
 
 
