@@ -438,12 +438,20 @@ pub(crate) fn expand_callable(
     let (mut hint_items, mut unwrap_args) = (quote!(), quote!());
     let (mut wrap_result, mut ret_ty) = (false, ret_ty);
     if cfg!(feature = "inspect") {
+        // Unique in the module: a function's name, or a class's and a
+        // method's, then the parameter's.
         let marker_base = match ctx {
-            Ctx::Free => format!("__DlcastHint_{}", sig.ident.unraw()),
-            Ctx::Method(class) => format!("__DlcastHint_{class}_{}", sig.ident.unraw()),
+            Ctx::Free => format!("__DlcastHintFn_{}", sig.ident.unraw()),
+            Ctx::Method(class) => {
+                let class: String = class
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                format!("__DlcastHintMethod_{class}__{}", sig.ident.unraw())
+            }
         };
         let mut marker = |suffix: &str, hint: &stubhint::Py| {
-            let m = format_ident!("{marker_base}_{suffix}");
+            let m = format_ident!("{marker_base}__{suffix}");
             let hint = hint.to_tokens(&pyo3);
             hint_items.extend(quote! {
                 #[doc(hidden)]
