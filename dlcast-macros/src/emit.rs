@@ -377,7 +377,6 @@ pub(crate) fn expand_callable(
     if !a.tparams.is_empty() {
         outer_generics.where_clause = None;
     }
-
     let (fn_token, ident) = (&sig.fn_token, &sig.ident);
     let spec_ident = format_ident!("__DLCAST_SPEC");
     let n_views = views.len();
@@ -430,67 +429,22 @@ pub(crate) fn expand_callable(
             #dispatch
         }
     };
-    // With the `inspect` feature: PyO3's introspection reads the hints of
-    // the arguments' and the result's types, so the arrays come in as
-    // `In<Marker>` and the result goes out as `Out<Marker>`, each marker
-    // carrying the signature line's annotation as a stub type.
-    let mut outer_params = a.outer_params.clone();
-    let (mut hint_items, mut unwrap_args) = (quote!(), quote!());
-    let (mut wrap_result, mut ret_ty) = (false, ret_ty);
-    if cfg!(feature = "inspect") {
-        // Unique in the module: a function's name, or a class's and a
-        // method's, then the parameter's.
-        let marker_base = match ctx {
-            Ctx::Free => format!("__DlcastHintFn_{}", sig.ident.unraw()),
-            Ctx::Method(class) => {
-                let class: String = class
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                format!("__DlcastHintMethod_{class}__{}", sig.ident.unraw())
-            }
-        };
-        let mut marker = |suffix: &str, hint: &stubhint::Py| {
-            let m = format_ident!("{marker_base}__{suffix}");
-            let hint = hint.to_tokens(&pyo3);
-            hint_items.extend(quote! {
-                #[doc(hidden)]
-                #[allow(non_camel_case_types)]
-                pub struct #m;
-                impl #rt::Hint for #m {
-                    const HINT: #pyo3::inspect::PyStaticExpr = #hint;
-                }
-            });
-            m
-        };
-        for (v, hint) in views.iter().zip(&view_hints) {
-            let m = marker(&v.ident.unraw().to_string(), hint);
-            let ident = &v.ident;
-            let Some(slot) = outer_params.iter_mut().find(|p| {
-                matches!(syn::parse2::<FnArg>((*p).clone()),
-                    Ok(FnArg::Typed(pt)) if matches!(&*pt.pat, syn::Pat::Ident(pi) if pi.ident == *ident))
-            }) else {
-                continue;
-            };
-            let mut arg: syn::PatType = match syn::parse2::<FnArg>(slot.clone()) {
-                Ok(FnArg::Typed(pt)) => pt,
-                _ => continue,
-            };
-            if v.optional {
-                *arg.ty = syn::parse_quote!(::core::option::Option<#rt::In<'_, '_, #m>>);
-                unwrap_args.extend(quote!(let #ident = #ident.as_ref().map(#rt::In::get);));
-            } else {
-                *arg.ty = syn::parse_quote!(#rt::In<'_, '_, #m>);
-                unwrap_args.extend(quote!(let #ident = #ident.get();));
-            }
-            *slot = quote!(#arg);
-        }
-        if !plain_return {
-            let m = marker("return", &stubhint::return_hint(&ret));
-            ret_ty = quote!(#rt::Out<#m>);
-            wrap_result = true;
-        }
-    }
+    // With the `inspect` feature: the hints PyO3's introspection reads.
+    let marker_base = match ctx {
+        Ctx::Free => format!("Fn_{}", sig.ident.unraw()),
+        Ctx::Method(class) => format!("Method_{class}__{}", sig.ident.unraw()),
+    };
+    let hints = stubhint::Inspect::new(
+        &marker_base,
+        views,
+        &view_hints,
+        a.outer_params.clone(),
+        (!plain_return).then_some(ret.as_str()),
+    );
+    let (outer_params, hint_items, unwrap_args) =
+        (hints.outer_params, hints.items, hints.unwrap_args);
+    let wrap_result = hints.ret_ty.is_some();
+    let ret_ty = hints.ret_ty.unwrap_or(ret_ty);
     let mut inner = quote! {
         #like_prelude
         #fast

@@ -12,9 +12,12 @@
 //! `typing.Annotated`), a `like(x)` result (no type variable) and a
 //! `dlcast.Array` (no protocol for it either).
 
+use crate::analyse::ViewParam;
 use crate::facts::{DTYPES, FRAMEWORKS};
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{format_ident, quote};
+use syn::ext::IdentExt;
+use syn::FnArg;
 
 /// A Python expression of the signature line's grammar.
 #[derive(Clone, Debug, PartialEq)]
@@ -291,6 +294,96 @@ pub fn param_hint(annotation: &str) -> Py {
 /// `typing.Any` where it cannot be parsed.
 pub fn return_hint(annotation: &str) -> Py {
     parse(annotation).map_or_else(any, |p| p.to_stub())
+}
+
+/// What the exported function changes for PyO3's introspection, with the
+/// `inspect` feature (without it, nothing): the arrays come in as
+/// `In<Marker>` and the result goes out as `Out<Marker>`, each marker type
+/// carrying its hint.
+pub struct Inspect {
+    /// The exported function's parameters.
+    pub outer_params: Vec<TokenStream>,
+    /// The marker types (items beside the function or `impl` block).
+    pub items: TokenStream,
+    /// Rebinds each array argument to the `&Bound<PyAny>` the body code takes.
+    pub unwrap_args: TokenStream,
+    /// The result type, where the result is wrapped (`Out<Marker>`).
+    pub ret_ty: Option<TokenStream>,
+}
+
+impl Inspect {
+    /// `base` names the function uniquely in its module; `hints` are the
+    /// views' parameter hints, in order; `ret` the return annotation of the
+    /// signature line, `None` where the result is not converted (special
+    /// methods, setters).
+    pub fn new(
+        base: &str,
+        views: &[ViewParam],
+        hints: &[Py],
+        mut outer_params: Vec<TokenStream>,
+        ret: Option<&str>,
+    ) -> Inspect {
+        let (mut items, mut unwrap_args) = (quote!(), quote!());
+        if !cfg!(feature = "inspect") {
+            return Inspect {
+                outer_params,
+                items,
+                unwrap_args,
+                ret_ty: None,
+            };
+        }
+        let rt = quote!(::dlcast_runtime::__private);
+        let pyo3 = quote!(#rt::pyo3);
+        let base: String = base
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let mut marker = |suffix: &str, hint: &Py| {
+            let m = format_ident!("__DlcastHint{base}__{suffix}");
+            let hint = hint.to_tokens(&pyo3);
+            items.extend(quote! {
+                #[doc(hidden)]
+                #[allow(non_camel_case_types)]
+                pub struct #m;
+                impl #rt::Hint for #m {
+                    const HINT: #pyo3::inspect::PyStaticExpr = #hint;
+                }
+            });
+            m
+        };
+        for (v, hint) in views.iter().zip(hints) {
+            let ident = &v.ident;
+            let typed = |p: &TokenStream| match syn::parse2::<FnArg>(p.clone()) {
+                Ok(FnArg::Typed(pt)) => Some(pt),
+                _ => None,
+            };
+            let slot = outer_params.iter_mut().find(|p| {
+                typed(p)
+                    .is_some_and(|pt| matches!(&*pt.pat, syn::Pat::Ident(pi) if pi.ident == *ident))
+            });
+            let Some(slot) = slot else { continue };
+            let Some(mut arg) = typed(slot) else { continue };
+            let m = marker(&ident.unraw().to_string(), hint);
+            if v.optional {
+                *arg.ty = syn::parse_quote!(::core::option::Option<#rt::In<'_, '_, #m>>);
+                unwrap_args.extend(quote!(let #ident = #ident.as_ref().map(#rt::In::get);));
+            } else {
+                *arg.ty = syn::parse_quote!(#rt::In<'_, '_, #m>);
+                unwrap_args.extend(quote!(let #ident = #ident.get();));
+            }
+            *slot = quote!(#arg);
+        }
+        let ret_ty = ret.map(|ret| {
+            let m = marker("return", &return_hint(ret));
+            quote!(#rt::Out<#m>)
+        });
+        Inspect {
+            outer_params,
+            items,
+            unwrap_args,
+            ret_ty,
+        }
+    }
 }
 
 #[cfg(test)]
