@@ -88,9 +88,12 @@ abi3: ext abi3-check
 py-test: ext
 	$(PY) -m pytest tests/python -q
 
-## The stub generator on the test extension, then `mypy --strict` on the
-## stub, a typed caller and a file of calls it must refuse (tests/typing/).
+## The stubs of the test extension (dlcast-stubgen) and of the inline-module
+## extension tests/inspect (maturin generate-stubs and dlcast-stubgen), each
+## under `mypy --strict` with a typed caller and a file of calls it must
+## refuse (tests/typing/).
 typecheck: ext
+	maturin develop -q -m tests/inspect/Cargo.toml
 	$(PY) tests/typing/check.py
 
 ## Run every test: formatting, clippy, the API documentation, Rust

@@ -14,7 +14,7 @@ use crate::parse::{
     body_value_type, element_type, has_attr, returns_result, returns_unit, FnOptions, Returns,
     ViewKind,
 };
-use crate::{pysig, stream};
+use crate::{pysig, stream, stubhint};
 
 /// Where the expanded function lives.
 pub(crate) enum Ctx {
@@ -74,6 +74,12 @@ pub(crate) struct Generated {
     pub(crate) wrapper: TokenStream2,
     /// For methods: the body, an associated function for the plain impl.
     pub(crate) body: TokenStream2,
+    /// For `#[new]`: its signature line as `__init__` (see
+    /// [`pysig::init_line`]).
+    pub(crate) init_line: Option<String>,
+    /// With the `inspect` feature: the marker types of the hints PyO3's
+    /// introspection reads (items beside the function or `impl` block).
+    pub(crate) hint_items: TokenStream2,
 }
 
 pub(crate) fn expand_callable(
@@ -297,12 +303,15 @@ pub(crate) fn expand_callable(
     let dispatch = dispatch_tokens(&a, 0, &mut Vec::new(), &run, &peek_ident);
 
     // Python-facing signature and docstring.
+    // What a returned array becomes: `like(x)` names the parameter whose
+    // framework it takes (the stub generator reads it from here).
     let array_type = match &opts.returns {
-        None => "dlcast.Array",
-        Some(Returns::Like(_)) => "...",
-        Some(Returns::Framework(f, _)) => f.facts().python_type,
+        None => "dlcast.Array".to_string(),
+        Some(Returns::Like(p)) => format!("like({})", p.unraw()),
+        Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
     };
     let mut py_params = a.py_params.clone();
+    let mut view_hints = Vec::new();
     for v in views {
         let dtype = match v.tparam {
             Some(k) => Some(
@@ -320,10 +329,23 @@ pub(crate) fn expand_callable(
                     .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
             }),
         };
-        let ann =
-            pysig::array_annotation(&v.annots, dtype, &dim_names, v.kind.writable(), v.optional);
+        let ann = pysig::array_annotation(
+            &v.annots,
+            v.shape.as_deref(),
+            dtype,
+            &dim_names,
+            v.kind.writable(),
+            v.optional,
+        );
         if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
+            // PyO3's hint keeps the constraint text (without `| None`,
+            // which PyO3 adds for an `Option`).
+            view_hints.push(stubhint::param_hint(
+                ann.strip_suffix(" | None").unwrap_or(&ann),
+            ));
             p.1 = Some(ann);
+        } else {
+            view_hints.push(stubhint::param_hint("ndarray"));
         }
     }
     let pyo3_attrs = pysig::scan_pyo3_attrs(attrs);
@@ -335,12 +357,9 @@ pub(crate) fn expand_callable(
     } else {
         ""
     };
-    let params_text = match (receiver.is_empty(), params_text.is_empty()) {
-        (true, _) => params_text,
-        (false, true) => receiver.to_string(),
-        (false, false) => format!("{receiver}, {params_text}"),
-    };
-    let ret = pysig::return_annotation(&sig.output, array_type, self_name(ctx))
+    let init_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
+    let params_text = pysig::with_receiver(receiver, &params_text);
+    let ret = pysig::return_annotation(&sig.output, &array_type, self_name(ctx))
         .unwrap_or_else(|| "...".into());
     // The first docstring line, as pybind11 and nanobind write it: help()
     // shows it, and the stub generator parses it. (`__text_signature__`
@@ -358,7 +377,6 @@ pub(crate) fn expand_callable(
     if !a.tparams.is_empty() {
         outer_generics.where_clause = None;
     }
-    let outer_params = &a.outer_params;
     let (fn_token, ident) = (&sig.fn_token, &sig.ident);
     let spec_ident = format_ident!("__DLCAST_SPEC");
     let n_views = views.len();
@@ -411,6 +429,36 @@ pub(crate) fn expand_callable(
             #dispatch
         }
     };
+    // With the `inspect` feature: the hints PyO3's introspection reads.
+    let marker_base = match ctx {
+        Ctx::Free => format!("Fn_{}", sig.ident.unraw()),
+        Ctx::Method(class) => format!("Method_{class}__{}", sig.ident.unraw()),
+    };
+    let hints = stubhint::Inspect::new(
+        &marker_base,
+        views,
+        &view_hints,
+        a.outer_params.clone(),
+        (!plain_return).then_some(ret.as_str()),
+    );
+    let (outer_params, hint_items, unwrap_args) =
+        (hints.outer_params, hints.items, hints.unwrap_args);
+    let wrap_result = hints.ret_ty.is_some();
+    let ret_ty = hints.ret_ty.unwrap_or(ret_ty);
+    let mut inner = quote! {
+        #like_prelude
+        #fast
+        #general
+    };
+    if wrap_result {
+        // The body's `return`s leave the closure; its result is wrapped.
+        inner = quote! {
+            ::core::result::Result::map(
+                (|| -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> { #inner })(),
+                #rt::Out::new,
+            )
+        };
+    }
     let wrapper = quote! {
         #[doc = #doc_line]
         #doc_sep
@@ -425,14 +473,15 @@ pub(crate) fn expand_callable(
                 dim_names: &[#(#dim_names),*],
                 params: &[#(#param_specs),*],
             };
-            #like_prelude
-            #fast
-            #general
+            #unwrap_args
+            #inner
         }
     };
     Ok(Generated {
         wrapper,
         body: body_fn,
+        init_line,
+        hint_items,
     })
 }
 

@@ -18,6 +18,7 @@ mod facts;
 mod parse;
 mod pysig;
 mod stream;
+mod stubhint;
 
 use analyse::combine;
 use emit::{expand_callable, Ctx};
@@ -108,8 +109,8 @@ fn expand_fn(opts: &FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
         block,
     } = func;
     let g = expand_callable(opts, &attrs, &vis, &sig, &block, &Ctx::Free)?;
-    let (body, wrapper) = (g.body, g.wrapper);
-    Ok(quote!(#body #wrapper))
+    let (body, wrapper, hints) = (g.body, g.wrapper, g.hint_items);
+    Ok(quote!(#body #hints #wrapper))
 }
 
 fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2> {
@@ -123,6 +124,12 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
     }
     let mut bodies = Vec::new();
     let mut errors: Option<Error> = None;
+    let class = match &*imp.self_ty {
+        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    };
+    let mut init_line: Option<String> = None;
+    let mut hints = TokenStream2::new();
     for item in imp.items.iter_mut() {
         let ImplItem::Fn(m) = item else { continue };
         let own = match take_method_options(&mut m.attrs) {
@@ -133,6 +140,18 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
             }
         };
         if own.is_none() && !has_array_params(&m.sig) {
+            // Its signature line, for help() and the stub generator.
+            let class = class.as_deref().unwrap_or("...");
+            match pysig::plain_method_line(&m.attrs, &m.sig, class) {
+                Some((_, Some(init))) => init_line = Some(init),
+                Some((line, None)) => {
+                    if m.attrs.iter().any(|a| a.path().is_ident("doc")) {
+                        m.attrs.insert(0, syn::parse_quote!(#[doc = ""]));
+                    }
+                    m.attrs.insert(0, syn::parse_quote!(#[doc = #line]));
+                }
+                None => {}
+            }
             continue;
         }
         let mut mopts = own.unwrap_or_default();
@@ -143,21 +162,29 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         if mopts.stream.is_none() {
             mopts.stream = opts.stream.clone();
         }
-        let class = match &*imp.self_ty {
-            Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
-            _ => None,
-        };
-        let ctx = Ctx::Method(class.unwrap_or_else(|| "...".into()));
+        let ctx = Ctx::Method(class.clone().unwrap_or_else(|| "...".into()));
         match expand_callable(&mopts, &m.attrs, &m.vis, &m.sig, &m.block, &ctx) {
             Ok(g) => {
+                init_line = init_line.take().or(g.init_line);
                 *m = syn::parse2(g.wrapper)?;
                 bodies.push(g.body);
+                hints.extend(g.hint_items);
             }
             Err(e) => combine(&mut errors, e),
         }
     }
     if let Some(e) = errors {
         return Err(e);
+    }
+    if let Some(line) = init_line {
+        // The `#[new]` line, where the stub generator finds it.
+        imp.items.push(syn::parse_quote! {
+            #[classattr]
+            #[allow(non_snake_case)]
+            fn __dlcast_new__() -> &'static str {
+                #line
+            }
+        });
     }
     let (impl_generics, _, where_clause) = imp.generics.split_for_impl();
     let self_ty = &imp.self_ty;
@@ -166,5 +193,6 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         impl #impl_generics #self_ty #where_clause {
             #(#bodies)*
         }
+        #hints
     })
 }

@@ -48,8 +48,11 @@ pub fn element_name(ty: &Type) -> Option<&'static str> {
 
 /// The array annotation of one parameter; `dtype` is its dtype text
 /// (`None` for the untyped views).
+/// `shape` is the shape the call checks: `#[shape(..)]` with the rank the
+/// parameter's type fixes written in (`ArrayView2` shows as `(_, _)`).
 pub fn array_annotation(
     annots: &Annotations,
+    shape: Option<&[Dim]>,
     dtype: Option<String>,
     names: &[String],
     writable: bool,
@@ -57,7 +60,7 @@ pub fn array_annotation(
 ) -> String {
     let mut parts: Vec<String> = Vec::new();
     parts.extend(dtype);
-    if let Some(dims) = &annots.shape {
+    if let Some(dims) = shape {
         let items: Vec<String> = dims
             .iter()
             .map(|d| match d {
@@ -158,11 +161,26 @@ pub fn python_type(ty: &Type, array: &str, self_name: Option<&str>) -> Option<St
         "Option" => format!("{} | None", rec(first_type_arg(args)?)?),
         "Vec" => format!("list[{}]", rec(first_type_arg(args)?)?),
         "PyResult" | "Result" => rec(first_type_arg(args)?)?,
-        // The dtype, where the element type fixes it: `numpy.ndarray[float32]`.
+        // The dtype and rank, where the Rust type fixes them:
+        // `numpy.ndarray[float32, (_, _)]`, `like(x)[float32]`.
         "Tensor" | "TensorRef" | "TensorMut" if array != "..." => {
-            match first_type_arg(args).and_then(element_name) {
-                Some(dtype) => format!("{array}[{dtype}]"),
-                None => array.into(),
+            let mut parts: Vec<String> = Vec::new();
+            parts.extend(
+                first_type_arg(args)
+                    .and_then(element_name)
+                    .map(String::from),
+            );
+            if let Some(n) = const_rank(args) {
+                parts.push(match n {
+                    0 => "()".into(),
+                    1 => "(_,)".into(),
+                    n => format!("({})", vec!["_"; n].join(", ")),
+                });
+            }
+            if parts.is_empty() {
+                array.into()
+            } else {
+                format!("{array}[{}]", parts.join(", "))
             }
         }
         "Tensor" | "TensorRef" | "TensorMut" | "TensorDyn" | "TensorDynMut" => array.into(),
@@ -179,6 +197,21 @@ pub fn python_type(ty: &Type, array: &str, self_name: Option<&str>) -> Option<St
         "PyBool" => "bool".into(),
         "Self" => self_name?.into(),
         _ => return None,
+    })
+}
+
+/// The rank a view type's const argument fixes (`TensorRef<'_, f32, 2>`);
+/// `None` for the dynamic rank (the default) or an expression.
+fn const_rank(args: &PathArguments) -> Option<usize> {
+    let PathArguments::AngleBracketed(a) = args else {
+        return None;
+    };
+    a.args.iter().find_map(|g| match g {
+        GenericArgument::Const(syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(n),
+            ..
+        })) => n.base10_parse::<usize>().ok(),
+        _ => None,
     })
 }
 
@@ -310,4 +343,64 @@ pub fn parameter_list(
         items.push(item);
     }
     items.join(", ")
+}
+
+/// The parameter list with the receiver (`self`, `cls`) in front.
+pub fn with_receiver(receiver: &str, params_text: &str) -> String {
+    match (receiver.is_empty(), params_text.is_empty()) {
+        (true, _) => params_text.to_string(),
+        (false, true) => receiver.to_string(),
+        (false, false) => format!("{receiver}, {params_text}"),
+    }
+}
+
+/// The signature line `__init__(self, ..) -> None` of a `#[new]` method,
+/// from its parameter list (without receiver). PyO3 shows no docstring of
+/// `#[new]`, so the line is kept in a class attribute, `__dlcast_new__`,
+/// which the stub generator reads.
+pub fn init_line(params_text: &str) -> String {
+    format!("__init__({}) -> None", with_receiver("self", params_text))
+}
+
+/// The signature line and the `#[new]` line (if it is one) of a method of a
+/// `#[pymethods]` block that takes no arrays, from its Rust types: what a
+/// `#[dlpack_fn]` function's line says, so that the stub types the whole
+/// class. `None` where the method is no plain callable (a setter) or its
+/// parameters cannot be read.
+pub fn plain_method_line(
+    attrs: &[Attribute],
+    sig: &syn::Signature,
+    class: &str,
+) -> Option<(String, Option<String>)> {
+    let has = |name: &str| crate::parse::has_attr(attrs, name);
+    if has("setter") {
+        return None;
+    }
+    let a = crate::analyse::analyze(attrs, sig).ok()?;
+    let pyo3 = scan_pyo3_attrs(attrs);
+    let params_text = parameter_list(&a.py_params, pyo3.signature.as_ref());
+    if has("new") {
+        return Some((String::new(), Some(init_line(&params_text))));
+    }
+    let receiver = if a.has_receiver {
+        "self"
+    } else if has("classmethod") {
+        "cls"
+    } else {
+        ""
+    };
+    let name = pyo3.name.unwrap_or_else(|| {
+        use syn::ext::IdentExt;
+        sig.ident.unraw().to_string()
+    });
+    // Arrays it returns convert themselves: a `dlcast.Array`.
+    let ret =
+        return_annotation(&sig.output, "dlcast.Array", Some(class)).unwrap_or_else(|| "...".into());
+    Some((
+        format!(
+            " {name}({}) -> {ret}",
+            with_receiver(receiver, &params_text)
+        ),
+        None,
+    ))
 }

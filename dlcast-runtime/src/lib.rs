@@ -46,6 +46,8 @@ pub mod dtype;
 #[doc(hidden)]
 pub mod facts;
 mod framework;
+#[cfg(feature = "inspect")]
+mod inspect;
 pub mod layout;
 mod npapi;
 mod npyffi;
@@ -229,5 +231,8 @@ pub mod __private {
     pub type Complex64 = num_complex::Complex<f32>;
     #[cfg(feature = "complex")]
     pub type Complex128 = num_complex::Complex<f64>;
+    /// Type hints for PyO3's introspection (the `inspect` feature).
+    #[cfg(feature = "inspect")]
+    pub use crate::inspect::{Hint, In, Out};
     pub use pyo3;
 }

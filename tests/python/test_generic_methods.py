@@ -178,8 +178,10 @@ def test_text_signature_stays_usable_by_inspect():
     assert ext.centroid.__text_signature__ == "(points, weights)"
     assert str(inspect.signature(ext.with_signature)) == "(x, /, y=None, *, scale=2.0, name='sum')"
     assert str(inspect.signature(ext.Accumulator.weighted)) == "(self, /, x, *, weights=None, scale=1.0)"
-    # A method without arrays is left to PyO3.
-    assert ext.Accumulator.total.__doc__ == "A plain method: untouched by dlcast."
+    # A method without arrays is left to PyO3, but for the signature line
+    # its Rust types give (for help() and the stub generator).
+    assert ext.Accumulator.total.__text_signature__ == "($self)"
+    assert ext.Accumulator.total.__doc__ == "total(self) -> float\n\nA plain method: untouched by dlcast."
 
 
 def test_python_names_raw_identifiers_and_mut_bindings():

@@ -1,7 +1,12 @@
-"""The stub generator (scripts/dlcast_stubgen.py) writes every framework's
-array type as the framework table (dlcast-runtime/src/facts.rs) gives it,
-through the block generated from that table (checked against it by
-ui-tests/tests/facts.rs): no `returns = <framework>` falls back to `Any`."""
+"""The stub generator (dlcast-stubgen/dlcast_stubgen.py) writes every
+framework's array type as the framework table (dlcast-runtime/src/facts.rs)
+gives it, through the block generated from that table (checked against it by
+ui-tests/tests/facts.rs): no `returns = <framework>` falls back to `Any`. The
+signature lines `#[dlpack_fn]` writes, which the generator reads, say what
+the call enforces: the rank the parameter's type fixes, the `like(x)`
+parameter, and the other methods and `#[new]` of a class with dlcast
+methods; the generator keeps it (a type variable for `like(x)`, NumPy's
+shape type for a return of fixed rank)."""
 
 import importlib.util
 import pathlib
@@ -12,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _stubgen():
-    spec = importlib.util.spec_from_file_location("dlcast_stubgen", ROOT / "scripts" / "dlcast_stubgen.py")
+    spec = importlib.util.spec_from_file_location("dlcast_stubgen", ROOT / "dlcast-stubgen" / "dlcast_stubgen.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,8 +60,57 @@ def test_every_framework_of_the_table_has_a_stub_type(stubgen):
     import ast
 
     assert {"numpy.ndarray", "torch.Tensor", "jax.Array", "memoryview"} < stubgen.FRAMEWORK_TYPES.keys()
-    for name, (stub, modules, _typed) in stubgen.FRAMEWORK_TYPES.items():
+    for name, (stub, modules, _typed, _like) in stubgen.FRAMEWORK_TYPES.items():
         ast.parse(stub, mode="eval")
         assert all(stub.startswith(m + ".") for m in modules[:1]), (name, stub, modules)
     assert "bfloat16" not in stubgen.NUMPY_DTYPES
     assert {"bool", "float16", "complex128"} <= stubgen.NUMPY_DTYPES
+
+
+def _first_line(obj):
+    return obj.__doc__.splitlines()[0]
+
+
+def test_signature_line_shows_the_rank_the_type_fixes():
+    import dlcast_testext as ext
+
+    # ArrayView2 and TensorRef<'_, f64, 2> refuse other ranks; the line says so.
+    assert _first_line(ext.st_row_sums) == "st_row_sums(x: ndarray[float32, (_, _), cpu]) -> like(x)[float32]"
+    assert _first_line(ext.st_same_matrix) == (
+        "st_same_matrix(x: ndarray[float64, (_, _), cpu]) -> numpy.ndarray[float64, (_, _)]"
+    )
+    assert _first_line(ext.rk_get0).startswith("rk_get0(x: ndarray[float64, (), cpu])")
+
+
+def test_like_return_is_a_type_variable(stub_text):
+    lines = stub_text.splitlines()
+    defs = [i for i, line in enumerate(lines) if line.startswith("def st_row_sums(")]
+    assert [lines[i] for i in defs] == [
+        "def st_row_sums(x: _Like) -> _Like: ...  # type: ignore[overload-overlap, unused-ignore]",
+        "def st_row_sums(x: Annotated[ArrayLike, 'ndarray[float32, (_, _), cpu]']) -> _DLCastArray: ...",
+    ]
+    assert all(lines[i - 1] == "@typing.overload" for i in defs)
+    (typevar,) = [line for line in lines if line.startswith("_Like = ")]
+    # Bound to the typed frameworks `like` returns in (not memoryview, which
+    # it does not recognise, nor untyped packages, whose `Any` lets all in).
+    for framework in ("numpy.typing.NDArray[typing.Any]", "torch.Tensor", "jax.Array", "paddle.Tensor"):
+        assert framework in typevar
+    assert "memoryview" not in typevar and "cupy" not in typevar
+
+
+def test_numpy_return_of_fixed_rank_has_numpys_shape_type(stub_text):
+    (line,) = [line for line in stub_text.splitlines() if line.startswith("def st_same_matrix(")]
+    assert line.endswith("-> numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float64]]: ..."), line
+
+
+def test_plain_methods_and_new_are_typed(stub_text):
+    import dlcast_testext as ext
+
+    assert ext.StScaler.__dlcast_new__ == "__init__(self, k: float = 1.0) -> None"
+    assert _first_line(ext.StScaler.scale) == "scale(self, v: float) -> float"
+    lines = stub_text.splitlines()
+    start = lines.index("class StScaler:")
+    body = lines[start + 1 : lines.index("", start)]
+    assert "    def __init__(self, k: float=...) -> None: ..." in body
+    assert "    def scale(self, v: float) -> float: ..." in body
+    assert "    def k(self) -> float: ..." in body

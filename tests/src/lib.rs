@@ -23,6 +23,7 @@ mod ownership_edges;
 mod producer;
 mod ranked;
 mod stored;
+mod stubs;
 mod view_drops;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
@@ -480,6 +481,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fast_numpy::add(m)?;
     ownership_edges::add(m)?;
     ranked::add(m)?;
+    stubs::add(m)?;
     constructions::add(m)?;
     stored::add(m)?;
     float8::add(m)?;

@@ -64,3 +64,26 @@ def to_array_api(x: npt.NDArray[np.float64]) -> array_api_strict._array_object.A
 
 def static_paddle() -> paddle.Tensor:
     return ext.a2_static_paddle()  # returns = paddle
+
+
+def row_sums_keep_framework(x: npt.NDArray[np.float32], t: torch.Tensor, b: bytes) -> float:
+    # `returns = like(x)`: the caller's array type comes back; any other
+    # producer (a buffer) gets a dlcast.Array.
+    sums: npt.NDArray[np.float32] = ext.st_row_sums(x)
+    tsums: torch.Tensor = ext.st_row_sums(t)
+    other = ext.st_row_sums(b)
+    assert other.ndim == 1
+    return float(sums.sum()) + float(tsums.sum())
+
+
+def same_matrix(x: npt.NDArray[np.float64]) -> float:
+    # A 2-d float64 NumPy return: NumPy's shape type says it.
+    m: "np.ndarray[tuple[int, int], np.dtype[np.float64]]" = ext.st_same_matrix(x)
+    rows, cols = m.shape
+    return float(m[0, 0]) + rows + cols
+
+
+def scaler(x: npt.NDArray[np.float64]) -> float:
+    s = ext.StScaler(2.0)
+    k: float = s.k
+    return s.scale(k) + s.apply(x) + ext.StScaler().scale(1.0)

@@ -2,6 +2,7 @@
 `# E:`), so that the stubs are shown to carry types, not just `Any`."""
 
 import numpy as np
+import torch
 
 import dlcast_testext as ext
 
@@ -13,3 +14,9 @@ ext.scale(np.ones(3, np.float32))  # E: call-arg
 wrong_dtype: "np.ndarray[tuple[int, ...], np.dtype[np.float64]]" = ext.static_table_numpy()  # E: assignment
 not_a_paddle_tensor: str = ext.a2_static_paddle()  # E: assignment
 not_an_array_api_array: str = ext.identity_array_api(np.ones(2))  # E: assignment
+ext.centroid([[1.0, 2.0, 3.0]], np.ones(1, np.float32))  # E: arg-type
+not_torch: torch.Tensor = ext.st_row_sums(np.ones((2, 2), np.float32))  # E: assignment
+one_d: "np.ndarray[tuple[int], np.dtype[np.float64]]" = ext.st_same_matrix(np.ones((2, 2)))  # E: assignment
+ext.StScaler("two")  # E: arg-type
+scaled: str = ext.StScaler().scale(1.0)  # E: assignment
+ext.StScaler().apply(np.ones(2), 3)  # E: call-arg

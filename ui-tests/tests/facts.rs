@@ -1,7 +1,8 @@
-//! The stub generator (`scripts/dlcast_stubgen.py`, Python) reads the
+//! The stub generator (`dlcast-stubgen/dlcast_stubgen.py`, Python) reads the
 //! framework and dtype tables (`dlcast-runtime/src/facts.rs`) through a
 //! block generated from them: this test fails while that block differs from
-//! what the tables give, and with `DLCAST_BLESS=1` rewrites it.
+//! what the tables give (a framework or dtype added to the tables and not to
+//! the generator), and with `DLCAST_BLESS=1` rewrites it.
 
 use dlcast_runtime::facts::{DTYPES, FRAMEWORKS};
 use std::fmt::Write;
@@ -24,8 +25,9 @@ fn block() -> String {
         "# `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts` rewrites it;\n\
          # that test fails while it differs from the tables.\n\
          # Each framework's array type as a signature line names it: its type in the\n\
-         # stub, the modules the stub imports for it, whether those ship types.\n\
-         FRAMEWORK_TYPES: dict[str, tuple[str, tuple[str, ...], bool]] = {\n",
+         # stub, the modules the stub imports for it, whether those ship types,\n\
+         # whether `like(x)` recognises its arrays (returns in that framework).\n\
+         FRAMEWORK_TYPES: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {\n",
     );
     for f in FRAMEWORKS {
         let modules: Vec<String> = f.stub.imports.iter().map(|m| py_str(m)).collect();
@@ -35,9 +37,14 @@ fn block() -> String {
             _ => format!("({})", modules.join(", ")),
         };
         let typed = if f.stub.typed { "True" } else { "False" };
+        let like = if f.modules.is_empty() {
+            "False"
+        } else {
+            "True"
+        };
         writeln!(
             out,
-            "    {}: ({}, {modules}, {typed}),",
+            "    {}: ({}, {modules}, {typed}, {like}),",
             py_str(f.python_type),
             py_str(f.stub.ty)
         )
@@ -66,8 +73,8 @@ fn block() -> String {
 
 #[test]
 fn stub_generator_reads_the_tables() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/dlcast_stubgen.py");
-    let text = std::fs::read_to_string(&path).expect("scripts/dlcast_stubgen.py");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dlcast-stubgen/dlcast_stubgen.py");
+    let text = std::fs::read_to_string(&path).expect("dlcast-stubgen/dlcast_stubgen.py");
     let start = text.find(BEGIN).expect("the generated block's first line") + BEGIN.len();
     let len = text[start..]
         .find(END)
@@ -82,7 +89,7 @@ fn stub_generator_reads_the_tables() {
         return;
     }
     panic!(
-        "scripts/dlcast_stubgen.py's generated block differs from dlcast-runtime/src/facts.rs; \
+        "dlcast-stubgen/dlcast_stubgen.py's generated block differs from dlcast-runtime/src/facts.rs; \
          run `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`. Expected:\n{expected}"
     );
 }
