@@ -51,18 +51,24 @@ use parse::{
 /// it, else the default stream (see `dlcast_runtime::stream`).
 ///
 /// The function may return anything PyO3 converts, including dlcast's
-/// owned `Tensor<T>` and views of its inputs (exported zero-copy as a
-/// `dlcast.Array`), inside `Option`, `PyResult` or tuples.
+/// owned `Tensor<T>` and views of its inputs (exported zero-copy), inside
+/// `Option`, `PyResult`, tuples or `Vec`s. Each returned array goes to the
+/// framework of the first array argument (the first required one), or to
+/// NumPy without one; where that framework refuses it, it stays a
+/// `dlcast.Array`.
 ///
 /// Options: `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`,
 /// `tensorflow`, `array_api`, `memoryview`, `mlx`, `paddle`: the framework
 /// table of `dlcast_runtime`, or `like(param)`) hands every returned array
-/// to that framework instead; `#[dlpack_fn(noconvert)]` turns conversion off
+/// to that framework instead, strictly; `returns = dlcast` keeps the plain
+/// `dlcast.Array`. On a return type that holds no array (`&[f32]`, `f64`)
+/// `returns` is an error. `#[dlpack_fn(noconvert)]` turns conversion off
 /// for every parameter.
 ///
 /// Place it above `#[pyfunction]`, or, for methods, on the `impl` block
-/// above `#[pymethods]` (methods may carry their own `#[dlpack_fn(..)]`
-/// options there).
+/// above `#[pymethods]` (methods may carry their own `#[dlpack_fn(..)]` or
+/// `#[dlcast(..)]` options there); or write the one attribute
+/// [`macro@pyfunction`] / [`macro@pymethods`] instead of PyO3's.
 #[proc_macro_attribute]
 pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = parse_macro_input!(item as Item);

@@ -39,12 +39,28 @@ impl Scale {
     }
 }
 
+#[pyclass]
+struct Counter;
+
+// A block-wide `returns` skips the methods that return no array.
+#[dlcast::pymethods(returns = numpy)]
+impl Counter {
+    fn len(&self, x: TensorRef<'_, f32>) -> usize {
+        x.len()
+    }
+
+    fn copy(&self, x: TensorRef<'_, f32>) -> PyResult<Tensor<f32>> {
+        Ok(Tensor::from(x.to_vec()?))
+    }
+}
+
 #[pymodule]
 fn one_attribute(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(total, m)?)?;
     m.add_function(wrap_pyfunction!(first, m)?)?;
     m.add_function(wrap_pyfunction!(same, m)?)?;
     m.add_class::<Scale>()?;
+    m.add_class::<Counter>()?;
     Ok(())
 }
 
