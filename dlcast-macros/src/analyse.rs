@@ -128,8 +128,9 @@ pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analy
                     Error::new_spanned(
                         attr,
                         "#[shape], #[device], #[order], #[dtype] and #[noconvert] apply to \
-                         array parameters only (TensorRef, TensorMut, TensorDyn, TensorDynMut, \
-                         or an Option of one)",
+                         array parameters only: TensorRef, TensorMut, TensorDyn, TensorDynMut, \
+                         &[T], &mut [T], ndarray's ArrayView / ArrayViewMut (ArrayView2, \
+                         ArrayViewD, ..), or an Option of one",
                     ),
                 );
                 continue;

@@ -11,8 +11,8 @@ use crate::analyse::{analyze, Analysis, ViewParam};
 use crate::annot::{self, Dim};
 use crate::facts::DTYPES;
 use crate::parse::{
-    body_value_type, element_type, has_attr, returns_result, returns_unit, FnOptions, Returns,
-    ViewKind,
+    body_value_type, element_type, has_attr, return_holds, returns_result, returns_unit, FnOptions,
+    Holds, Returns, ViewKind,
 };
 use crate::{pysig, stream, stubhint};
 
@@ -241,7 +241,23 @@ pub(crate) fn expand_callable(
     } else {
         body_call
     };
-    // `like(param)` reads the argument's framework before it is imported.
+    // Special methods (`__iadd__`, `__contains__`, ...) and setters need the
+    // body's own return type (PyO3 checks it) and no extra argument: they
+    // return it as is, without `returns = ...`.
+    let plain_return = matches!(ctx, Ctx::Method(_))
+        && (has_attr(attrs, "setter")
+            || (sig.ident.to_string().starts_with("__") && sig.ident.to_string().ends_with("__")));
+    let holds = return_holds(&sig.output);
+    // `like(param)` reads the argument's framework before it is imported;
+    // so does the default, with the first array parameter (the first
+    // required one if any).
+    let like_of = |p: &Ident, optional: bool| {
+        if optional {
+            quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
+        } else {
+            quote!(let __dlcast_like = #rt::Framework::of(#p);)
+        }
+    };
     let mut like_prelude = quote!();
     let framework = match &opts.returns {
         Some(Returns::Framework(f, span)) => {
@@ -256,21 +272,23 @@ pub(crate) fn expand_callable(
                     format!("`like({p})` must name an array parameter of this function"),
                 ));
             };
-            like_prelude = if v.optional {
-                quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
-            } else {
-                quote!(let __dlcast_like = #rt::Framework::of(#p);)
-            };
+            like_prelude = like_of(p, v.optional);
             quote!(__dlcast_like)
         }
-        None => quote!(::core::option::Option::None),
+        Some(Returns::Dlcast) => quote!(::core::option::Option::None),
+        None => match views.iter().find(|v| !v.optional).or(views.first()) {
+            Some(v) if holds != Holds::NoArrays && !plain_return => {
+                like_prelude = like_of(&v.ident, v.optional);
+                quote!(__dlcast_like)
+            }
+            _ => quote!(::core::option::Option::None),
+        },
     };
-    // Special methods (`__iadd__`, `__contains__`, ...) and setters need the
-    // body's own return type (PyO3 checks it) and no extra argument: they
-    // return it as is, without `returns = ...`.
-    let plain_return = matches!(ctx, Ctx::Method(_))
-        && (has_attr(attrs, "setter")
-            || (sig.ident.to_string().starts_with("__") && sig.ident.to_string().ends_with("__")));
+    if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
+        if holds == Holds::NoArrays && !plain_return {
+            return Err(returns_without_arrays(r, sig));
+        }
+    }
     let result = if plain_return {
         quote!(::core::result::Result::Ok(#body_call))
     } else if returns_unit(&sig.output) {
@@ -282,7 +300,14 @@ pub(crate) fn expand_callable(
         match &opts.returns {
             // No framework to convert to: PyO3's conversion itself (what
             // `into_py_result` does then), without the call.
-            None => quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py)),
+            Some(Returns::Dlcast) => {
+                quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py))
+            }
+            None if holds == Holds::NoArrays => {
+                quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py))
+            }
+            // The default: like the first array argument, else NumPy.
+            None => quote!(#rt::into_py_default(__dlcast_py, #body_call, #framework)),
             Some(_) => quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework)),
         }
     };
@@ -306,7 +331,12 @@ pub(crate) fn expand_callable(
     // What a returned array becomes: `like(x)` names the parameter whose
     // framework it takes (the stub generator reads it from here).
     let array_type = match &opts.returns {
-        None => "dlcast.Array".to_string(),
+        Some(Returns::Dlcast) => "dlcast.Array".to_string(),
+        // The default: like the first (required) array parameter, else NumPy.
+        None => match views.iter().find(|v| !v.optional).or(views.first()) {
+            Some(v) => format!("like({})", v.ident.unraw()),
+            None => "numpy.ndarray".to_string(),
+        },
         Some(Returns::Like(p)) => format!("like({})", p.unraw()),
         Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
     };
@@ -542,4 +572,45 @@ fn elide_lifetimes(ty: &Type) -> Type {
         out.into_iter().collect()
     }
     syn::parse2(walk(ty.to_token_stream())).unwrap_or_else(|_| ty.clone())
+}
+
+/// The error for `returns = ..` on a function whose return type holds no
+/// dlcast array: PyO3 would turn the value into a list or a number, and
+/// the option would be ignored.
+fn returns_without_arrays(r: &Returns, sig: &Signature) -> Error {
+    let option = match r {
+        Returns::Framework(f, _) => f.facts().option.to_string(),
+        Returns::Like(p) => format!("like({p})"),
+        Returns::Dlcast => "dlcast".into(),
+    };
+    let msg = |what: &str| {
+        format!(
+            "`returns = {option}` hands the dlcast arrays a function returns to a framework, \
+             but {what}: return a `Tensor<T>` (e.g. `Tensor::from(vec)`) or a view of an \
+             argument, or drop `returns`"
+        )
+    };
+    match &sig.output {
+        syn::ReturnType::Default => Error::new_spanned(&sig.ident, msg("this one returns nothing")),
+        syn::ReturnType::Type(_, ty) => {
+            let shown = [
+                ("& ", "&"),
+                (" <", "<"),
+                ("< ", "<"),
+                (" >", ">"),
+                ("[ ", "["),
+            ]
+            .iter()
+            .chain(&[(" ]", "]"), (" ,", ","), (" ;", ";")])
+            .fold(ty.to_token_stream().to_string(), |s, (a, b)| {
+                s.replace(a, b)
+            });
+            Error::new_spanned(
+                ty,
+                msg(&format!(
+                    "`{shown}` holds none (PyO3 makes a number, string or list of it)"
+                )),
+            )
+        }
+    }
 }

@@ -22,7 +22,9 @@ mod stubhint;
 
 use analyse::combine;
 use emit::{expand_callable, Ctx};
-use parse::{has_array_params, has_attr, parse_options, take_method_options, FnOptions};
+use parse::{
+    has_array_params, has_attr, parse_options, split_options, take_method_options, FnOptions,
+};
 
 /// Turns a `#[pyfunction]` whose parameters are dlcast views
 /// (`TensorRef`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or `Option` of
@@ -50,26 +52,28 @@ use parse::{has_array_params, has_attr, parse_options, take_method_options, FnOp
 /// it, else the default stream (see `dlcast_runtime::stream`).
 ///
 /// The function may return anything PyO3 converts, including dlcast's
-/// owned `Tensor<T>` and views of its inputs (exported zero-copy as a
-/// `dlcast.Array`), inside `Option`, `PyResult` or tuples.
+/// owned `Tensor<T>` and views of its inputs (exported zero-copy), inside
+/// `Option`, `PyResult`, tuples or `Vec`s. Each returned array goes to the
+/// framework of the first array argument (the first required one), or to
+/// NumPy without one; where that framework refuses it, it stays a
+/// `dlcast.Array`.
 ///
 /// Options: `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`,
 /// `tensorflow`, `array_api`, `memoryview`, `mlx`, `paddle`: the framework
 /// table of `dlcast_runtime`, or `like(param)`) hands every returned array
-/// to that framework instead; `#[dlpack_fn(noconvert)]` turns conversion off
+/// to that framework instead, strictly; `returns = dlcast` keeps the plain
+/// `dlcast.Array`. On a return type that holds no array (`&[f32]`, `f64`)
+/// `returns` is an error. `#[dlpack_fn(noconvert)]` turns conversion off
 /// for every parameter.
 ///
 /// Place it above `#[pyfunction]`, or, for methods, on the `impl` block
-/// above `#[pymethods]` (methods may carry their own `#[dlpack_fn(..)]`
-/// options there).
+/// above `#[pymethods]` (methods may carry their own `#[dlpack_fn(..)]` or
+/// `#[dlcast(..)]` options there); or write the one attribute
+/// [`macro@pyfunction`] / [`macro@pymethods`] instead of PyO3's.
 #[proc_macro_attribute]
 pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let opts = match parse_options(attr.into()) {
-        Ok(o) => o,
-        Err(e) => return e.to_compile_error().into(),
-    };
     let item = parse_macro_input!(item as Item);
-    let out = match item {
+    let out = parse_options(attr.into()).and_then(|opts| match item.clone() {
         Item::Fn(func) => expand_fn(&opts, func),
         Item::Impl(imp) => expand_impl(&opts, imp),
         other => Err(Error::new_spanned(
@@ -77,8 +81,99 @@ pub fn dlpack_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
             "#[dlpack_fn] applies to a function marked #[pyfunction], \
              or to an impl block marked #[pymethods]",
         )),
+    });
+    or_fallback(out, item)
+}
+
+/// `#[pyfunction]` and `#[dlpack_fn]` in one: a PyO3 function whose array
+/// parameters take any DLPack producer (see [`dlpack_fn`]). Its options are
+/// dlcast's (`returns = ..`, `noconvert`, `stream = ..`) and PyO3's
+/// (`name = ".."`, `signature = (..)`, ...: every other one, passed to
+/// `#[pyfunction(..)]` as written), in any order:
+/// `#[dlcast::pyfunction(name = "head", returns = numpy)]`.
+#[proc_macro_attribute]
+pub fn pyfunction(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let func = parse_macro_input!(item as ItemFn);
+    let out = split_options(attr.into()).and_then(|(opts, pyo3_opts)| {
+        let mut func = func.clone();
+        let pyo3_opts = (!pyo3_opts.is_empty()).then(|| quote!((#pyo3_opts)));
+        let attr = syn::parse_quote!(#[::dlcast_runtime::__private::pyo3::pyfunction #pyo3_opts]);
+        func.attrs.insert(0, attr);
+        expand_fn(&opts, func)
+    });
+    or_fallback(out, Item::Fn(func))
+}
+
+/// `#[pymethods]` and `#[dlpack_fn]` in one, on an `impl` block: its
+/// methods with array parameters take any DLPack producer. The block's
+/// options are split as [`pyfunction`]'s (dlcast's apply to every method);
+/// a method's own go in `#[dlcast(returns = .., noconvert, stream = ..)]`.
+#[proc_macro_attribute]
+pub fn pymethods(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let imp = parse_macro_input!(item as ItemImpl);
+    let out = split_options(attr.into()).and_then(|(opts, pyo3_opts)| {
+        let mut imp = imp.clone();
+        let pyo3_opts = (!pyo3_opts.is_empty()).then(|| quote!((#pyo3_opts)));
+        let attr = syn::parse_quote!(#[::dlcast_runtime::__private::pyo3::pymethods #pyo3_opts]);
+        imp.attrs.insert(0, attr);
+        expand_impl(&opts, imp)
+    });
+    or_fallback(out, Item::Impl(imp))
+}
+
+/// The expansion, or after an error the error and the item as plain Rust:
+/// without dlcast's annotations and PyO3's attributes, so that the error
+/// comes alone (no "unused import" for what only the item uses, no PyO3
+/// error on the view types).
+fn or_fallback(out: syn::Result<TokenStream2>, item: Item) -> TokenStream {
+    let Err(e) = out else {
+        return out.unwrap_or_default().into();
     };
-    out.unwrap_or_else(|e| e.to_compile_error()).into()
+    let err = e.to_compile_error();
+    // PyO3's attribute macros are named once more, by a `use` (their
+    // imports stay used).
+    let mut uses = Vec::new();
+    let mut kept = |attrs: &mut Vec<syn::Attribute>| {
+        attrs.retain(|a| {
+            let path = a.path();
+            if path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "pyfunction" || s.ident == "pymethods")
+            {
+                uses.push(quote!(#[allow(unused_imports)] use #path as _;));
+            }
+            ["doc", "cfg", "cfg_attr", "allow", "expect", "warn", "deny"]
+                .iter()
+                .any(|n| path.is_ident(n))
+        })
+    };
+    let strip_params = |sig: &mut syn::Signature| {
+        for arg in sig.inputs.iter_mut() {
+            if let FnArg::Typed(pt) = arg {
+                pt.attrs.clear();
+            }
+        }
+    };
+    let item = match item {
+        Item::Fn(mut f) => {
+            kept(&mut f.attrs);
+            strip_params(&mut f.sig);
+            quote!(#[allow(dead_code)] #f)
+        }
+        Item::Impl(mut imp) => {
+            kept(&mut imp.attrs);
+            for it in imp.items.iter_mut() {
+                if let ImplItem::Fn(m) = it {
+                    kept(&mut m.attrs);
+                    strip_params(&mut m.sig);
+                }
+            }
+            quote!(#[allow(dead_code)] #imp)
+        }
+        other => quote!(#other),
+    };
+    quote!(#err #(#uses)* #item).into()
 }
 
 /// The error for `#[dlpack_fn]` that PyO3's macro has already seen.
@@ -158,6 +253,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         mopts.noconvert |= opts.noconvert;
         if mopts.returns.is_none() {
             mopts.returns = opts.returns.clone();
+            mopts.returns_inherited = true;
         }
         if mopts.stream.is_none() {
             mopts.stream = opts.stream.clone();

@@ -299,6 +299,8 @@ pub(crate) enum Returns {
     Framework(Framework, proc_macro2::Span),
     /// `like(param)`: the framework of that argument, decided per call.
     Like(Ident),
+    /// `dlcast`: the `dlcast.Array` itself, handed to no framework.
+    Dlcast,
 }
 
 /// Options of `#[dlpack_fn(...)]`.
@@ -309,6 +311,9 @@ pub(crate) struct FnOptions {
     pub(crate) noconvert: bool,
     /// `stream = ...`: the runtime's `StreamRequest` variant.
     pub(crate) stream: Option<Ident>,
+    /// `returns` comes from the impl block, for every method: methods
+    /// without arrays to return ignore it.
+    pub(crate) returns_inherited: bool,
 }
 
 pub(crate) fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
@@ -319,6 +324,10 @@ pub(crate) fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 return Err(meta.error("duplicate `returns`"));
             }
             let value: Ident = meta.value()?.parse()?;
+            if value == "dlcast" {
+                opts.returns = Some(Returns::Dlcast);
+                return Ok(());
+            }
             if value == "like" {
                 let inner;
                 syn::parenthesized!(inner in meta.input);
@@ -330,7 +339,7 @@ pub(crate) fn parse_options(attr: TokenStream2) -> syn::Result<FnOptions> {
                 return Err(Error::new_spanned(
                     &value,
                     format!(
-                        "unknown framework `{value}`; expected one of: {}, or like(<parameter>)",
+                        "unknown framework `{value}`; expected one of: {}, dlcast, or like(<parameter>)",
                         names.join(", ")
                     ),
                 ));
@@ -363,16 +372,49 @@ pub(crate) fn has_attr(attrs: &[Attribute], name: &str) -> bool {
         .any(|a| a.path().segments.last().is_some_and(|s| s.ident == name))
 }
 
-/// Takes a method's own `#[dlpack_fn(..)]` (inside a `#[dlpack_fn]` impl).
+/// The options of `#[dlcast::pyfunction(..)]` / `#[dlcast::pymethods(..)]`,
+/// split by name: dlcast's own (`returns`, `noconvert`, `stream`) and the
+/// rest, passed to PyO3's attribute as written.
+pub(crate) fn split_options(attr: TokenStream2) -> syn::Result<(FnOptions, TokenStream2)> {
+    let (mut ours, mut theirs) = (Vec::<TokenStream2>::new(), Vec::<TokenStream2>::new());
+    let mut current = TokenStream2::new();
+    let mut flush = |current: &mut TokenStream2| {
+        let item = std::mem::take(current);
+        let first = item.clone().into_iter().next();
+        match first {
+            None => {}
+            Some(proc_macro2::TokenTree::Ident(i))
+                if i == "returns" || i == "noconvert" || i == "stream" =>
+            {
+                ours.push(item)
+            }
+            Some(_) => theirs.push(item),
+        }
+    };
+    for t in attr {
+        match &t {
+            proc_macro2::TokenTree::Punct(p) if p.as_char() == ',' => flush(&mut current),
+            _ => current.extend([t]),
+        }
+    }
+    flush(&mut current);
+    Ok((parse_options(quote!(#(#ours),*))?, quote!(#(#theirs),*)))
+}
+
+/// Takes a method's own `#[dlpack_fn(..)]` or `#[dlcast(..)]` (inside a
+/// `#[dlpack_fn]` / `#[dlcast::pymethods]` impl).
 pub(crate) fn take_method_options(attrs: &mut Vec<Attribute>) -> syn::Result<Option<FnOptions>> {
-    let Some(pos) = attrs.iter().position(|a| a.path().is_ident("dlpack_fn")) else {
+    let Some(pos) = attrs
+        .iter()
+        .position(|a| a.path().is_ident("dlpack_fn") || a.path().is_ident("dlcast"))
+    else {
         return Ok(None);
     };
     let attr = attrs.remove(pos);
     match &attr.meta {
         syn::Meta::Path(_) => Ok(Some(FnOptions::default())),
         syn::Meta::List(l) => parse_options(l.tokens.clone()).map(Some),
-        syn::Meta::NameValue(_) => Err(Error::new_spanned(attr, "write #[dlpack_fn(..)]")),
+        syn::Meta::NameValue(_) => Err(Error::new_spanned(attr, "write #[dlcast(..)]")),
     }
 }
 
@@ -419,4 +461,90 @@ pub(crate) fn mentions(tokens: TokenStream2, id: &Ident) -> bool {
         proc_macro2::TokenTree::Group(g) => mentions(g.stream(), id),
         _ => false,
     })
+}
+
+/// What a return type says about the arrays it may hold, by its spelling.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Holds {
+    /// A dlcast array (`Tensor`, a view, `Array`), or a tuple, `Option` or
+    /// `Vec` with one.
+    Arrays,
+    /// Nothing PyO3 turns into a `dlcast.Array` (numbers, strings, slices,
+    /// `Vec`s of them): `returns = ..` has nothing to convert.
+    NoArrays,
+    /// A type dlcast cannot read (an alias, `Py<PyAny>`, a class): maybe.
+    Unknown,
+}
+
+/// What the body's value type (see [`body_value_type`]) may hold.
+pub(crate) fn return_holds(ret: &ReturnType) -> Holds {
+    match ret {
+        ReturnType::Default => Holds::NoArrays,
+        ReturnType::Type(_, ty) if returns_result(ret) => match &**ty {
+            Type::Path(p) => match p.path.segments.last().map(|l| &l.arguments) {
+                Some(PathArguments::AngleBracketed(a)) => match a.args.first() {
+                    Some(GenericArgument::Type(t)) => holds(t),
+                    _ => Holds::Unknown,
+                },
+                _ => Holds::Unknown,
+            },
+            _ => Holds::Unknown,
+        },
+        ReturnType::Type(_, ty) => holds(ty),
+    }
+}
+
+fn holds(ty: &Type) -> Holds {
+    const SCALARS: &[&str] = &[
+        "bool", "char", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64",
+        "u128", "usize", "f32", "f64", "String", "str",
+    ];
+    const ARRAYS: &[&str] = &[
+        "Tensor",
+        "TensorRef",
+        "TensorMut",
+        "TensorDyn",
+        "TensorDynMut",
+        "Array",
+    ];
+    match ungroup(ty) {
+        Type::Tuple(t) => {
+            let all: Vec<Holds> = t.elems.iter().map(holds).collect();
+            if all.contains(&Holds::Arrays) {
+                Holds::Arrays
+            } else if all.iter().all(|h| *h == Holds::NoArrays) {
+                Holds::NoArrays
+            } else {
+                Holds::Unknown
+            }
+        }
+        Type::Reference(r) => match ungroup(&r.elem) {
+            Type::Slice(_) | Type::Array(_) => Holds::NoArrays,
+            other => holds(other),
+        },
+        Type::Slice(_) | Type::Array(_) => Holds::NoArrays,
+        Type::Path(p) => {
+            let Some(last) = p.path.segments.last() else {
+                return Holds::Unknown;
+            };
+            let name = last.ident.to_string();
+            let inner = || match &last.arguments {
+                PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
+                    GenericArgument::Type(t) => Some(holds(t)),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            if ARRAYS.contains(&name.as_str()) {
+                Holds::Arrays
+            } else if SCALARS.contains(&name.as_str()) {
+                Holds::NoArrays
+            } else if ["Option", "Vec", "Box", "Bound", "Py"].contains(&name.as_str()) {
+                inner().unwrap_or(Holds::Unknown)
+            } else {
+                Holds::Unknown
+            }
+        }
+        _ => Holds::Unknown,
+    }
 }

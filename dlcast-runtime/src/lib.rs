@@ -91,6 +91,8 @@ pub use device::{Device, DeviceSpec};
 #[doc = include_str!("dlpack_fn.md")]
 #[doc(inline)]
 pub use dlcast_macros::dlpack_fn;
+#[doc(inline)]
+pub use dlcast_macros::{pyfunction, pymethods};
 pub use dtype::{DType, Element};
 pub use export::{Array, Framework, ShapeError, Tensor};
 pub use handle::ArrayHandle;
@@ -185,7 +187,12 @@ pub use view::TensorDyn;
 pub use view::{Iter, TakeASliceOrNdarrayViewBeforeLeavingTheGil, ViewErrorKind, DYN};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
+///
+/// It names this crate `dlcast`, so that `#[dlcast::pyfunction]` and
+/// `#[dlcast::pymethods]` need no other import (a plain `pyfunction` here
+/// would clash with `pyo3::prelude::*`).
 pub mod prelude {
+    pub use crate as dlcast;
     pub use crate::{
         dlpack_fn, ArrayBuffer, ArrayHandle, DType, Device, Element, Tensor, TensorDyn,
         TensorDynMut, TensorMut, TensorRef, ViewError, ViewErrorKind, DYN,
@@ -200,7 +207,7 @@ pub mod __private {
     };
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};
-    pub use crate::export::{into_py_result, Framework};
+    pub use crate::export::{into_py_default, into_py_result, Framework};
     pub use crate::import::torch::reads_key_set as torch_reads_key_set;
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};

@@ -90,7 +90,7 @@ def test_round_trip_every_dtype(fw, dtype):
             assert ext.values(out) == want.ravel().tolist()
 
 
-def test_default_result_is_a_dlcast_array():
+def test_returns_dlcast_is_a_dlcast_array():
     a, _ = ext.arange_default("float32", [2, 3])
     assert type(a).__name__ == "Array" and type(a).__module__ == "dlcast"
     assert a.shape == (2, 3) and a.ndim == 2 and a.dtype == "float32" and len(a) == 2

@@ -72,7 +72,7 @@ fn acc_as_ndarray_mut(mut x: TensorMut<'_, f64>, value: f64) -> PyResult<Vec<usi
 }
 
 /// `x.slice_axis(axis, start..stop)`, exported (a `dlcast.Array`).
-#[dlpack_fn]
+#[dlpack_fn(returns = dlcast)]
 #[pyfunction]
 fn acc_slice_axis(
     x: TensorRef<'_, f64>,

@@ -203,14 +203,14 @@ fn gpu_accessors_mut(
 }
 
 /// Returns the GPU input itself (exported zero-copy, with its stream).
-#[dlpack_fn]
+#[dlpack_fn(returns = dlcast)]
 #[pyfunction]
 fn gpu_identity(#[device(cuda, rocm, cpu)] x: TensorDyn<'_>) -> TensorDyn<'_> {
     x
 }
 
 /// Returns the GPU input, imported on the stream given per call.
-#[dlpack_fn]
+#[dlpack_fn(returns = dlcast)]
 #[pyfunction]
 fn gpu_identity_on(
     #[device(cuda, rocm, cpu)] x: TensorDyn<'_>,

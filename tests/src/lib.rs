@@ -15,6 +15,7 @@ mod constructions;
 mod copies;
 mod fast_numpy;
 mod float8;
+mod first_hour;
 mod gpu;
 mod hand_driven;
 mod native;
@@ -479,6 +480,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     accessors::add(m)?;
     hand_driven::add(m)?;
     fast_numpy::add(m)?;
+    first_hour::add(m)?;
     ownership_edges::add(m)?;
     ranked::add(m)?;
     stubs::add(m)?;
@@ -595,7 +597,7 @@ macro_rules! arange_fns {
     )*};
 }
 arange_fns!(
-    arange_default => (),
+    arange_default => (returns = dlcast),
     arange_numpy => (returns = numpy),
     arange_torch => (returns = torch),
     arange_jax => (returns = jax),
@@ -650,8 +652,8 @@ fn tensor_pair(n: usize) -> (Tensor<f32>, Tensor<i64>) {
     )
 }
 
-/// The input itself, zero-copy.
-#[dlpack_fn]
+/// The input itself, zero-copy, as a `dlcast.Array`.
+#[dlpack_fn(returns = dlcast)]
 #[pyfunction]
 fn identity(#[device(any)] x: TensorDyn<'_>) -> TensorDyn<'_> {
     x

@@ -389,7 +389,7 @@ fn passthrough_f64_numpy(x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
 }
 
 /// The same, C-ordered, as `dlcast.Array`.
-#[dlpack_fn]
+#[dlpack_fn(returns = dlcast)]
 #[pyfunction]
 fn passthrough_f64_c(#[order(c)] x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
     x

@@ -290,6 +290,49 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
     convert_result(out, framework)
 }
 
+/// Converts a function's result to Python without `returns = ...`: every
+/// exported array goes to `like` (the first array argument's framework),
+/// or to NumPy where that is `None`; an array that framework does not take
+/// (read-only data for PyTorch, device memory for NumPy, NumPy not
+/// installed) stays a `dlcast.Array`, so the default never fails a call.
+#[doc(hidden)]
+pub fn into_py_default<'py, R: IntoPyObject<'py>>(
+    py: Python<'py>,
+    result: R,
+    like: Option<Framework>,
+) -> PyResult<Py<PyAny>> {
+    let out = pyo3::IntoPyObjectExt::into_bound_py_any(result, py)?;
+    convert_default(out, like.unwrap_or(Framework::Numpy))
+}
+
+/// [`convert_result`] for [`into_py_default`]: a refused hand-over keeps
+/// the `dlcast.Array` (only `Exception`s: an interrupt still propagates).
+fn convert_default(out: Bound<'_, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
+    let py = out.py();
+    if let Ok(array) = out.cast::<Array>() {
+        return match fw.convert(array) {
+            Ok(x) => Ok(x.unbind()),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => Ok(out.unbind()),
+            Err(e) => Err(e),
+        };
+    }
+    if let Ok(t) = out.cast::<PyTuple>() {
+        let items = t
+            .iter()
+            .map(|x| convert_default(x, fw))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyTuple::new(py, items)?.into_any().unbind());
+    }
+    if let Ok(l) = out.cast::<PyList>() {
+        let items = l
+            .iter()
+            .map(|x| convert_default(x, fw))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyList::new(py, items)?.into_any().unbind());
+    }
+    Ok(out.unbind())
+}
+
 /// Hands a read-only [`Array`] to a consumer whose arrays are immutable
 /// (JAX) through a legacy capsule, which the array itself refuses to give.
 #[pyclass(module = "dlcast", frozen)]

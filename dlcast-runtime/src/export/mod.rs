@@ -36,7 +36,7 @@ pub use crate::framework::Framework;
 pub use alloc::{stats, ExportStats, ShapeError};
 pub use array::{Array, BUFFER_PROTOCOL};
 #[doc(hidden)]
-pub use handoff::{convert_result, into_py_result};
+pub use handoff::{convert_result, into_py_default, into_py_result};
 #[doc(hidden)]
 pub use tensor::ExportedArray;
 pub use tensor::Tensor;

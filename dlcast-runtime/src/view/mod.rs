@@ -752,13 +752,15 @@ mod sealed {
 
 /// Never implemented: it makes PyO3's extraction of a view type fail with a
 /// message that says what is missing, when a function takes a view without
-/// `#[dlpack_fn]` or with `#[dlpack_fn]` placed below `#[pyfunction]` (PyO3
-/// then sees the view parameter itself).
+/// dlcast's attribute or with `#[dlpack_fn]` placed below `#[pyfunction]`
+/// (PyO3 then sees the view parameter itself). The bound is on `(Self,)`, not on
+/// the view: rustc reports the innermost unmet bound (this message) only
+/// where its type differs from PyO3's own (`PyFunctionArgument`).
 #[diagnostic::on_unimplemented(
-    message = "array parameter of type `{Self}` needs #[dlpack_fn] above #[pyfunction]",
-    label = "PyO3 cannot take a dlcast view by itself",
-    note = "place #[dlpack_fn] above #[pyfunction], or, for methods, on the impl block above #[pymethods]",
-    note = "#[dlpack_fn] recognises a view parameter spelled directly (`TensorRef<'_, T>`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or an `Option` of one), not through a type alias or inside another type"
+    message = "a dlcast array parameter needs `#[dlcast::pyfunction]` (or `#[dlpack_fn]` above `#[pyfunction]`)",
+    label = "PyO3 cannot take this dlcast view by itself",
+    note = "write `#[dlcast::pyfunction]` instead of `#[pyfunction]`; for methods, `#[dlcast::pymethods]` instead of `#[pymethods]`",
+    note = "dlcast recognises a view parameter spelled directly (`TensorRef<'_, T>`, `TensorMut`, `TensorDyn`, `TensorDynMut`, or an `Option` of one), not through a type alias or inside another type"
 )]
 pub trait NeedsDlpackFn: sealed::Sealed {}
 
@@ -766,7 +768,7 @@ macro_rules! refuse_direct_extraction {
     ($(impl[$($g:tt)*] $t:ty;)*) => {$(
         impl<'a, 'py, $($g)*> pyo3::FromPyObject<'a, 'py> for $t
         where
-            Self: NeedsDlpackFn,
+            (Self,): NeedsDlpackFn,
         {
             type Error = pyo3::PyErr;
             fn extract(_obj: pyo3::Borrowed<'a, 'py, pyo3::PyAny>) -> pyo3::PyResult<Self> {

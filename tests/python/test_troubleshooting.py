@@ -1,0 +1,39 @@
+"""The README's troubleshooting section quotes the compiler's words: every
+quoted error (a code span starting with `error`) appears in the ui case's
+`.stderr` its paragraph names, and that file exists."""
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+UI = ROOT / "ui-tests" / "tests" / "ui" / "fail"
+
+
+def section():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("\n## Troubleshooting\n")
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+def test_every_quoted_error_is_in_its_stderr():
+    items = re.split(r"\n- ", section())[1:]
+    checked = 0
+    for item in items:
+        files = re.findall(r"`(\w+\.stderr)`", item)
+        quotes = [q.strip() for q in re.findall(r"``(.+?)``", item.replace("\n  ", " "))
+                  if q.strip().startswith("error")]
+        if not quotes:
+            continue
+        assert files, f"no .stderr named for {quotes}"
+        text = " ".join((UI / f).read_text() for f in files)
+        for q in quotes:
+            assert q in text, f"{q!r} is not in {files}"
+            checked += 1
+    assert checked >= 5
+
+
+def test_the_forgotten_attribute_error_is_short():
+    # At most 40 lines, naming the attribute to write.
+    text = (UI / "view_without_dlpack_fn.stderr").read_text()
+    assert len(text.splitlines()) <= 40
+    assert "#[dlcast::pyfunction]" in text.splitlines()[0]
