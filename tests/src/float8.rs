@@ -121,7 +121,7 @@ macro_rules! copies {
     )*};
 }
 copies!(x;
-    f8_copy => (),
+    f8_copy => (returns = dlcast),
     f8_copy_torch => (returns = torch),
     f8_copy_jax => (returns = jax),
     f8_copy_numpy => (returns = numpy),
