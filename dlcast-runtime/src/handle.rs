@@ -14,7 +14,9 @@
 //! as a `#[dlpack_fn]` parameter of the same view type would, and hands out
 //! the view that call makes. The view is the guard: its registry entry, and
 //! what keeps its memory alive, end when it drops; its lifetime is tied to
-//! the handle, so that the handle cannot be cleared or replaced meanwhile.
+//! the handle, so that the handle cannot be cleared or replaced meanwhile,
+//! and to the GIL token, so that it is dropped (its producer's memory
+//! released: C-API calls) while the GIL is held.
 
 use crate::call::CallCx;
 use crate::device::DeviceSpec;
@@ -194,12 +196,19 @@ impl<T: Element> ArrayHandle<T> {
     /// A read-only view of the array as it is now: imported and checked
     /// again, entered in the borrow registry until the view drops.
     ///
+    /// The view lives no longer than the handle's borrow nor the GIL token
+    /// `py` (one lifetime `'v`, the shorter of the two): dropping a view
+    /// releases its producer's memory (a DLPack deleter, a buffer release,
+    /// a reference drop: C-API calls that need the GIL), so it must never
+    /// be carried out of `Python::attach` or past the method that holds
+    /// the GIL.
+    ///
     /// # Errors
     /// What a `#[dlpack_fn]` parameter of type `TensorRef<'_, T>` would
     /// raise for the object now (another dtype: `TypeError`; memory a live
     /// writable view holds: `BufferError`; ...), naming the handle's
     /// function and parameter; `ValueError` for a cleared handle.
-    pub fn borrow<'h>(&'h self, py: Python<'_>) -> PyResult<TensorRef<'h, T>> {
+    pub fn borrow<'v>(&'v self, py: Python<'v>) -> PyResult<TensorRef<'v, T>> {
         let spec = self.spec.unwrap_or(&BORROW);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
         let mut cx = CallCx::<1>::new(spec);
@@ -207,29 +216,35 @@ impl<T: Element> ArrayHandle<T> {
         cx.finish()?;
         let view: TensorRef<'_, T> = cx.take(0)?;
         // SAFETY: only the lifetime changes, from the call context's borrow
-        // to the handle's. A typed view owns everything it reads through:
-        // `View::from_raw` for `TensorRef` keeps the read (its owner, which
-        // holds the array or the producer's capsule, and its registry entry)
-        // and uses its `ReadSlot` for the spec's names only; `from_fast`
-        // takes its own reference to the array and the registry entry out of
-        // the context (`fast_raw`). Nothing of the view refers to `cx`, which
-        // drops at the end of this function; the view's `'a` only keeps it
-        // from outliving the argument, which the handle holds for as long as
-        // it is borrowed (`&self`: not cleared or replaced meanwhile).
-        Ok(unsafe { std::mem::transmute::<TensorRef<'_, T>, TensorRef<'h, T>>(view) })
+        // to `'v`, which ends no later than the handle's borrow and the GIL
+        // token `py` (a view's drop releases its owner with C-API calls: it
+        // must happen while the GIL is held, as inside a call). A typed view
+        // owns everything it reads through: `View::from_raw` for `TensorRef`
+        // keeps the read (its owner, which holds the array or the producer's
+        // capsule, and its registry entry) and uses its `ReadSlot` for the
+        // spec's names only; `from_fast` takes its own reference to the
+        // array and the registry entry out of the context (`fast_raw`).
+        // Nothing of the view refers to `cx`, which drops at the end of this
+        // function; the view's `'a` only keeps it from outliving the
+        // argument, which the handle holds for as long as it is borrowed
+        // (`&self`: not cleared or replaced meanwhile), and from leaving the
+        // GIL (views are neither `Send` nor `Sync`, and `'v` ends with `py`).
+        Ok(unsafe { std::mem::transmute::<TensorRef<'_, T>, TensorRef<'v, T>>(view) })
     }
 
     /// A writable view of the array as it is now: imported and checked
     /// again (writable, and for a PyTorch tensor not requiring grad; its
     /// version counter is bumped), entered in the borrow registry as a
     /// writable view until the view drops. A second writable borrow while
-    /// the first lives is refused, as any other view of that memory is.
+    /// the first lives is refused, as any other view of that memory is. As
+    /// for [`borrow`](ArrayHandle::borrow), the view lives no longer than
+    /// the handle's borrow nor the GIL token `py`.
     ///
     /// # Errors
     /// What a `#[dlpack_fn]` parameter of type `TensorMut<'_, T>` would
     /// raise for the object now, naming the handle's function and
     /// parameter; `ValueError` for a cleared handle.
-    pub fn borrow_mut<'h>(&'h self, py: Python<'_>) -> PyResult<TensorMut<'h, T>> {
+    pub fn borrow_mut<'v>(&'v self, py: Python<'v>) -> PyResult<TensorMut<'v, T>> {
         let spec = self.spec.unwrap_or(&BORROW_MUT);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
         let mut cx = CallCx::<1>::new(spec);
@@ -238,8 +253,9 @@ impl<T: Element> ArrayHandle<T> {
         let view: TensorMut<'_, T> = cx.take(0)?;
         // SAFETY: as in `borrow`: `TensorMut`'s `from_raw` and `from_fast`
         // make the `TensorRef` it wraps, which owns its read and registry
-        // entry; nothing of it refers to `cx`.
-        Ok(unsafe { std::mem::transmute::<TensorMut<'_, T>, TensorMut<'h, T>>(view) })
+        // entry; nothing of it refers to `cx`; `'v` ends with the handle's
+        // borrow and with `py`.
+        Ok(unsafe { std::mem::transmute::<TensorMut<'_, T>, TensorMut<'v, T>>(view) })
     }
 }
 

@@ -232,3 +232,25 @@ def test_handle_as_a_dlpack_fn_parameter():
     assert ext.sum_with_handle(a, t) == 7.0
     with pytest.raises(TypeError, match=r"ArrayHandle.borrow\(\): argument 'array': expected dtype float32, got float64"):
         ext.sum_with_handle(a, np.ones(2))
+
+
+# --- a handle's own spec ----------------------------------------------------
+
+
+def test_spec_with_named_extents_checks_them():
+    assert ext.sum_with_spec(np.ones((3, 3), np.float32), "square") == 9.0
+    with pytest.raises(TypeError, match=r"square\(\): argument 'm': expected shape \(n, n\), got \(2, 3\)"):
+        ext.sum_with_spec(np.ones((2, 3), np.float32), "square")
+
+
+@pytest.mark.hostile
+def test_careless_spec_raises_never_panics():
+    # A spec written by hand for `ArrayHandle::with_spec` that names an
+    # extent its `dim_names` lacks, or whose dtype is decided by a parameter
+    # it does not have: the borrow is refused with an error, no panic.
+    for a in (np.ones((2, 2), np.float32), torch.ones(2, 2)):
+        with pytest.raises(TypeError, match=r"unnamed_extent\(\): argument 'm': expected shape \(\?, \?\), got \(2, 2\)"):
+            ext.sum_with_spec(a, "unnamed_extent")
+    assert ext.sum_with_spec(np.ones(2, np.float32), "no_decider") == 2.0
+    with pytest.raises(TypeError, match=r"no_decider\(\): arguments '\?' and 'm' must have the same dtype.*float64"):
+        ext.sum_with_spec(np.ones(2), "no_decider")

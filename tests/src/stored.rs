@@ -2,6 +2,7 @@
 //! `ArrayHandle` and borrows it again in later calls; called from
 //! tests/python/test_stored_arrays.py.
 
+use dlcast_runtime::__private::{DeviceSpec, Dim, FnSpec, Order, ParamSpec, SharedDType};
 use dlcast_runtime::prelude::*;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
@@ -130,8 +131,64 @@ fn sum_with_handle(py: Python<'_>, x: TensorRef<'_, f32>, h: ArrayHandle<f32>) -
     Ok(own + held)
 }
 
+/// One parameter `m` of shape `(n, n)`: a square matrix.
+static SQUARE: FnSpec = FnSpec {
+    name: "square",
+    dim_names: &["n"],
+    params: &[spec_param(Some(&[Dim::Named(0), Dim::Named(0)]), None)],
+};
+
+/// A careless spec: a named extent that `dim_names` does not list.
+static UNNAMED_EXTENT: FnSpec = FnSpec {
+    name: "unnamed_extent",
+    dim_names: &[],
+    params: &[spec_param(Some(&[Dim::Named(0), Dim::Named(1)]), None)],
+};
+
+/// A careless spec: its dtype decided by a parameter it does not have.
+static NO_DECIDER: FnSpec = FnSpec {
+    name: "no_decider",
+    dim_names: &[],
+    params: &[spec_param(
+        None,
+        Some(SharedDType {
+            type_param: "T",
+            decided_by: 3,
+        }),
+    )],
+};
+
+/// The parameter `m` of the specs above (CPU, any order, no conversion).
+const fn spec_param(shape: Option<&'static [Dim]>, shares_dtype: Option<SharedDType>) -> ParamSpec {
+    ParamSpec {
+        name: "m",
+        shape,
+        devices: &[DeviceSpec::CPU],
+        order: Order::Any,
+        convert: false,
+        aligned: false,
+        dtypes: &[],
+        shares_dtype,
+    }
+}
+
+/// The sum of `a`, borrowed through a handle made with the spec named
+/// `spec` (`"square"`, `"unnamed_extent"`, `"no_decider"`).
+#[pyfunction]
+fn sum_with_spec(py: Python<'_>, a: &Bound<'_, PyAny>, spec: &str) -> PyResult<f32> {
+    let spec: &'static FnSpec = match spec {
+        "square" => &SQUARE,
+        "unnamed_extent" => &UNNAMED_EXTENT,
+        _ => &NO_DECIDER,
+    };
+    let h = ArrayHandle::<f32>::with_spec(a, spec);
+    let v = h.borrow(py)?;
+    Ok(v.iter()?.sum())
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Stored>()?;
     m.add_function(wrap_pyfunction!(fill_then_sum_stored, m)?)?;
-    m.add_function(wrap_pyfunction!(sum_with_handle, m)?)
+    m.add_function(wrap_pyfunction!(sum_with_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_with_spec, m)?)
 }

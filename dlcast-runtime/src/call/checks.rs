@@ -300,7 +300,8 @@ impl Who {
     }
 
     fn param_name(&self, index: u8) -> &'static str {
-        self.spec.params[index as usize].name
+        // (A hand-written spec may name a parameter it does not have.)
+        self.spec.params.get(index as usize).map_or("?", |p| p.name)
     }
 
     /// `import`'s refusal of the argument of `param`, with the function
@@ -529,17 +530,20 @@ impl Who {
         shape: &[usize],
     ) -> PyResult<()> {
         let mut conflict: Option<(u8, Binding, usize)> = None;
-        let fits = match_shape(dims, shape, |k, n| match names[k as usize] {
-            None => {
-                names[k as usize] = Some(Binding {
+        // A name the spec does not list (a spec written by hand, for
+        // `ArrayHandle::with_spec`) fits nothing: the shape is refused.
+        let fits = match_shape(dims, shape, |k, n| match names.get_mut(k as usize) {
+            None => false,
+            Some(slot @ None) => {
+                *slot = Some(Binding {
                     extent: n,
                     param: index as u8,
                 });
                 true
             }
-            Some(b) if b.extent == n => true,
-            Some(b) => {
-                conflict = Some((k, b, n));
+            Some(Some(b)) if b.extent == n => true,
+            Some(Some(b)) => {
+                conflict = Some((k, *b, n));
                 false
             }
         });
@@ -549,7 +553,7 @@ impl Who {
         match conflict {
             Some((k, b, n)) if b.param as usize != index => Err(CallError::Extent {
                 func: self.spec.name,
-                dim: self.spec.dim_names[k as usize],
+                dim: self.spec.dim_names.get(k as usize).copied().unwrap_or("?"),
                 first: b.extent,
                 first_param: self.param_name(b.param),
                 second: n,
