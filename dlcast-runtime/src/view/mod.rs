@@ -385,6 +385,39 @@ impl RawTensor {
         Ok(())
     }
 
+    /// A second description of the same elements, owning nothing: no
+    /// owner to release, no borrow-registry entry. Only for a view that
+    /// borrows the view holding `self` (`view()`, `reborrow()`,
+    /// `index_axis()`): that view keeps the memory alive and its registry
+    /// entry live for as long as the borrow lasts, and a view owning
+    /// nothing is copied, never exported in place, if it is returned.
+    fn share(&self) -> RawTensor {
+        let mut raw = RawTensor::new(
+            self.data,
+            self.shape.clone(),
+            self.strides.clone(),
+            self.dtype,
+            self.read_only,
+            self.extent,
+            self.path,
+        );
+        raw.device = self.device;
+        raw.stream = self.stream;
+        raw.set_owner(crate::import::Owner::Rust);
+        raw
+    }
+
+    /// Keeps index `index` of `axis` and drops that dimension (one fewer).
+    fn index_axis(&mut self, axis: usize, index: usize) -> Result<(), ViewErrorKind> {
+        // An index at or beyond the extent is a range outside it
+        // (`usize::MAX..usize::MAX` for the one index with no successor).
+        self.slice_axis(axis, index..index.checked_add(1).unwrap_or(index))?;
+        self.shape.remove(axis);
+        self.strides.remove(axis);
+        self.refresh_extent();
+        Ok(())
+    }
+
     fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewErrorKind> {
         let err = |why| ViewErrorKind::Reshape {
             from: self.shape.to_vec(),
