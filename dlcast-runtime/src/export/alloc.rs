@@ -177,6 +177,10 @@ pub(super) enum KeepAlive {
 /// An exported buffer: a description plus what keeps its memory alive.
 pub(super) struct Exported {
     pub(super) data: *mut u8,
+    /// DLPack's `byte_offset`: 0, except on a device whose `data` is an
+    /// opaque handle ([`Device::data_is_handle`]), where `data` is the
+    /// handle and element 0 lies this many bytes into its buffer.
+    pub(super) byte_offset: u64,
     /// Extents, as `Py_ssize_t` (the buffer protocol's and NumPy's form);
     /// each also fits `i64` (DLPack's), checked by [`Exported::describe`].
     pub(super) shape: ExDims,
@@ -273,6 +277,7 @@ impl Exported {
         BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
         Ok(Exported {
             data,
+            byte_offset: 0,
             shape: d.shape,
             strides: d.strides,
             byte_strides: d.byte_strides,

@@ -601,7 +601,7 @@ pub(super) fn make_managed(
         },
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
-        byte_offset: 0,
+        byte_offset: this.byte_offset,
     };
     let ptr: *mut c_void = if versioned {
         let mut flags = 0;

@@ -284,7 +284,10 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
     }
 
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
-    /// It may be unaligned, and for non-CPU devices it is a device address.
+    /// It may be unaligned, and for non-CPU devices it is a device address;
+    /// for a device whose `data` is an opaque handle (OpenCL, Vulkan,
+    /// Metal) it is the handle, and element 0 lies
+    /// [`byte_offset`](Self::byte_offset) bytes into its buffer.
     pub fn data_ptr(&self) -> *const T {
         self.raw.data.cast()
     }

@@ -54,7 +54,8 @@ impl<'a> TensorDyn<'a> {
         Ok(self)
     }
 
-    /// Address of element 0 (`data + byte_offset`), untyped.
+    /// Address of element 0 (`data + byte_offset`), untyped; the handle
+    /// itself where `data` is one (see [`TensorDyn::byte_offset`]).
     pub fn data_ptr(&self) -> *const u8 {
         self.raw.data
     }
