@@ -363,12 +363,29 @@ impl<T: Element> Tensor<T> {
         self.inner.read_only
     }
 
-    /// A read-only C-order array of `shape` over static data, exported
-    /// without a copy (nanobind's `rv_policy::reference` for constants) to
-    /// NumPy (`returns = numpy`, `numpy.asarray`, `memoryview`: read-only)
-    /// and JAX (`returns = jax`). `__dlpack__` hands other consumers a
-    /// copy (`copy=False` raises `BufferError`): some, PyTorch among them,
-    /// ignore DLPack's `READ_ONLY` and would write into the static.
+    /// A read-only C-order array of `shape` over static data: the
+    /// constants of nanobind's `rv_policy::reference`, with one difference
+    /// that keeps the static unwritable. Every export of one static shares
+    /// one read-only copy of its bytes, made on the first export and kept
+    /// for the rest of the process (exports of a sub-slice share it too):
+    /// two calls that return it give the same memory, as the static itself
+    /// would, with no copy after the first. The static itself is never
+    /// handed out: NumPy passes read-only arrays on to PyTorch
+    /// (`torch.from_dlpack(a)`), which ignores DLPack's `READ_ONLY` and
+    /// writes, and a write into a Rust static faults.
+    ///
+    /// Where the shared copy goes, read-only: NumPy (`returns = numpy`,
+    /// `numpy.asarray`: `writeable == False`, and NumPy refuses to make it
+    /// writable), `memoryview` (read-only), JAX and MLX (immutable; JAX
+    /// takes it without a copy, being 64-byte aligned), TensorFlow
+    /// (immutable). Copied instead: every consumer of
+    /// `dlcast.Array.__dlpack__` (CuPy, array_api_strict, a consumer
+    /// calling it directly: a fresh copy each, since a DLPack consumer
+    /// cannot be told apart from PyTorch; `copy=False` raises
+    /// `BufferError`). Refused: `returns = torch` and `returns = paddle`
+    /// (`BufferError`: no read-only tensors). A consumer that ignores
+    /// `READ_ONLY` and writes the shared copy (PyTorch, given NumPy's
+    /// array) changes what later exports show, never the static Rust reads.
     ///
     /// ```
     /// # use dlcast_runtime::Tensor;
@@ -405,7 +422,7 @@ impl<T: Element> Tensor<T> {
         // (`T` has no interior mutability); exported read-only, so no
         // consumer may write it; `shape` covers exactly `data.len()`
         // elements in C order (checked above). The owner `()` holds nothing.
-        unsafe {
+        let mut t = unsafe {
             Self::from_raw_parts(
                 data.as_ptr().cast_mut(),
                 shape,
@@ -414,7 +431,9 @@ impl<T: Element> Tensor<T> {
                 true,
                 (),
             )
-        }
+        }?;
+        t.inner.static_data = true;
+        Ok(t)
     }
 
     /// An array over memory dlcast did not allocate — a C library's
