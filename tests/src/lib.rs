@@ -9,6 +9,7 @@ use pyo3::types::PyComplex;
 
 mod accessors;
 mod api;
+mod body;
 mod borrows;
 mod callbacks;
 mod constructions;
@@ -471,6 +472,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ownership_edges::add(m)?;
     ranked::add(m)?;
     constructions::add(m)?;
+    body::add(m)?;
     add_robustness_functions(m)
 }
 
