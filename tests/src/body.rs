@@ -60,13 +60,14 @@ fn body_dyn_mut_ptr(mut x: TensorDynMut<'_>) -> (usize, usize) {
     (read, x.data_ptr_mut() as usize)
 }
 
+/// `((data_ptr, byte_offset, device_type), (data_ptr, byte_offset))`.
+type Offsets = ((usize, usize, i32), (usize, usize));
+
 /// `(data_ptr, byte_offset, device_type)` of an argument on any device,
 /// and the same of its view sliced from index 1 along axis 0.
 #[dlpack_fn]
 #[pyfunction]
-fn body_offsets(
-    #[device(any)] x: TensorDyn<'_>,
-) -> PyResult<((usize, usize, i32), (usize, usize))> {
+fn body_offsets(#[device(any)] x: TensorDyn<'_>) -> PyResult<Offsets> {
     let sliced = x.view().slice_axis(0, 1..x.shape()[0])?;
     Ok((
         (
