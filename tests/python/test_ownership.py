@@ -734,7 +734,7 @@ def test_static_data_exports_share_one_read_only_copy():
     with pytest.raises(ValueError):
         a[0] = 5.0
     # memoryview: the same memory, read-only.
-    mv = memoryview(ext.body_static_array())
+    mv = buffer_of(ext.body_static_array())
     assert mv.readonly
     assert np.frombuffer(mv, np.float32).ctypes.data == a.ctypes.data
     # DLPack consumers still get a copy each (PyTorch cannot be told apart).
