@@ -417,7 +417,9 @@ impl<T: Element> ArrayBuffer<T> {
     /// so `with_mut` is refused while one lives; read-only exports cannot
     /// be written by their consumers (NumPy refuses to make such an array
     /// writable). Their readers on other threads may see the elements
-    /// mid-update, as with any write to memory Python shares. Like every
+    /// mid-update, as with any write to memory Python shares; Python code
+    /// that `f` itself runs (through a captured `py`) must not read them
+    /// while it holds the slice, which Rust's aliasing rules forbid. Like every
     /// dlcast guarantee, this assumes consumers honour read-only marks:
     /// one that ignores DLPack's `READ_ONLY` (`torch.from_dlpack` of a
     /// read-only export) and writes meanwhile is not detected (README,
