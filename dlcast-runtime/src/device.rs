@@ -96,6 +96,17 @@ impl Device {
             kind::CPU | kind::CUDA_HOST | kind::ROCM_HOST | kind::CUDA_MANAGED
         )
     }
+
+    /// Whether a DLPack `data` on this device is an opaque handle rather
+    /// than an address: OpenCL (a `cl_mem`), Vulkan (a `VkBuffer`) and
+    /// Metal (an `MTLBuffer`), as the DLPack header names them. There
+    /// `data + byte_offset` means nothing: the byte offset stays a number
+    /// of its own (a view's `byte_offset()`, the `byte_offset` of an
+    /// export), and `data_ptr()` is the handle. Elsewhere dlcast folds the
+    /// byte offset into the address of element 0.
+    pub fn data_is_handle(&self) -> bool {
+        matches!(self.device_type, kind::OPENCL | kind::VULKAN | kind::METAL)
+    }
 }
 
 impl fmt::Display for Device {

@@ -230,3 +230,66 @@ fn ranks_convert_and_writes_reach_the_data() {
     assert_eq!(e.to_string(), "the array is not C-contiguous");
     no_python();
 }
+
+/// One argument, many views: `view()` and `index_axis()` borrow the view
+/// (its transforms leave it as it was), so a batch splits into its items.
+#[test]
+fn one_view_gives_many_views_of_the_same_argument() {
+    let data: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let batch = TensorRef::<f32, 2>::from_slice(&data, &[3, 2]).unwrap();
+    let items: Vec<TensorRef<'_, f32, 1>> = (0..3)
+        .map(|i| batch.index_axis(0, i)?.into_rank::<1>())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let rows: Vec<Vec<f32>> = items.iter().map(|r| r.to_vec().unwrap()).collect();
+    assert_eq!(rows, [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]);
+    // Same memory, no copy: item i starts i rows in.
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item.data_ptr(), batch.data_ptr().wrapping_add(2 * i));
+    }
+    // A transform of a view leaves the original as it was.
+    let t = batch.view().t();
+    assert_eq!((t.dims(), batch.dims()), ([2, 3], [3, 2]));
+    let col = batch.index_axis(1, 1).unwrap();
+    assert_eq!(
+        (col.shape(), col.to_vec().unwrap()),
+        (&[3][..], vec![1.0, 3.0, 5.0])
+    );
+    // A 1-d view gives 0-d items.
+    let first = items[0].index_axis(0, 1).unwrap();
+    assert_eq!((first.ndim(), first.get(&[]).unwrap()), (0, 1.0));
+    // Out of range: errors naming the method, never panics.
+    let e = batch.index_axis(0, 3).unwrap_err();
+    assert!(
+        matches!(e.kind(), ViewErrorKind::Range { extent: 3, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("index_axis"), "{e}");
+    let e = batch.index_axis(2, 0).unwrap_err();
+    assert!(matches!(e.kind(), ViewErrorKind::Axes { .. }), "{e}");
+    assert!(batch.index_axis(0, usize::MAX).is_err());
+    no_python();
+}
+
+/// `reborrow()` and `index_axis_mut()` give shorter-lived writable views;
+/// the original is usable again afterwards.
+#[test]
+fn a_writable_view_lends_shorter_writable_views() {
+    let mut data = [0i32; 6];
+    let mut out = TensorMut::<i32, 2>::from_slice_mut(&mut data, &[3, 2]).unwrap();
+    for i in 0..3 {
+        out.index_axis_mut(0, i)
+            .unwrap()
+            .fill(10 * i as i32)
+            .unwrap();
+    }
+    {
+        let mut col = out.reborrow().into_dyn().slice_axis(1, 1..2).unwrap();
+        col.set(&[2, 0], -1).unwrap();
+    }
+    out.set([0, 0], 7).unwrap();
+    assert!(out.index_axis_mut(1, 2).is_err());
+    drop(out);
+    assert_eq!(data, [7, 0, 10, 10, 20, -1]);
+    no_python();
+}

@@ -645,3 +645,62 @@ def test_major_version_2_refused_and_deleted():
         c = ext.make_capsule(b"", [-5], [7], version=(2, 1), ndim=-3, dtype=(99, 3, 9), device=(77, 0))
         with pytest.raises(BufferError, match="version 2.1"):
             ext.values(c)
+
+
+# --- devices whose data is an opaque handle ---------------------------------
+
+
+def dlpack_fields(cap):
+    """`(data, byte_offset, device_type)` of a versioned capsule, unconsumed."""
+    import ctypes
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    p = get(cap, b"dltensor_versioned")
+    # DLManagedTensorVersioned: version (8 bytes), manager_ctx, deleter,
+    # flags, then the DLTensor: data at 32, device at 40, byte_offset at 72.
+    return (
+        ctypes.c_void_p.from_address(p + 32).value,
+        ctypes.c_uint64.from_address(p + 72).value,
+        ctypes.c_int32.from_address(p + 40).value,
+    )
+
+
+@pytest.mark.parametrize("device_type", [4, 7, 8], ids=["opencl", "vulkan", "metal"])
+def test_opaque_handle_keeps_its_byte_offset_apart(device_type):
+    # DLPack: on OpenCL, Vulkan and Metal `data` is a handle (cl_mem,
+    # VkBuffer, MTLBuffer); `data + byte_offset` is no address. The view's
+    # data_ptr() is the handle, byte_offset() the offset, moved by slicing.
+    with deleters_balanced():
+        cap = ext.make_capsule(bytes(32), [4], None, device=(device_type, 0), byte_offset=8)
+        handle = dlpack_fields(cap)[0]
+        (ptr, off, dt), (sliced_ptr, sliced_off) = ext.body_offsets(cap)
+        assert (ptr, off, dt) == (handle, 8, device_type)
+        assert (sliced_ptr, sliced_off) == (handle, 16)
+        # Returned, the sliced view is exported with the handle and the offset.
+        cap = ext.make_capsule(bytes(32), [4], None, device=(device_type, 0), byte_offset=8)
+        handle = dlpack_fields(cap)[0]
+        tail = ext.body_tail(cap)
+        assert dlpack_fields(tail.__dlpack__(max_version=(1, 0))) == (handle, 16, device_type)
+        del tail
+
+
+def test_byte_offset_is_folded_into_addresses_elsewhere():
+    with deleters_balanced():
+        cap = ext.make_capsule(bytes(32), [3], None, byte_offset=8)
+        data = dlpack_fields(cap)[0]
+        (ptr, off, dt), (sliced_ptr, sliced_off) = ext.body_offsets(cap)
+        assert (ptr, off, dt) == (data + 8, 0, 1)
+        assert (sliced_ptr, sliced_off) == (data + 16, 0)
+
+
+def test_from_raw_parts_with_offset_exports_the_offset_apart():
+    # `Tensor::from_raw_parts_with_offset` on OpenCL: the export carries the
+    # handle and the offset, and dlcast imports them back as they were.
+    a = ext.body_opencl_tensor(0x1000, 16, 4)
+    assert dlpack_fields(a.__dlpack__(max_version=(1, 0))) == (0x1000, 16, 4)
+    assert ext.body_offsets(a) == ((0x1000, 16, 4), (0x1000, 20))
+    # On the CPU the offset is added to the address.
+    t, base = ext.body_cpu_offset_tensor(8)
+    assert t.ctypes.data == base + 8 and t.tolist() == [3.0, 4.0]

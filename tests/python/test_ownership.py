@@ -709,3 +709,84 @@ def test_paddle_view_keeps_the_object_alive_and_owners_freed_once():
             assert (made - made0, dropped - dropped0) == (1, 1), kw
         """
     )
+
+
+# --- static data: one shared copy -------------------------------------------
+
+
+def test_static_data_exports_share_one_read_only_copy():
+    # Tensor::from_static: two calls give the same memory (no copy after
+    # the first export), a sub-slice of the static shares it, and it stays
+    # read-only. It is not the static itself (NumPy would hand that on to
+    # PyTorch, which writes: see the hostile test above).
+    a = ext.body_static_numpy(False)
+    b = ext.body_static_numpy(False)
+    tail = ext.body_static_numpy(True)
+    assert a.ctypes.data == b.ctypes.data
+    assert np.shares_memory(a, b)
+    assert tail.ctypes.data == a.ctypes.data + 8
+    assert a.tolist() == [1.0, 2.0, 3.0, 4.0] and tail.tolist() == [3.0, 4.0]
+    static_address, first = ext.body_static_table()
+    assert a.ctypes.data != static_address and first == 1.0
+    assert not a.flags.writeable
+    with pytest.raises(ValueError):
+        a.setflags(write=True)
+    with pytest.raises(ValueError):
+        a[0] = 5.0
+    # memoryview: the same memory, read-only.
+    mv = buffer_of(ext.body_static_array())
+    assert mv.readonly
+    assert np.frombuffer(mv, np.float32).ctypes.data == a.ctypes.data
+    # DLPack consumers still get a copy each (PyTorch cannot be told apart).
+    c = np.from_dlpack(ext.body_static_array())
+    assert c.ctypes.data != a.ctypes.data and c.tolist() == a.tolist()
+
+
+# --- ArrayBuffer: bulk writes ------------------------------------------------
+
+
+def test_buffer_bulk_writes_are_seen_by_live_views():
+    # copy_from_slice and fill: the bulk `set`, allowed while views live.
+    b = ext.BulkBuf(4)
+    w, r = b.view(), b.view_ro()
+    assert b.exports() == (2, 1)
+    b.load([3.0, 1.0, 4.0, 2.0])
+    assert w.tolist() == r.tolist() == [3.0, 1.0, 4.0, 2.0]
+    b.fill(9.0)
+    assert w.tolist() == [9.0] * 4
+    with pytest.raises(ValueError, match="holds 4 elements, but the data has 1"):
+        b.load([1.0])
+    assert w.tolist() == [9.0] * 4
+
+
+def test_buffer_with_mut_is_refused_while_a_writable_view_lives():
+    # with_mut lends `&mut [T]`: allowed while only read-only views live
+    # (they see the result), refused while a writable one does.
+    b = ext.BulkBuf(4)
+    b.load([3.0, 1.0, 4.0, 2.0])
+    r = b.view_ro()
+    assert b.sort_desc() == 4.0
+    assert r.tolist() == [4.0, 3.0, 2.0, 1.0]
+    w = b.view()
+    with pytest.raises(BufferError, match=r"with_mut.*1 exported array"):
+        b.sort_desc()
+    del w
+    gc.collect()
+    b.load([1.0, 2.0, 3.0, 4.0])
+    assert b.sort_desc() == 4.0 and r.tolist() == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_buffer_bulk_writes_go_through_the_registry():
+    # A live Rust read guard, or a dlcast view of the buffer's own export
+    # (the source of the copy), refuses the write: Rust would see its
+    # shared reference change.
+    b = ext.BulkBuf(4)
+    b.load([1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(BufferError, match=r"read-only borrow.*ArrayBuffer.read"):
+        b.load_while_reading([0.0] * 4)
+    w = b.view()
+    with pytest.raises(BufferError, match=r"argument 'x' of load_from"):
+        b.load_from(w)
+    assert w.tolist() == [1.0, 2.0, 3.0, 4.0]
+    b.load_from(np.full(4, 7.0, np.float32))
+    assert w.tolist() == [7.0] * 4

@@ -354,3 +354,38 @@ def test_extent_one_dims_with_extreme_strides():
     assert ext.a2_as_array_permuted(capsule(a.reshape(3, 1, 1), strides=[1, m, 2**62])) == ([1, 3, 1], 3.0)
     assert np.asarray(ext.rk_first_rows_flipped(capsule(a.reshape(1, 3), strides=[m, 1]), 1)).tolist() == [[2.0, 1.0, 0.0]]
     assert ext.live_borrows() == 0
+
+
+# --- several views of one argument --------------------------------------------
+
+
+@pytest.mark.parametrize("make", [np.asarray, torch.from_numpy], ids=["numpy", "torch"])
+def test_one_argument_gives_a_view_of_each_item(make):
+    # `x.index_axis(0, i)` borrows the argument's view: a batch splits into
+    # N views of its own memory (no copy), and the argument stays whole.
+    base = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x = make(base)
+    sums, ptrs = ext.body_item_sums(x)
+    assert sums == base.sum(axis=1).tolist()
+    start = base.ctypes.data
+    assert ptrs == [start + 12 * i for i in range(4)]
+    col, shape = ext.body_column(x, 2)
+    assert (col, shape) == ([2.0, 5.0, 8.0, 11.0], [4, 3])
+    # Strided arguments too: a transposed argument's items are its columns.
+    sums, ptrs = ext.body_item_sums(make(base).T)
+    assert sums == base.sum(axis=0).tolist()
+    assert ptrs == [start + 4 * j for j in range(3)]
+
+
+@pytest.mark.parametrize("make", [np.zeros, torch.zeros], ids=["numpy", "torch"])
+def test_writable_views_lend_shorter_writable_views(make):
+    # `index_axis_mut` and `reborrow` give writable views of the argument
+    # for a while; the argument's own view is usable again afterwards.
+    out = make((3, 2), dtype=np.float32 if make is np.zeros else torch.float32)
+    ext.body_fill_rows(out)
+    assert np.asarray(out).tolist() == [[-0.0, 0.0], [-1.0, 1.0], [-2.0, 2.0]]
+
+
+def test_an_untyped_writable_view_gives_its_address():
+    a = np.zeros(5, np.float64)
+    assert ext.body_dyn_mut_ptr(a[1:]) == (a.ctypes.data + 8, a.ctypes.data + 8)

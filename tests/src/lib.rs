@@ -9,6 +9,7 @@ use pyo3::types::PyComplex;
 
 mod accessors;
 mod api;
+mod body;
 mod borrows;
 mod callbacks;
 mod constructions;
@@ -487,6 +488,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     constructions::add(m)?;
     stored::add(m)?;
     float8::add(m)?;
+    body::add(m)?;
     add_robustness_functions(m)
 }
 

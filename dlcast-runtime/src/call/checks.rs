@@ -173,7 +173,10 @@ impl Who {
         writable: bool,
     ) -> Option<crate::borrow::BorrowReq> {
         let e = raw.extent?;
-        let base = raw.data as usize;
+        // Where `data` is an opaque handle, element 0 is `byte_offset` into
+        // its buffer: the handle plus the offset keys the registry, as the
+        // address of element 0 does elsewhere (`byte_offset` is 0 there).
+        let base = (raw.data as usize).wrapping_add(raw.byte_offset);
         let (lo, hi) = (
             base.checked_add_signed(e.lo)?,
             base.checked_add_signed(e.hi)?,

@@ -177,6 +177,10 @@ pub(super) enum KeepAlive {
 /// An exported buffer: a description plus what keeps its memory alive.
 pub(super) struct Exported {
     pub(super) data: *mut u8,
+    /// DLPack's `byte_offset`: 0, except on a device whose `data` is an
+    /// opaque handle ([`Device::data_is_handle`]), where `data` is the
+    /// handle and element 0 lies this many bytes into its buffer.
+    pub(super) byte_offset: u64,
     /// Extents, as `Py_ssize_t` (the buffer protocol's and NumPy's form);
     /// each also fits `i64` (DLPack's), checked by [`Exported::describe`].
     pub(super) shape: ExDims,
@@ -203,6 +207,9 @@ pub(super) struct Exported {
     /// read-only memory): `__dlpack__` hands consumers a copy, since some
     /// (PyTorch) ignore `READ_ONLY` and would write it.
     pub(super) never_written: bool,
+    /// C-order data of a `&'static [T]` ([`Tensor::from_static`]): its
+    /// exports share one interned copy ([`Exported::interned`]).
+    pub(super) static_data: bool,
 }
 
 // SAFETY: `data` points into memory that `keep` owns or keeps alive; no
@@ -219,6 +226,103 @@ unsafe impl Sync for Exported {}
 impl Drop for Exported {
     fn drop(&mut self) {
         BUFFERS_FREED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// One interned copy of static data: `bytes` bytes from address `src`,
+/// copied once to `copy` (aligned to [`Tensor::ALIGN`]), kept for the rest
+/// of the process like the static itself.
+struct InternedCopy {
+    src: usize,
+    bytes: usize,
+    copy: usize,
+}
+
+/// Every interned copy made so far; looked up by the static's address
+/// range (a sub-slice of an interned one shares it). Grows by one entry per
+/// distinct static slice exported, never shrinks.
+static INTERNED: std::sync::Mutex<Vec<InternedCopy>> = std::sync::Mutex::new(Vec::new());
+
+impl Exported {
+    /// For [`Tensor::from_static`] data (`static_data`, C order from
+    /// `data`, host memory): the same array over the process's one
+    /// read-only copy of the static's bytes, made on its first export and
+    /// shared by every later one, so that two exports of one static are
+    /// the same memory (`numpy.shares_memory`), as exports of the static
+    /// itself would be. The static itself is never exported: NumPy hands a
+    /// read-only array on to PyTorch (`torch.from_dlpack`), which ignores
+    /// `READ_ONLY` and writes, and a write into a Rust static faults (or
+    /// breaks Rust's immutability of `&'static` data). A consumer that
+    /// writes the copy that way changes what later exports show, never
+    /// what Rust reads.
+    ///
+    /// # Errors
+    /// `MemoryError` if the first copy cannot be allocated.
+    pub(super) fn interned(&self) -> PyResult<Exported> {
+        let shape = self.shape_usize();
+        let item = self.dtype.itemsize().unwrap_or(1);
+        let oom = |bytes| ExportError::CopyMemory {
+            bytes,
+            shape: shape.to_vec(),
+        };
+        let count = layout::element_count(&shape).ok_or_else(|| oom(usize::MAX))?;
+        // A live `&'static [T]` holds at most `isize::MAX` bytes.
+        let bytes = layout::checked_bytes(count, item).ok_or_else(|| oom(usize::MAX))?;
+        let src = self.data as usize;
+        let align = item.max(1).next_power_of_two().min(Tensor::<u8>::ALIGN);
+        let copy = if bytes == 0 {
+            // Nothing is ever read: no copy, the static's (dangling or
+            // real) address as it is.
+            src
+        } else {
+            let mut table = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+            // An interned range holding this one, at an offset that keeps
+            // the element type's alignment (the copy is 64-byte aligned).
+            let found = table.iter().find(|e| {
+                e.src <= src
+                    && src - e.src <= e.bytes
+                    && bytes <= e.bytes - (src - e.src)
+                    && (src - e.src) % align == 0
+            });
+            match found {
+                Some(e) => e.copy + (src - e.src),
+                None => {
+                    let layout = std::alloc::Layout::from_size_align(bytes, Tensor::<u8>::ALIGN)
+                        .map_err(|_| oom(bytes))?;
+                    // SAFETY: `layout` has a non-zero size.
+                    let dst = unsafe { std::alloc::alloc(layout) };
+                    if dst.is_null() {
+                        return Err(oom(bytes).into());
+                    }
+                    // SAFETY: `src` is a live `&'static [T]` of `bytes`
+                    // bytes (`from_static`'s argument, C order from `data`),
+                    // never written (shared, no interior mutability);
+                    // `dst` is a fresh allocation of `bytes` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(self.data, dst, bytes) };
+                    table.push(InternedCopy {
+                        src,
+                        bytes,
+                        copy: dst as usize,
+                    });
+                    // Kept for the rest of the process: never freed.
+                    dst as usize
+                }
+            }
+        };
+        let strides = self.strides_isize();
+        let mut e = Exported::new(
+            copy as *mut u8,
+            &shape,
+            strides,
+            self.dtype,
+            self.device,
+            true,
+            KeepAlive::Owned(Box::new(())),
+        )
+        .map_err(|_| oom(bytes))?;
+        e.never_written = true;
+        e.static_data = true;
+        Ok(e)
     }
 }
 
@@ -273,6 +377,7 @@ impl Exported {
         BUFFERS_CREATED.fetch_add(1, Ordering::SeqCst);
         Ok(Exported {
             data,
+            byte_offset: 0,
             shape: d.shape,
             strides: d.strides,
             byte_strides: d.byte_strides,
@@ -283,6 +388,7 @@ impl Exported {
             _keep: keep,
             py_owner: None,
             never_written: false,
+            static_data: false,
         })
     }
 

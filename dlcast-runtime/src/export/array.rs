@@ -60,13 +60,19 @@ impl Array {
     pub(super) fn new(py: Python<'_>, mut inner: Exported) -> PyResult<Bound<'_, Array>> {
         register_atexit(py);
         // Read-only host memory that must never be written (static data,
-        // read-only foreign memory) goes out as one aligned copy, made here:
+        // read-only foreign memory) goes out as one aligned copy, made here
+        // (for static data, the one copy every export of it shares):
         // every route to a consumer (NumPy's or JAX's re-export, a legacy
         // capsule for TensorFlow, the buffer protocol) may end at PyTorch,
         // which ignores READ_ONLY and writes. The copy stays read-only, and
         // `__dlpack__` still copies it again for each DLPack consumer.
         if inner.never_written && inner.device.is_host_accessible() {
-            let mut copy = inner.aligned_copy(py, "exporting read-only data")?;
+            // Static data: the one copy every export of it shares.
+            let mut copy = if inner.static_data {
+                inner.interned()?
+            } else {
+                inner.aligned_copy(py, "exporting read-only data")?
+            };
             copy.read_only = true;
             copy.never_written = true;
             inner = copy;
@@ -601,7 +607,7 @@ pub(super) fn make_managed(
         },
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
-        byte_offset: 0,
+        byte_offset: this.byte_offset,
     };
     let ptr: *mut c_void = if versioned {
         let mut flags = 0;

@@ -104,6 +104,9 @@ impl<T: Element> Storage<T> {
 /// ```
 pub struct ArrayBuffer<T: Element> {
     storage: Arc<Storage<T>>,
+    /// Held by every writable export (and this buffer): their number is
+    /// `strong_count - 1`, what [`ArrayBuffer::with_mut`] refuses.
+    writers: Arc<()>,
     shape: SmallVec<[usize; 4]>,
     strides: SmallVec<[isize; 4]>,
 }
@@ -132,6 +135,7 @@ impl<T: Element> ArrayBuffer<T> {
         let storage = Storage::zeroed(count).ok_or_else(oom)?;
         Ok(ArrayBuffer {
             storage: Arc::new(storage),
+            writers: Arc::new(()),
             shape: shape.into(),
             strides,
         })
@@ -325,6 +329,155 @@ impl<T: Element> ArrayBuffer<T> {
         Ok(())
     }
 
+    /// How many writable arrays exported from this buffer
+    /// ([`ArrayBuffer::view`]) are alive (a snapshot, as
+    /// [`ArrayBuffer::exports`]).
+    pub fn writable_exports(&self) -> usize {
+        Arc::strong_count(&self.writers) - 1
+    }
+
+    /// Writes `src` (C order, [`ArrayBuffer::len`] elements) over the
+    /// whole buffer, without forming a Rust reference to it: the bulk
+    /// [`ArrayBuffer::set`], with its rule. Allowed while arrays exported
+    /// from the buffer live (they see the new values); refused while a Rust
+    /// or dlcast borrow of the memory is live (a [`BufferRef`], or a view
+    /// of an exported array in a call still running, here or on another
+    /// thread), which Rust's aliasing rules would forbid. The write holds
+    /// a writable borrow-registry entry while it runs.
+    ///
+    /// ```
+    /// # use dlcast_runtime::ArrayBuffer;
+    /// # use pyo3::prelude::*;
+    /// # Python::initialize();
+    /// # Python::attach(|py| -> PyResult<()> {
+    /// let buf = ArrayBuffer::<f32>::zeros(&[2, 2])?;
+    /// buf.copy_from_slice(py, &[1.0, 2.0, 3.0, 4.0])?;
+    /// assert_eq!(buf.get(py, &[1, 0])?, 3.0);
+    /// assert!(buf.copy_from_slice(py, &[1.0]).is_err()); // wrong length
+    /// # Ok(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// `ValueError` if `src.len()` is not [`ArrayBuffer::len`] (nothing is
+    /// written); `BufferError` while such a borrow lives; `MemoryError` if
+    /// the registry cannot grow.
+    pub fn copy_from_slice(&self, py: Python<'_>, src: &[T]) -> PyResult<()> {
+        let len = self.storage.len;
+        if src.len() != len {
+            return Err(ExportError::Parts(ShapeError::Length {
+                shape: self.shape.to_vec(),
+                expected: len,
+                got: src.len(),
+            })
+            .into());
+        }
+        let _borrow = self.register(py, true, "write the buffer")?;
+        // SAFETY: `len` elements fit the live allocation (this `Arc`),
+        // aligned for `T`, and `src` holds `len` initialised `T`s. No Rust
+        // reference to the buffer's memory is live: a `BufferRef` or a
+        // dlcast view of an exported array would be a registered borrow,
+        // refused above, and `as_mut_slice`/`with_mut` need `&mut self`. So
+        // `src` (a live shared reference) is not the buffer's memory unless
+        // an unregistered reference aliases it; `copy` (a `memmove`) is used
+        // all the same, correct for overlapping ranges.
+        unsafe { std::ptr::copy(src.as_ptr(), self.storage.ptr.as_ptr(), len) };
+        Ok(())
+    }
+
+    /// Writes `value` into every element, without forming a Rust
+    /// reference: the bulk [`ArrayBuffer::set`], with its rule (see
+    /// [`ArrayBuffer::copy_from_slice`]).
+    ///
+    /// # Errors
+    /// `BufferError` while a Rust or dlcast borrow of the memory is live;
+    /// `MemoryError` if the registry cannot grow.
+    pub fn fill(&self, py: Python<'_>, value: T) -> PyResult<()> {
+        let _borrow = self.register(py, true, "write the buffer")?;
+        let base = self.storage.ptr.as_ptr();
+        for i in 0..self.storage.len {
+            // SAFETY: `i < len`: inside the live allocation, aligned for
+            // `T`; no Rust reference to the memory is live (as in
+            // `copy_from_slice`).
+            unsafe { base.add(i).write(value) };
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the elements (C order) as `&mut [T]`, while arrays
+    /// exported read-only ([`ArrayBuffer::view_read_only`]) may be alive:
+    /// they see the new values, as they see [`ArrayBuffer::set`]'s. The
+    /// guarded bulk write for code that needs a slice (sorting, `ndarray`,
+    /// a numeric kernel); [`ArrayBuffer::as_mut_slice`] when no array is
+    /// exported at all.
+    ///
+    /// The rule: `&mut [T]` promises Rust that nothing else writes the
+    /// elements while it lives. A writable export is Python's to write at
+    /// any time (from another thread too, where NumPy releases the GIL),
+    /// so `with_mut` is refused while one lives; read-only exports cannot
+    /// be written by their consumers (NumPy refuses to make such an array
+    /// writable). Their readers on other threads may see the elements
+    /// mid-update, as with any write to memory Python shares; Python code
+    /// that `f` itself runs (through a captured `py`) must not read them
+    /// while it holds the slice, which Rust's aliasing rules forbid. Like every
+    /// dlcast guarantee, this assumes consumers honour read-only marks:
+    /// one that ignores DLPack's `READ_ONLY` (`torch.from_dlpack` of a
+    /// read-only export) and writes meanwhile is not detected (README,
+    /// *Safety*). While `f` runs, a writable entry in the borrow registry
+    /// makes a dlcast view of an exported array (a call on another
+    /// thread) wait its turn with a `BufferError`.
+    ///
+    /// ```
+    /// # use dlcast_runtime::ArrayBuffer;
+    /// # use pyo3::prelude::*;
+    /// # Python::initialize();
+    /// # Python::attach(|py| -> PyResult<()> {
+    /// let mut buf = ArrayBuffer::<i32>::from_slice(&[3, 1, 2], &[3])?;
+    /// let largest = buf.with_mut(py, |s| {
+    ///     s.sort_unstable();
+    ///     s[2]
+    /// })?;
+    /// assert_eq!((largest, buf.get(py, &[0])?), (3, 1));
+    /// # Ok(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// `BufferError` while a writable export lives, or a dlcast view of an
+    /// exported array in a call still running; `ValueError` for a `bool`
+    /// buffer holding a byte other than 0 or 1 (written by Python);
+    /// `MemoryError` if the registry cannot grow. `f` does not run then.
+    pub fn with_mut<R>(&mut self, py: Python<'_>, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
+        let writers = self.writable_exports();
+        if writers != 0 {
+            return Err(ExportError::Exported {
+                what: "lend the buffer as `&mut` (with_mut) while a writable view of it lives \
+                       (read-only views may stay)",
+                exports: writers,
+            }
+            .into());
+        }
+        let _borrow = self.register(py, true, "write the buffer")?;
+        self.check_values()?;
+        let s = &*self.storage;
+        let slice = if s.len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the storage holds `len` initialised, aligned elements
+            // holding valid values (checked above), allocated while `self`
+            // lives. Nothing else writes them while `slice` lives: no
+            // writable export exists (counted above; a new one needs `&self`,
+            // which `&mut self` excludes, and a read-only export never
+            // becomes writable), `set`/`fill`/`copy_from_slice` need `&self`,
+            // and a dlcast view of an exported array is a registered borrow
+            // that `_borrow` excludes until `f` returns. No Rust reference
+            // reads them either: a `BufferRef` borrows `self`, and the
+            // registry excludes dlcast views as above.
+            unsafe { std::slice::from_raw_parts_mut(s.ptr.as_ptr(), s.len) }
+        };
+        Ok(f(slice))
+    }
+
     fn index_error(&self, index: &[usize]) -> PyErr {
         let (index, shape) = (index.to_vec(), self.shape.to_vec());
         if index.len() != shape.len() {
@@ -382,6 +535,7 @@ impl<T: Element> ArrayBuffer<T> {
     fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {
         let keep = ExportedStorage {
             _storage: self.storage.clone(),
+            _writer: (!read_only).then(|| self.writers.clone()),
         };
         let data = self.storage.ptr.as_ptr().cast::<u8>();
         Tensor::from_shared_parts(
@@ -439,6 +593,8 @@ impl<T: Element> ArrayBuffer<T> {
 /// memory.
 struct ExportedStorage<T> {
     _storage: Arc<Storage<T>>,
+    /// For a writable export: counted in [`ArrayBuffer::writable_exports`].
+    _writer: Option<Arc<()>>,
 }
 
 impl<T: Element> std::fmt::Debug for ArrayBuffer<T> {

@@ -363,12 +363,29 @@ impl<T: Element> Tensor<T> {
         self.inner.read_only
     }
 
-    /// A read-only C-order array of `shape` over static data, exported
-    /// without a copy (nanobind's `rv_policy::reference` for constants) to
-    /// NumPy (`returns = numpy`, `numpy.asarray`, `memoryview`: read-only)
-    /// and JAX (`returns = jax`). `__dlpack__` hands other consumers a
-    /// copy (`copy=False` raises `BufferError`): some, PyTorch among them,
-    /// ignore DLPack's `READ_ONLY` and would write into the static.
+    /// A read-only C-order array of `shape` over static data: the
+    /// constants of nanobind's `rv_policy::reference`, with one difference
+    /// that keeps the static unwritable. Every export of one static shares
+    /// one read-only copy of its bytes, made on the first export and kept
+    /// for the rest of the process (exports of a sub-slice share it too):
+    /// two calls that return it give the same memory, as the static itself
+    /// would, with no copy after the first. The static itself is never
+    /// handed out: NumPy passes read-only arrays on to PyTorch
+    /// (`torch.from_dlpack(a)`), which ignores DLPack's `READ_ONLY` and
+    /// writes, and a write into a Rust static faults.
+    ///
+    /// Where the shared copy goes, read-only: NumPy (`returns = numpy`,
+    /// `numpy.asarray`: `writeable == False`, and NumPy refuses to make it
+    /// writable), `memoryview` (read-only), JAX and MLX (immutable; JAX
+    /// takes it without a copy, being 64-byte aligned), TensorFlow
+    /// (immutable). Copied instead: every consumer of
+    /// `dlcast.Array.__dlpack__` (CuPy, array_api_strict, a consumer
+    /// calling it directly: a fresh copy each, since a DLPack consumer
+    /// cannot be told apart from PyTorch; `copy=False` raises
+    /// `BufferError`). Refused: `returns = torch` and `returns = paddle`
+    /// (`BufferError`: no read-only tensors). A consumer that ignores
+    /// `READ_ONLY` and writes the shared copy (PyTorch, given NumPy's
+    /// array) changes what later exports show, never the static Rust reads.
     ///
     /// ```
     /// # use dlcast_runtime::Tensor;
@@ -405,7 +422,7 @@ impl<T: Element> Tensor<T> {
         // (`T` has no interior mutability); exported read-only, so no
         // consumer may write it; `shape` covers exactly `data.len()`
         // elements in C order (checked above). The owner `()` holds nothing.
-        unsafe {
+        let mut t = unsafe {
             Self::from_raw_parts(
                 data.as_ptr().cast_mut(),
                 shape,
@@ -414,7 +431,9 @@ impl<T: Element> Tensor<T> {
                 true,
                 (),
             )
-        }
+        }?;
+        t.inner.static_data = true;
+        Ok(t)
     }
 
     /// An array over memory dlcast did not allocate — a C library's
@@ -508,7 +527,8 @@ impl<T: Element> Tensor<T> {
         if !empty && data.is_null() {
             return Err(bad("the data pointer is null"));
         }
-        if !empty && (data as usize) % std::mem::align_of::<T>() != 0 {
+        // An opaque handle is no address: nothing to align.
+        if !empty && !device.data_is_handle() && (data as usize) % std::mem::align_of::<T>() != 0 {
             return Err(bad("the data pointer is not aligned for the element type"));
         }
         Self::from_shared_parts(
@@ -520,6 +540,77 @@ impl<T: Element> Tensor<T> {
             Box::new(owner),
             None,
         )
+    }
+
+    /// [`Tensor::from_raw_parts`] with DLPack's `byte_offset`: element 0
+    /// lies `byte_offset` bytes after `data`. On a device whose `data` is an
+    /// opaque handle (OpenCL `cl_mem`, Vulkan `VkBuffer`, Metal
+    /// `MTLBuffer`: [`Device::data_is_handle`]) `data` is the handle, cast
+    /// to `*mut T`, and the offset is exported as DLPack's `byte_offset`,
+    /// apart from it, as the DLPack header requires there (the handle is
+    /// not checked for alignment). On every other device the offset is
+    /// added to `data` (exports then carry `byte_offset` 0), exactly as
+    /// `from_raw_parts(data.byte_add(byte_offset), ..)`.
+    ///
+    /// ```
+    /// # use dlcast_runtime::{Device, Tensor};
+    /// # use dlcast_runtime::device::kind;
+    /// // The second half of an OpenCL buffer (`cl_mem` handle 0x1000, say),
+    /// // kept alive by the owner (here nothing).
+    /// let opencl = Device { device_type: kind::OPENCL, device_id: 0 };
+    /// let handle = 0x1000 as *mut f32;
+    /// // SAFETY: (for real code) the handle's buffer holds 8 f32 from byte
+    /// // 16 on, alive while the owner lives; dlcast never dereferences it.
+    /// let t = unsafe { Tensor::from_raw_parts_with_offset(handle, 16, &[4], &[1], opencl, false, ()) }
+    ///     .unwrap();
+    /// assert_eq!(t.data_ptr(), handle.cast_const()); // the handle, not handle + 16
+    /// ```
+    ///
+    /// # Safety
+    /// As [`Tensor::from_raw_parts`], for the elements counted from byte
+    /// `byte_offset` of `data`'s memory (of the handle's buffer).
+    ///
+    /// # Errors
+    /// As [`Tensor::from_raw_parts`]; [`ShapeError::Unrepresentable`] also
+    /// if `data + byte_offset` overflows on a device with addresses.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn from_raw_parts_with_offset<O: Send + 'static>(
+        data: *mut T,
+        byte_offset: usize,
+        shape: &[usize],
+        strides: &[isize],
+        device: Device,
+        read_only: bool,
+        owner: O,
+    ) -> Result<Self, ShapeError> {
+        if !device.data_is_handle() {
+            if (data as usize).checked_add(byte_offset).is_none() {
+                return Err(ShapeError::Unrepresentable {
+                    shape: shape.to_vec(),
+                    strides: strides.to_vec(),
+                    why: "data + byte_offset overflows",
+                });
+            }
+            // SAFETY: the caller's guarantees, for element 0 at
+            // `data + byte_offset` (no overflow, checked).
+            return unsafe {
+                Self::from_raw_parts(
+                    data.cast::<u8>().wrapping_add(byte_offset).cast(),
+                    shape,
+                    strides,
+                    device,
+                    read_only,
+                    owner,
+                )
+            };
+        }
+        // SAFETY: the caller's guarantees; the handle is never dereferenced
+        // (its device is not host-accessible).
+        let mut t =
+            unsafe { Self::from_raw_parts(data, shape, strides, device, read_only, owner) }?;
+        // `usize` fits `u64` on every target dlcast builds for.
+        t.inner.byte_offset = byte_offset as u64;
+        Ok(t)
     }
 
     /// A tensor over memory `keep` keeps alive, which Rust code does not
@@ -684,6 +775,8 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     }
     raw.prepare_export(py)?;
     let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
+    // Non-zero only where `data` is an opaque handle; `usize` fits `u64`.
+    let byte_offset = raw.byte_offset as u64;
     let shape = raw.shape.clone();
     let strides = raw.strides.clone();
     // On error `raw` is dropped inside `new`: the producer's deleter runs
@@ -706,6 +799,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // The data is ready on the stream the input was made ready on (and the
     // body's work on it, if it followed `view.stream()`).
     e.stream = stream;
+    e.byte_offset = byte_offset;
     if copy_converted {
         if e.device.is_host_accessible() {
             // The temporary is dropped with `e` (its producer's deleter

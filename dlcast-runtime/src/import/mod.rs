@@ -155,9 +155,14 @@ impl Drop for Owner {
 /// A validated description of an imported array and the owner of its memory.
 #[doc(hidden)]
 pub struct RawTensor {
-    /// Address of element 0 (`data + byte_offset`). Never dereferenced for
+    /// Address of element 0 (`data + byte_offset`); for a device whose
+    /// `data` is an opaque handle ([`Device::data_is_handle`]) the handle
+    /// itself, with the offset in `byte_offset`. Never dereferenced for
     /// memory the host cannot access, nor for empty arrays.
     pub(crate) data: *mut u8,
+    /// The bytes from `data` to element 0 on a device whose `data` is an
+    /// opaque handle; 0 everywhere else (the offset is in `data`).
+    pub(crate) byte_offset: usize,
     pub(crate) shape: Dims<usize>,
     /// Strides in elements, never absent.
     pub(crate) strides: Dims<isize>,
@@ -199,6 +204,7 @@ impl RawTensor {
     ) -> RawTensor {
         RawTensor {
             data,
+            byte_offset: 0,
             shape,
             strides,
             dtype,
@@ -857,9 +863,16 @@ pub(crate) fn make_raw(
             _ => return Err(invalid("the array's memory wraps around the address space")),
         }
     }
+    // An opaque handle keeps its byte offset apart (DLPack: adding it to
+    // the handle gives no address).
+    let handle = device.data_is_handle();
     // Never dereferenced unless the checks above passed for it.
     let mut raw = RawTensor::new(
-        data.wrapping_add(offset),
+        if handle {
+            data
+        } else {
+            data.wrapping_add(offset)
+        },
         shape,
         strides,
         dtype,
@@ -867,6 +880,9 @@ pub(crate) fn make_raw(
         extent,
         path,
     );
+    if handle {
+        raw.byte_offset = offset;
+    }
     raw.device = device;
     Ok(raw)
 }

@@ -291,6 +291,20 @@ impl RawTensor {
         self.dtype.itemsize().unwrap_or(1) as isize
     }
 
+    /// Moves element 0 by `step` bytes: the address, or, where `data` is
+    /// an opaque handle, the byte offset (which DLPack keeps unsigned).
+    fn advance(&mut self, step: isize) -> Result<(), ViewErrorKind> {
+        if self.device.data_is_handle() {
+            self.byte_offset = self
+                .byte_offset
+                .checked_add_signed(step)
+                .ok_or_else(|| self.overflow("the byte offset leaves 0..usize::MAX"))?;
+        } else {
+            self.data = self.data.wrapping_offset(step);
+        }
+        Ok(())
+    }
+
     fn refresh_extent(&mut self) {
         // A sub-layout of a validated layout: the arithmetic cannot overflow.
         self.extent = layout::byte_extent(&self.shape, &self.strides, self.itemsize() as usize)
@@ -328,7 +342,7 @@ impl RawTensor {
                 .and_then(|i| i.checked_mul(self.strides[axis]))
                 .and_then(|o| o.checked_mul(self.itemsize()))
                 .ok_or_else(|| self.overflow("the slice start's byte offset overflows"))?;
-            self.data = self.data.wrapping_offset(step);
+            self.advance(step)?;
         }
         self.shape[axis] = new_extent;
         self.refresh_extent();
@@ -361,7 +375,7 @@ impl RawTensor {
         let flipped = self.strides[axis]
             .checked_neg()
             .ok_or_else(|| self.overflow("the stride has no negation"))?;
-        self.data = self.data.wrapping_offset(step);
+        self.advance(step)?;
         self.strides[axis] = flipped;
         self.refresh_extent();
         Ok(())
@@ -382,6 +396,40 @@ impl RawTensor {
         }
         self.shape = axes.iter().map(|&a| self.shape[a]).collect();
         self.strides = axes.iter().map(|&a| self.strides[a]).collect();
+        Ok(())
+    }
+
+    /// A second description of the same elements, owning nothing: no
+    /// owner to release, no borrow-registry entry. Only for a view that
+    /// borrows the view holding `self` (`view()`, `reborrow()`,
+    /// `index_axis()`): that view keeps the memory alive and its registry
+    /// entry live for as long as the borrow lasts, and a view owning
+    /// nothing is copied, never exported in place, if it is returned.
+    fn share(&self) -> RawTensor {
+        let mut raw = RawTensor::new(
+            self.data,
+            self.shape.clone(),
+            self.strides.clone(),
+            self.dtype,
+            self.read_only,
+            self.extent,
+            self.path,
+        );
+        raw.device = self.device;
+        raw.stream = self.stream;
+        raw.byte_offset = self.byte_offset;
+        raw.set_owner(crate::import::Owner::Rust);
+        raw
+    }
+
+    /// Keeps index `index` of `axis` and drops that dimension (one fewer).
+    fn index_axis(&mut self, axis: usize, index: usize) -> Result<(), ViewErrorKind> {
+        // An index at or beyond the extent is a range outside it
+        // (`usize::MAX..usize::MAX` for the one index with no successor).
+        self.slice_axis(axis, index..index.checked_add(1).unwrap_or(index))?;
+        self.shape.remove(axis);
+        self.strides.remove(axis);
+        self.refresh_extent();
         Ok(())
     }
 
@@ -448,6 +496,17 @@ macro_rules! layout_methods {
         /// without gaps; same rules as [`Self::is_c_contiguous`].
         pub fn is_f_contiguous(&self) -> bool {
             layout::is_f_contiguous(&self.raw.shape, &self.raw.strides)
+        }
+        /// The bytes from `data_ptr()` to element 0 where the device's
+        /// DLPack `data` is an opaque handle (OpenCL `cl_mem`, Vulkan
+        /// `VkBuffer`, Metal `MTLBuffer`: see
+        /// [`Device::data_is_handle`](crate::Device::data_is_handle)):
+        /// `data_ptr()` is then the handle, and this is DLPack's
+        /// `byte_offset`, moved by the layout transforms (`slice_axis`,
+        /// `flip_axis`, `index_axis`). 0 on every other device, where
+        /// `data_ptr()` is the address of element 0 (`data + byte_offset`).
+        pub fn byte_offset(&self) -> usize {
+            self.raw.byte_offset
         }
         /// Whether the producer marked the data read-only.
         pub fn is_read_only(&self) -> bool {

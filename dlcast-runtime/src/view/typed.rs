@@ -203,6 +203,58 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
         Ok(TensorRef::new(raw, Origin::RUST))
     }
 
+    /// Another view of the same elements (same shape, strides, dtype and
+    /// device), borrowing this one: what `Clone` would give, for as long as
+    /// `self` is borrowed. Its transforms (which consume it) leave `self`
+    /// as it was, so one argument gives any number of views. It owns
+    /// nothing: the memory and the argument's borrow-registry entry are
+    /// `self`'s, which the borrow keeps alive; returned to Python (where
+    /// the borrow allows it), it is copied.
+    ///
+    /// Views are not `Clone`: a view of a call's argument owns its import
+    /// (the producer's deleter runs, and its registry entry ends, when the
+    /// view drops), which a copy cannot share.
+    ///
+    /// ```
+    /// # use dlcast_runtime::{TensorRef, ViewError};
+    /// let x = TensorRef::<i32, 2>::from_slice(&[1, 2, 3, 4, 5, 6], &[2, 3])?;
+    /// let t = x.view().t();                      // x is still usable
+    /// let tail = x.view().slice_axis(1, 1..3)?;
+    /// assert_eq!((t.dims(), tail.dims(), x.dims()), ([3, 2], [2, 2], [2, 3]));
+    /// # Ok::<(), ViewError>(())
+    /// ```
+    pub fn view(&self) -> TensorRef<'_, T, N> {
+        TensorRef::new(self.raw.share(), self.origin)
+    }
+
+    /// The sub-array at `index` along `axis`, one dimension fewer (NumPy's
+    /// `x[i]` for `axis` 0, `x[:, i]` for 1), borrowing this view as
+    /// [`TensorRef::view`] does: `(0..n).map(|i| x.index_axis(0, i))`
+    /// splits a batch into its items. The result has a dynamic rank (fix it
+    /// with [`TensorRef::into_rank`]); a 1-d view gives a 0-d one.
+    ///
+    /// ```
+    /// # use dlcast_runtime::{TensorRef, ViewError};
+    /// let batch = TensorRef::<f32, 2>::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+    /// let sums = (0..batch.dims()[0])
+    ///     .map(|i| Ok(batch.index_axis(0, i)?.to_vec()?.iter().sum()))
+    ///     .collect::<Result<Vec<f32>, ViewError>>()?;
+    /// assert_eq!(sums, [3.0, 7.0, 11.0]);
+    /// let column = batch.index_axis(1, 1)?.into_rank::<1>()?;
+    /// assert_eq!(column.to_vec()?, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), ViewError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Axes`] if `axis >= ndim()`; [`ViewErrorKind::Range`]
+    /// if `index` is at or beyond the extent of `axis`.
+    pub fn index_axis(&self, axis: usize, index: usize) -> Result<TensorRef<'_, T>, ViewError> {
+        let mut raw = self.raw.share();
+        raw.index_axis(axis, index)
+            .map_err(|k| self.origin.error("index_axis", k))?;
+        Ok(TensorRef::new(raw, self.origin))
+    }
+
     /// The view with its rank fixed to `M` (or made dynamic, `M` = [`DYN`]).
     ///
     /// # Errors
@@ -232,7 +284,10 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
     }
 
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
-    /// It may be unaligned, and for non-CPU devices it is a device address.
+    /// It may be unaligned, and for non-CPU devices it is a device address;
+    /// for a device whose `data` is an opaque handle (OpenCL, Vulkan,
+    /// Metal) it is the handle, and element 0 lies
+    /// [`byte_offset`](Self::byte_offset) bytes into its buffer.
     pub fn data_ptr(&self) -> *const T {
         self.raw.data.cast()
     }
@@ -629,6 +684,63 @@ impl<'a, T: Element, const N: usize> TensorMut<'a, T, N> {
     pub fn reshape(self, shape: &[usize]) -> Result<TensorMut<'a, T>, ViewError> {
         Ok(TensorMut {
             inner: self.inner.reshape(shape)?,
+        })
+    }
+
+    /// A writable view of the same elements that borrows this one
+    /// exclusively, for a shorter time: pass it to a function that takes
+    /// `TensorMut` by value, or transform it (`slice_axis`, `t`, ...), and
+    /// use `self` again afterwards. It owns nothing (see
+    /// [`TensorRef::view`]).
+    ///
+    /// ```
+    /// # use dlcast_runtime::{TensorMut, ViewError};
+    /// fn fill_row(row: TensorMut<'_, u8>, v: u8) -> Result<(), ViewError> {
+    ///     let mut row = row;
+    ///     row.fill(v)
+    /// }
+    /// let mut data = [0u8; 6];
+    /// let mut out = TensorMut::<u8, 2>::from_slice_mut(&mut data, &[2, 3])?;
+    /// fill_row(out.reborrow().into_dyn().slice_axis(0, 1..2)?, 7)?;
+    /// out.set([0, 0], 1)?; // `out` is usable again
+    /// drop(out);
+    /// assert_eq!(data, [1, 0, 0, 7, 7, 7]);
+    /// # Ok::<(), ViewError>(())
+    /// ```
+    pub fn reborrow(&mut self) -> TensorMut<'_, T, N> {
+        TensorMut {
+            inner: TensorRef::new(self.inner.raw.share(), self.inner.origin),
+        }
+    }
+
+    /// The writable sub-array at `index` along `axis`, one dimension fewer,
+    /// borrowing this view exclusively (as [`TensorMut::reborrow`]); see
+    /// [`TensorRef::index_axis`].
+    ///
+    /// ```
+    /// # use dlcast_runtime::{TensorMut, ViewError};
+    /// let mut data = [0i32; 6];
+    /// let mut out = TensorMut::<i32, 2>::from_slice_mut(&mut data, &[3, 2])?;
+    /// for i in 0..3 {
+    ///     out.index_axis_mut(0, i)?.fill(i as i32)?;
+    /// }
+    /// drop(out);
+    /// assert_eq!(data, [0, 0, 1, 1, 2, 2]);
+    /// # Ok::<(), ViewError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorRef::index_axis`].
+    pub fn index_axis_mut(
+        &mut self,
+        axis: usize,
+        index: usize,
+    ) -> Result<TensorMut<'_, T>, ViewError> {
+        let mut raw = self.inner.raw.share();
+        raw.index_axis(axis, index)
+            .map_err(|k| self.inner.origin.error("index_axis_mut", k))?;
+        Ok(TensorMut {
+            inner: TensorRef::new(raw, self.inner.origin),
         })
     }
 

@@ -54,9 +54,35 @@ impl<'a> TensorDyn<'a> {
         Ok(self)
     }
 
-    /// Address of element 0 (`data + byte_offset`), untyped.
+    /// Address of element 0 (`data + byte_offset`), untyped; the handle
+    /// itself where `data` is one (see [`TensorDyn::byte_offset`]).
     pub fn data_ptr(&self) -> *const u8 {
         self.raw.data
+    }
+
+    /// Another view of the same elements, borrowing this one (see
+    /// [`TensorRef::view`]).
+    pub fn view(&self) -> TensorDyn<'_> {
+        TensorDyn {
+            raw: ViewRead(self.raw.share()),
+            origin: self.origin,
+            _marker: PhantomData,
+            _gil: PhantomData,
+        }
+    }
+
+    /// The sub-array at `index` along `axis`, one dimension fewer,
+    /// borrowing this view (see [`TensorRef::index_axis`]).
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Axes`] if `axis >= ndim()`; [`ViewErrorKind::Range`]
+    /// if `index` is at or beyond the extent of `axis`.
+    pub fn index_axis(&self, axis: usize, index: usize) -> Result<TensorDyn<'_>, ViewError> {
+        let mut v = self.view();
+        v.raw
+            .index_axis(axis, index)
+            .map_err(|k| self.origin.error("index_axis", k))?;
+        Ok(v)
     }
 
     /// The typed view, if the data type is `T`'s; otherwise `self` back.
@@ -100,9 +126,39 @@ impl<'a> TensorDynMut<'a> {
         Ok(self)
     }
 
+    /// Address of element 0 (`data + byte_offset`), untyped, for reading
+    /// (as [`TensorDyn::data_ptr`]); [`TensorDynMut::data_ptr_mut`] for
+    /// writing. For memory the CPU cannot access it is a device address;
+    /// it may be unaligned for the element type.
+    pub fn data_ptr(&self) -> *const u8 {
+        self.raw.data
+    }
+
     /// Address of element 0 (`data + byte_offset`), untyped and writable.
     pub fn data_ptr_mut(&mut self) -> *mut u8 {
         self.raw.data
+    }
+
+    /// A read-only view of the same elements, borrowing this one (see
+    /// [`TensorRef::view`]).
+    pub fn view(&self) -> TensorDyn<'_> {
+        TensorDyn {
+            raw: ViewRead(self.raw.share()),
+            origin: self.origin,
+            _marker: PhantomData,
+            _gil: PhantomData,
+        }
+    }
+
+    /// A writable view of the same elements borrowing this one exclusively,
+    /// for a shorter time (see [`TensorMut::reborrow`]).
+    pub fn reborrow(&mut self) -> TensorDynMut<'_> {
+        TensorDynMut {
+            raw: ViewRead(self.raw.share()),
+            origin: self.origin,
+            _marker: PhantomData,
+            _gil: PhantomData,
+        }
     }
 
     /// The typed writable view, if the data type is `T`'s; otherwise `self`.
