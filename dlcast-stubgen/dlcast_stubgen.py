@@ -97,6 +97,9 @@ NUMPY_DTYPES: set[str] = {
 # takes its arrays as `Any` (and the stub still passes where the package is
 # missing or gains types).
 UNTYPED_IMPORT = "  # type: ignore[import-not-found, import-untyped, unused-ignore]"
+# An import of a typed package: a checker run where it is not installed
+# takes its arrays as `Any` rather than failing on the stub itself.
+TYPED_IMPORT = "  # type: ignore[import-not-found, unused-ignore]"
 
 # Return types the signature line names, and what the stub writes for them
 # (with the imports it needs). A dtype and rank the Rust type fixes
@@ -105,7 +108,7 @@ UNTYPED_IMPORT = "  # type: ignore[import-not-found, import-untyped, unused-igno
 KNOWN_TYPES: dict[str, tuple[str, list[str]]] = {
     "dlcast.Array": ("_DLCastArray", []),
     **{
-        name: (stub, [f"import {m}" + ("" if typed else UNTYPED_IMPORT) for m in modules])
+        name: (stub, [f"import {m}" + (TYPED_IMPORT if typed else UNTYPED_IMPORT) for m in modules])
         for name, (stub, modules, typed, _like) in FRAMEWORK_TYPES.items()
     },
 }

@@ -50,7 +50,7 @@ def test_stub_names_each_frameworks_array_type(stubgen, stub_text, function, ann
     (line,) = [line for line in lines if line.startswith(f"def {function}(")]
     assert line.endswith(f"-> {annotation}: ..."), line
     if module is not None:
-        imported = f"import {module}" + ("" if typed else stubgen.UNTYPED_IMPORT)
+        imported = f"import {module}" + (stubgen.TYPED_IMPORT if typed else stubgen.UNTYPED_IMPORT)
         assert imported in lines
 
 
