@@ -203,6 +203,9 @@ pub(super) struct Exported {
     /// read-only memory): `__dlpack__` hands consumers a copy, since some
     /// (PyTorch) ignore `READ_ONLY` and would write it.
     pub(super) never_written: bool,
+    /// Read-only because it is a view of a PyTorch tensor that requires
+    /// grad (writes through it would bypass autograd): refusals say so.
+    pub(super) requires_grad: bool,
 }
 
 // SAFETY: `data` points into memory that `keep` owns or keeps alive; no
@@ -283,6 +286,7 @@ impl Exported {
             _keep: keep,
             py_owner: None,
             never_written: false,
+            requires_grad: false,
         })
     }
 
