@@ -464,8 +464,9 @@ impl Who {
 
     /// The refusal of a writable parameter's argument that NumPy reads but
     /// dlcast cannot read in place (`refused`: the producer's
-    /// `BufferError`, kept as the `__cause__`): a `TypeError` naming why,
-    /// from the attributes of NumPy's array of it. Call it only for NumPy's
+    /// `BufferError`, kept as the `__cause__`): a `TypeError` naming why
+    /// (byte order, dtype, strides), from the attributes of NumPy's array of
+    /// it; `refused` itself where none of them is why. Call it only for NumPy's
     /// own arrays and buffer-protocol objects (`numpy.asarray` runs no other
     /// producer's code). Python code, run in phase 1: what it reads words
     /// the message only, the argument is refused whatever it says.
@@ -480,14 +481,9 @@ impl Who {
         let arr = py
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)));
-        let why = match arr.and_then(|a| why_not_in_place(&a)) {
-            Ok(Some(why)) => why,
-            _ => {
-                let text = refused
-                    .cause(py)
-                    .map_or_else(|| refused.to_string(), |c| c.to_string());
-                NotInPlace::Other(text.lines().next().unwrap_or_default().to_owned())
-            }
+        // Any other refusal (the borrow registry's, rust-numpy's) stands.
+        let Ok(Some(why)) = arr.and_then(|a| why_not_in_place(&a)) else {
+            return refused;
         };
         CallError::NotInPlace {
             func: self.spec.name,

@@ -375,9 +375,6 @@ pub(crate) enum NotInPlace {
         strides: Vec<isize>,
         itemsize: usize,
     },
-    /// Another reason, in the producer's words.
-    #[error("dlcast cannot read the array in place ({0})")]
-    Other(String),
 }
 
 impl NotInPlace {
@@ -389,7 +386,7 @@ impl NotInPlace {
                  y = x.astype(x.dtype.newbyteorder(\"=\")), then copy y back into x"
             }
             NotInPlace::DType(_) => "pass an array of the parameter's dtype",
-            NotInPlace::Strides { .. } | NotInPlace::Other(_) => {
+            NotInPlace::Strides { .. } => {
                 "pass a compact copy, e.g. y = numpy.ascontiguousarray(x), then copy y back \
                  into x"
             }
