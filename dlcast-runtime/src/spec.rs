@@ -66,6 +66,9 @@ pub struct ParamSpec {
     /// `#[order(..)]`): the data must then be aligned for the element type
     /// (host memory is checked through `devices`). A misaligned read-only
     /// argument converts (a fresh copy is aligned); a writable one is refused.
+    /// The checks also align the host memory of every typed view
+    /// (`TensorRef`/`TensorMut` without `#[order]` too), whose accessors
+    /// hand out references.
     pub aligned: bool,
     /// For the parameter that carries `#[dtype(..)]` in a dtype-generic
     /// function: the accepted dtypes, in the order listed. Empty otherwise.

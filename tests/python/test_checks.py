@@ -203,3 +203,182 @@ def test_rest_alone_matches_any_rank(shape):
     dst = np.zeros(shape)
     t.copy_into(src, dst)
     assert (dst == src).all()
+
+
+def _misaligned(n, dtype=np.float64):
+    """A NumPy array whose data address is not a multiple of its itemsize."""
+    item = np.dtype(dtype).itemsize
+    a = np.zeros(n * item + 1, np.uint8)[1:].view(dtype)
+    a[:] = np.arange(n)
+    assert a.ctypes.data % item != 0
+    return a
+
+
+def _misaligned_field(n):
+    """Field `b` of a packed structured array: float64 elements at byte 1 of
+    16-byte records (strides of whole elements, a misaligned address)."""
+    rec = np.zeros(n, np.dtype([("a", "u1"), ("b", "<f8"), ("c", "u1", (7,))]))
+    rec["b"] = np.arange(n)
+    b = rec["b"]
+    assert b.strides == (16,) and b.ctypes.data % 8 != 0
+    return b
+
+
+def _packed_field(n):
+    """Field `b` of 9-byte records: strides that are not whole float64s."""
+    rec = np.zeros(n, np.dtype([("a", "u1"), ("b", "<f8")]))
+    return rec["b"]
+
+
+def _read_only(a):
+    a.flags.writeable = False
+    return a
+
+
+def _inference():
+    with torch.inference_mode():
+        return torch.zeros(4, dtype=torch.float64)
+
+
+def _on_cuda():
+    return ext.make_capsule(b"", [4], [1], null_data=True, device=(2, 0), dtype=(2, 64, 1))
+
+
+# Every reason a writable parameter refuses an argument: (function, argument,
+# what the message must name). One exception type for all (TypeError).
+WRITABLE_REFUSALS = {
+    "read-only": ("fill_f64", lambda: _read_only(np.zeros(4)), "the array is read-only"),
+    "requires grad": ("fill_f64", lambda: torch.zeros(4, dtype=torch.float64, requires_grad=True),
+                      r"requires grad.*pass x\.detach\(\)"),
+    "inference tensor": ("fill_f64", _inference, "inference tensor"),
+    "byte order": ("fill_f64", lambda: np.zeros(4, ">f8"),
+                   r"byte order is not the machine's \(dtype >f8\)"),
+    "byte order, a buffer": ("fill_f64", lambda: memoryview(np.zeros(4, ">f8")),
+                             r"byte order is not the machine's \(dtype >f8\)"),
+    "byte order, a slice": ("slice_fill", lambda: np.zeros(4, ">f8"), "byte order"),
+    "misaligned": ("fill_f64", lambda: _misaligned(4), "not aligned to 8 bytes for float64"),
+    "misaligned field": ("fill_f64", lambda: _misaligned_field(4), "not aligned to 8 bytes"),
+    "misaligned tensor": ("fill_f64", lambda: torch.frombuffer(bytearray(33), dtype=torch.float64, offset=1),
+                          "not aligned to 8 bytes"),
+    "misaligned, the README's scale": ("scale", lambda: _misaligned(4), "not aligned to 8 bytes"),
+    "strides not whole elements": ("fill_f64", lambda: _packed_field(4),
+                                   r"strides \(9,\) \(bytes\) are not whole elements of 8 bytes"),
+    "order": ("fill_c_f32", lambda: np.zeros((3, 4), np.float32).T, "C-contiguous"),
+    "self-overlap": ("fill_f64", lambda: np.lib.stride_tricks.as_strided(np.zeros(4), (3, 2), (8, 8)),
+                     "one element from two indices"),
+    "dtype": ("fill_f64", lambda: np.zeros(4, np.float32), "expected dtype float64, got float32"),
+    "dtype without a DLPack code": ("fill_f64", lambda: np.zeros(4, object),
+                                    "dtype object has no DLPack type code"),
+    "device": ("fill_f64", _on_cuda, "expected device cpu, got cuda:0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRITABLE_REFUSALS))
+def test_every_writable_refusal_is_a_type_error_naming_its_cause(case):
+    fn, make, cause = WRITABLE_REFUSALS[case]
+    x = make()
+    before = x.clone() if isinstance(x, torch.Tensor) else None
+    args = (x, 2.0) if fn == "scale" else (x, 1.0)
+    with pytest.raises(TypeError, match=rf"^{fn}\(\): argument '\w+': .*{cause}") as info:
+        getattr(ext, fn)(*args)
+    if isinstance(x, torch.Tensor):
+        assert torch.equal(x, before)
+    # Where the producer refused, its exception is the cause.
+    if case.startswith(("byte order", "strides")):
+        assert isinstance(info.value.__cause__, BufferError)
+
+
+@pytest.mark.parametrize("make", [_misaligned, _misaligned_field], ids=["view", "field"])
+def test_typed_views_get_aligned_memory_at_the_boundary(make):
+    # A writable typed view refuses misaligned memory before the body, so
+    # its slice and ndarray accessors never fail on alignment: nothing is
+    # written, and the error is the writable refusal's TypeError.
+    x = make(4)
+    for fn in ("acc_as_ndarray_mut", "fill_f64"):
+        with pytest.raises(TypeError, match="not aligned to 8 bytes.*writable parameter never converts"):
+            getattr(ext, fn)(x, 7.0)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    # A read-only one reads an aligned copy: its accessors succeed.
+    assert ext.acc_as_slice(x) == [0.0, 1.0, 2.0, 3.0]
+    assert ext.acc_as_ndarray(x) == ([4], [0.0, 1.0, 2.0, 3.0])
+    assert ext.slice_f64(x) == [0.0, 1.0, 2.0, 3.0]
+    # Where it may not convert, it is refused there too.
+    with pytest.raises(TypeError, match=r"strict_pair\(\): argument 'x': .*not aligned to 4 bytes"):
+        ext.strict_pair(_misaligned(4, np.float32), np.zeros(4, np.float32))
+    # An untyped view still reads it in place (no reference handed out).
+    assert ext.values(x) == [0.0, 1.0, 2.0, 3.0]
+
+
+def _readme():
+    """README.md with its line breaks and indentation folded to spaces."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    return re.sub(r"\s+", " ", text)
+
+
+def _cpu_array():
+    a, _ = ext.arange_default("float32", [2])
+    return a
+
+
+# Where the README states an exception type (a pattern whose group is the
+# name it states), and calls it says raise that type.
+README_CLAIMS = {
+    "writable refusals": (
+        r"\| an argument a writable parameter cannot take in place [^|]*\| `(\w+)`",
+        [(lambda make=make, fn=fn: getattr(ext, fn)(make(), 2.0)) for fn, make, _ in
+         WRITABLE_REFUSALS.values()],
+    ),
+    "alignment": (
+        r"\| host memory not aligned for a typed view's element type [^|]*\| `(\w+)`",
+        [lambda: ext.fill_f64(_misaligned(4), 1.0),
+         lambda: ext.strict_pair(_misaligned(4, np.float32), np.zeros(4, np.float32))],
+    ),
+    "returns = torch of a view of a tensor that requires grad": (
+        r"`returns = torch` of a read-only view raises `(\w+)` saying so \(for a view of a "
+        r"tensor that requires grad, naming `requires_grad` and `x.detach\(\)`\)",
+        [lambda: ext.passthrough_f64(torch.ones(2, dtype=torch.float64, requires_grad=True)),
+         lambda: ext.transposed(torch.ones(2, 2, requires_grad=True))],
+    ),
+    "__dlpack__ values": (
+        r"A value that cannot be honoured raises `(\w+)`",
+        [lambda: _cpu_array().__dlpack__(dl_device=(1, 2**40)),
+         lambda: _cpu_array().__dlpack__(dl_device=(2**40, 0)),
+         lambda: _cpu_array().__dlpack__(dl_device=(2, 0)),
+         lambda: _cpu_array().__dlpack__(stream=1),
+         lambda: _cpu_array().__dlpack__(stream=2**70)],
+    ),
+    "__dlpack__ dl_device of another device": (
+        r"`dl_device` must be the array's device \(any other pair of integers: `(\w+)`\)",
+        [lambda: _cpu_array().__dlpack__(dl_device=(2**40, 0))],
+    ),
+    "__dlpack__ argument types": (
+        r"an argument of the wrong type \(a `stream` that is not an integer, such as `\"0\"`; "
+        r"a `max_version` or `dl_device` that is not a tuple of two integers; a `copy` that is "
+        r"not a bool\), and positional or unknown arguments, raise `(\w+)`",
+        [lambda: _cpu_array().__dlpack__(stream="0"),
+         lambda: _cpu_array().__dlpack__(max_version="1.0"),
+         lambda: _cpu_array().__dlpack__(dl_device="cpu"),
+         lambda: _cpu_array().__dlpack__(dl_device=(1.0, 0)),
+         lambda: _cpu_array().__dlpack__(copy="yes"),
+         lambda: _cpu_array().__dlpack__(None),
+         lambda: _cpu_array().__dlpack__(strem=None)],
+    ),
+}
+
+
+@pytest.mark.parametrize("claim", sorted(README_CLAIMS))
+def test_the_readme_states_the_exception_each_refusal_raises(claim):
+    import builtins
+    import re
+
+    pattern, calls = README_CLAIMS[claim]
+    found = re.findall(pattern, _readme())
+    assert len(found) == 1, f"the README no longer says it: {pattern}"
+    stated = getattr(builtins, found[0])
+    for call in calls:
+        with pytest.raises(Exception) as info:
+            call()
+        assert type(info.value) is stated, (claim, info.value)

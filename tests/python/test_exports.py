@@ -216,7 +216,7 @@ def test_legacy_without_max_version_versioned_with_it():
 
 @pytest.mark.parametrize("stream", [None, -1])
 @pytest.mark.parametrize("max_version", [None, (1, 0), (1, 3)])
-@pytest.mark.parametrize("dl_device", [None, (1, 0)])
+@pytest.mark.parametrize("dl_device", [None, (1, 0), (np.int32(1), np.int64(0))])
 @pytest.mark.parametrize("copy", [None, False, True])
 def test_protocol_allowed_keyword_combinations(stream, max_version, dl_device, copy):
     a, ptr = ext.arange_default("float64", [2, 3], "f")
@@ -261,6 +261,19 @@ def test_copy_true_makes_a_real_copy_marked_copied():
     (dict(max_version=(1,)), TypeError, "max_version"),
     (dict(copy="yes"), TypeError, "copy"),
     (dict(strem=None), TypeError, "strem"),
+    # A wrong type is an incorrect argument (TypeError); a value that cannot
+    # be honoured, whatever its size, is a BufferError.
+    (dict(stream="0"), TypeError, "stream must be None or an integer"),
+    (dict(stream=1.0), TypeError, "stream must be None or an integer"),
+    (dict(stream=2**70), BufferError, f"stream={2**70} is not supported for an array on cpu"),
+    (dict(stream=-2**70), BufferError, "not a 64-bit integer"),
+    (dict(dl_device=(1, 2**40)), BufferError, rf"cannot export an array on cpu to device \(1, {2**40}\)"),
+    (dict(dl_device=(2**40, 0)), BufferError, rf"to device \({2**40}, 0\)"),
+    (dict(dl_device=(-2**31 - 1, 0)), BufferError, "to device"),
+    (dict(dl_device="cpu"), TypeError, "dl_device must be None or a tuple"),
+    (dict(dl_device=(1,)), TypeError, "dl_device must be None or a tuple"),
+    (dict(dl_device=[1, 0]), TypeError, "dl_device must be None or a tuple"),
+    (dict(dl_device=(1.0, 0)), TypeError, "dl_device must be None or a tuple"),
 ])
 def test_protocol_forbidden_arguments(kwargs, exc, match):
     a, _ = ext.arange_default("float32", [2])

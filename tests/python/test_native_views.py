@@ -127,7 +127,7 @@ def test_writable_slice_writes_through():
 
 WRITE_REFUSED = {
     "numpy-misaligned": (lambda: misaligned(6), TypeError, "not aligned"),
-    "numpy-byteswapped": (lambda: np.zeros(6, ">f8"), BufferError, "byte order"),
+    "numpy-byteswapped": (lambda: np.zeros(6, ">f8"), TypeError, "byte order"),
     "numpy-strided": (lambda: np.zeros(12)[::2], TypeError, "C-contiguous"),
     "numpy-negative": (lambda: np.zeros(6)[::-1], TypeError, "C-contiguous"),
     "numpy-int64": (lambda: np.zeros(6, np.int64), TypeError, "dtype float64"),
@@ -228,7 +228,7 @@ def test_ndarray_mut_writes_through_any_strides():
     [
         (lambda: misaligned(6, shape=(2, 3)), TypeError, "not aligned"),
         (lambda: np.broadcast_to(np.arange(3.0), (2, 3)), TypeError, "read-only"),
-        (lambda: np.zeros((2, 3), ">f8"), BufferError, "byte order"),
+        (lambda: np.zeros((2, 3), ">f8"), TypeError, "byte order"),
         (lambda: np.zeros((2, 3), np.float32), TypeError, "dtype float64"),
         (lambda: jnp.zeros((2, 3), jnp.float32), TypeError, "dtype|read-only"),
         (lambda: np.lib.stride_tricks.as_strided(np.zeros(4), (2, 3), (8, 8)), TypeError,

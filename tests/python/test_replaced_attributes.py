@@ -105,6 +105,13 @@ HARMLESS = {
     "permute": "a conversion; the result is read and checked in full",
     "shape": "the target shape of a conversion, compared with the result's own",
     "dtype": "the source dtype of a conversion, for the same-kind rule's message",
+    # The message of a writable parameter's refusal of an array NumPy reads
+    # but dlcast cannot read in place: the argument is refused whatever
+    # these say; they only word why.
+    "isnative": "numpy.asarray(x).dtype.isnative, for a refusal's message only",
+    "kind": "numpy.asarray(x).dtype.kind, for a refusal's message only",
+    "str": "numpy.asarray(x).dtype.str, for a refusal's message only",
+    "strides": "numpy.asarray(x).strides, for a refusal's message only",
     # Attributes of objects of static, immutable types (type objects,
     # builtins), read for identity and checked against their C structs.
     # memoryview's getters, below abi3-py311: read only to refuse early

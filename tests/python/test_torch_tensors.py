@@ -158,9 +158,12 @@ def test_views_of_tensors_that_require_grad_are_exported_read_only():
     assert not out.flags.writeable
     with pytest.raises(ValueError):
         out[0, 0] = 5.0
-    # PyTorch has no read-only tensors: returning it there is refused.
-    with pytest.raises(BufferError, match="read-only"):
-        ext.transposed(w)
+    # PyTorch has no read-only tensors: returning it there is refused, and
+    # the message names the cause (requires_grad) and the fix (x.detach()),
+    # for `returns = like(x)` too.
+    for f in (ext.transposed, ext.passthrough_f64):
+        with pytest.raises(BufferError, match=r"^returns = torch: .*requires grad.*x\.detach\(\)"):
+            f(w)
     # Without requires_grad the view stays writable (zero-copy both ways).
     d = w.detach()
     np.asarray(ext.identity(d))[0, 0] = 5.0

@@ -7,7 +7,7 @@ use super::Binding;
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{CallError, ImportRefusal, WhyNot};
+use crate::error::{CallError, ImportRefusal, NotInPlace, WhyNot};
 use crate::import::{self, ImportError, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};
@@ -376,7 +376,13 @@ impl Who {
         if !(dtype_ok && order_ok) {
             return Err(self.mismatch(param, raw, dtype.unwrap_or(raw.dtype), writable, dtype_ok));
         }
-        if param.aligned && raw.extent.is_some() {
+        // Every typed view hands out references to its elements (`as_slice`,
+        // `as_ndarray`, Rust's own slices and `ndarray` views): its host
+        // memory is aligned for the element type, so that no accessor of an
+        // accepted argument fails on alignment. Device memory is read by no
+        // accessor, and aligned only where the parameter's type needs it.
+        let aligned = param.aligned || dtype.is_some() && raw.device.is_host_accessible();
+        if aligned && raw.extent.is_some() {
             let align = raw.dtype.align().unwrap_or(1);
             if raw.data as usize % align != 0 {
                 return Err(self.misaligned(param, raw, align, writable));
@@ -457,6 +463,38 @@ impl Who {
             what,
             why_not,
         })
+        .into()
+    }
+
+    /// The refusal of a writable parameter's argument that NumPy reads but
+    /// dlcast cannot read in place (`refused`: the producer's
+    /// `BufferError`, kept as the `__cause__`): a `TypeError` naming why
+    /// (byte order, dtype, strides), from the attributes of NumPy's array of
+    /// it; `refused` itself where none of them is why. Call it only for NumPy's
+    /// own arrays and buffer-protocol objects (`numpy.asarray` runs no other
+    /// producer's code). Python code, run in phase 1: what it reads words
+    /// the message only, the argument is refused whatever it says.
+    #[cold]
+    pub(super) fn not_in_place(
+        &self,
+        param: &ParamSpec,
+        obj: &Bound<'_, PyAny>,
+        refused: PyErr,
+    ) -> PyErr {
+        let py = obj.py();
+        let arr = py
+            .import(pyo3::intern!(py, "numpy"))
+            .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)));
+        // Any other refusal (the borrow registry's, rust-numpy's) stands.
+        let Ok(Some(why)) = arr.and_then(|a| why_not_in_place(&a)) else {
+            return refused;
+        };
+        CallError::NotInPlace {
+            func: self.spec.name,
+            param: param.name,
+            why,
+            cause: refused,
+        }
         .into()
     }
 
@@ -573,4 +611,29 @@ impl Who {
             .into()),
         }
     }
+}
+
+/// Why DLPack cannot describe NumPy's array `arr` (byte order, a dtype
+/// without a DLPack code, byte strides that are not whole elements), from
+/// its Python attributes; `None` when none of them is the reason.
+fn why_not_in_place(arr: &Bound<'_, PyAny>) -> PyResult<Option<NotInPlace>> {
+    let py = arr.py();
+    let dtype = arr.getattr(pyo3::intern!(py, "dtype"))?;
+    if !dtype.getattr(pyo3::intern!(py, "isnative"))?.is_truthy()? {
+        let s: String = dtype.getattr(pyo3::intern!(py, "str"))?.extract()?;
+        return Ok(Some(NotInPlace::ByteOrder(s)));
+    }
+    let kind: String = dtype.getattr(pyo3::intern!(py, "kind"))?.extract()?;
+    if !matches!(kind.as_str(), "b" | "i" | "u" | "f" | "c") {
+        return Ok(Some(NotInPlace::DType(dtype.str()?.to_string())));
+    }
+    let itemsize: isize = arr.getattr(pyo3::intern!(py, "itemsize"))?.extract()?;
+    let strides: Vec<isize> = arr.getattr(pyo3::intern!(py, "strides"))?.extract()?;
+    if itemsize > 0 && strides.iter().any(|s| s % itemsize != 0) {
+        return Ok(Some(NotInPlace::Strides {
+            strides,
+            itemsize: itemsize.unsigned_abs(),
+        }));
+    }
+    Ok(None)
 }

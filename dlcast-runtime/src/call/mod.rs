@@ -768,8 +768,9 @@ impl<const N: usize> CallCx<N> {
     /// a NumPy array (or subclass) that DLPack cannot describe (byte-swapped,
     /// strides that are not whole elements), a buffer with such a format or
     /// strides. For a typed read-only parameter that converts, a native,
-    /// aligned NumPy copy in the parameter's order; otherwise the refusal
-    /// stands.
+    /// aligned NumPy copy in the parameter's order; for a writable one, the
+    /// `TypeError` that says why it is not read in place; otherwise the
+    /// refusal stands.
     #[cold]
     fn convert_via_numpy(
         &mut self,
@@ -779,10 +780,13 @@ impl<const N: usize> CallCx<N> {
     ) -> PyResult<()> {
         let py = obj.py();
         let (slot, param) = (&self.slots[index], &self.spec.params[index]);
-        let Some(dtype) = slot.dtype else {
-            return Err(refused);
-        };
-        if slot.writable || !param.convert || slot.converted.is_some() {
+        // A writable parameter never converts: the producer's refusal (a
+        // `BufferError`) becomes the `TypeError` of every other writable
+        // refusal, naming why, where NumPy reads the argument (below).
+        let writable =
+            slot.writable && refused.is_instance_of::<pyo3::exceptions::PyBufferError>(py);
+        let converts = slot.dtype.is_some() && param.convert && slot.converted.is_none();
+        if !writable && (slot.writable || !converts) {
             return Err(refused);
         }
         // Only what NumPy reads without running other producers' code: its
@@ -798,6 +802,12 @@ impl<const N: usize> CallCx<N> {
         if capsule || !(ndarray_like || buffer) {
             return Err(refused);
         }
+        if writable {
+            return Err(self.not_in_place(param, obj, refused));
+        }
+        let Some(dtype) = slot.dtype else {
+            return Err(refused);
+        };
         let Ok(obj) = py
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)))

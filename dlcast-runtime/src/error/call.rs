@@ -119,6 +119,20 @@ pub(crate) enum CallError {
         func: &'static str,
         param: &'static str,
     },
+    /// `TypeError` (its `__cause__` the producer's refusal): an array NumPy
+    /// reads but dlcast cannot read in place (`why`), for a writable
+    /// parameter, which never converts.
+    #[error(
+        "{func}(): argument '{param}': {why}; a writable parameter never converts (writes \
+         into a converted copy would be lost): {}",
+        why.fix()
+    )]
+    NotInPlace {
+        func: &'static str,
+        param: &'static str,
+        why: NotInPlace,
+        cause: PyErr,
+    },
     /// `TypeError`: a writable array whose strides may reach one element
     /// from two indices.
     #[error(
@@ -345,6 +359,45 @@ pub(crate) enum ImportRefusal {
     Buffer(PyErr),
 }
 
+/// Why dlcast cannot read an array in place that NumPy reads (the text
+/// after the parameter), for [`CallError::NotInPlace`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotInPlace {
+    /// Byte-swapped data (NumPy's dtype string, e.g. `>f8`).
+    #[error("the array's byte order is not the machine's (dtype {0}), which dlcast cannot read in place")]
+    ByteOrder(String),
+    /// A dtype DLPack has no code for (NumPy's dtype string).
+    #[error("the array's dtype {0} has no DLPack type code, so dlcast cannot read it in place")]
+    DType(String),
+    /// Byte strides that are not whole elements.
+    #[error(
+        "the array's strides {} (bytes) are not whole elements of {itemsize} bytes, which \
+         DLPack cannot describe",
+        TupleDisplay(.strides)
+    )]
+    Strides {
+        strides: Vec<isize>,
+        itemsize: usize,
+    },
+}
+
+impl NotInPlace {
+    /// What the caller can pass instead.
+    fn fix(&self) -> &'static str {
+        match self {
+            NotInPlace::ByteOrder(_) => {
+                "pass an array in native byte order, e.g. \
+                 y = x.astype(x.dtype.newbyteorder(\"=\")), then copy y back into x"
+            }
+            NotInPlace::DType(_) => "pass an array of the parameter's dtype",
+            NotInPlace::Strides { .. } => {
+                "pass a compact copy, e.g. y = numpy.ascontiguousarray(x), then copy y back \
+                 into x"
+            }
+        }
+    }
+}
+
 /// Why a dtype, order or alignment that does not fit is not converted.
 #[derive(Debug)]
 pub(crate) enum WhyNot {
@@ -430,9 +483,9 @@ impl From<CallError> for PyErr {
             | CallError::RustNumpy { .. }
             | CallError::KeptChanging { .. }
             | CallError::Misuse => PyBufferError::new_err(msg),
-            CallError::ConvertRaised { cause, .. } | CallError::CopyUnreadable { cause, .. } => {
-                with_cause(PyTypeError::new_err(msg), cause)
-            }
+            CallError::ConvertRaised { cause, .. }
+            | CallError::CopyUnreadable { cause, .. }
+            | CallError::NotInPlace { cause, .. } => with_cause(PyTypeError::new_err(msg), cause),
             CallError::Import { why, .. } => match why {
                 ImportRefusal::NotAnArray(_)
                 | ImportRefusal::DType(_)

@@ -175,12 +175,18 @@ pub(crate) enum ExportError {
     /// `TypeError`: `stream` that is not an integer.
     #[error("stream must be None or an integer")]
     StreamType,
-    /// `dl_device` other than the array's.
+    /// An integer `stream` beyond 64 bits, which no device takes.
+    #[error("stream={stream} is not supported for an array on {device} (not a 64-bit integer)")]
+    StreamRange { stream: String, device: Device },
+    /// `TypeError`: `dl_device` that is not a pair of integers.
+    #[error("dl_device must be None or a tuple (device_type, device_id) of two integers")]
+    DlDeviceType,
+    /// `dl_device` other than the array's (the integers as given).
     #[error("cannot export an array on {device} to device ({device_type}, {device_id})")]
     OtherDevice {
         device: Device,
-        device_type: i32,
-        device_id: i32,
+        device_type: String,
+        device_id: String,
     },
     /// `copy=False` of memory that must never be written.
     #[error(
@@ -268,6 +274,19 @@ pub(crate) enum ExportError {
          returns = numpy, whose arrays carry writeable=False"
     )]
     ReadOnlyRefused {
+        option: &'static str,
+        name: &'static str,
+    },
+    /// A view of a PyTorch tensor that requires grad (exported read-only,
+    /// since writes through it would bypass autograd), for a framework
+    /// without read-only tensors.
+    #[error(
+        "returns = {option}: the array is a view of a tensor that requires grad \
+         (x.requires_grad is True), and {name} has no read-only tensors: writes through the \
+         returned view would bypass autograd. Pass x.detach() to return a view of its data, \
+         or return a copy (e.g. Tensor::from_vec(view.to_vec()?, view.shape()))"
+    )]
+    RequiresGrad {
         option: &'static str,
         name: &'static str,
     },
@@ -362,7 +381,9 @@ impl From<ExportError> for PyErr {
             | E::InvalidElement { .. }
             | E::InvalidElementAt { .. }
             | E::Parts(_) => PyValueError::new_err(msg),
-            E::MaxVersion | E::StreamType | E::LenOfScalar => PyTypeError::new_err(msg),
+            E::MaxVersion | E::StreamType | E::DlDeviceType | E::LenOfScalar => {
+                PyTypeError::new_err(msg)
+            }
             E::IndexRank { .. } | E::IndexBounds { .. } => PyIndexError::new_err(msg),
             _ => PyBufferError::new_err(msg),
         }

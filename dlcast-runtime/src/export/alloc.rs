@@ -210,6 +210,9 @@ pub(super) struct Exported {
     /// C-order data of a `&'static [T]` ([`Tensor::from_static`]): its
     /// exports share one interned copy ([`Exported::interned`]).
     pub(super) static_data: bool,
+    /// Read-only because it is a view of a PyTorch tensor that requires
+    /// grad (writes through it would bypass autograd): refusals say so.
+    pub(super) requires_grad: bool,
 }
 
 // SAFETY: `data` points into memory that `keep` owns or keeps alive; no
@@ -389,6 +392,7 @@ impl Exported {
             py_owner: None,
             never_written: false,
             static_data: false,
+            requires_grad: false,
         })
     }
 

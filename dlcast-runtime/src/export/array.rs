@@ -299,6 +299,54 @@ fn consumer_stream(this: &Exported, stream: Option<i64>) -> PyResult<()> {
     })
 }
 
+/// Reads `stream`: `None`, or an integer (anything `__index__` takes; else
+/// `TypeError`, an incorrect argument). An integer beyond `i64` is no
+/// stream of any device: the `BufferError` of a stream the device does not
+/// take.
+fn parse_stream(this: &Exported, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    let Some(s) = stream.filter(|s| !s.is_none()) else {
+        return Ok(None);
+    };
+    match s.extract::<i64>() {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(s.py()) => {
+            Err(ExportError::StreamRange {
+                stream: s.to_string(),
+                device: this.device,
+            }
+            .into())
+        }
+        Err(_) => Err(ExportError::StreamType.into()),
+    }
+}
+
+/// Checks `dl_device`: a tuple of two integers (else `TypeError`, an
+/// incorrect argument), which must be the array's own device (else
+/// `BufferError`, whatever the integers, those beyond `i32` included).
+fn parse_dl_device(this: &Exported, d: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = d.py();
+    let (t, id) = d
+        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+        .map_err(|_| ExportError::DlDeviceType)?;
+    // Each an `i32`, `None` for an integer beyond it; not an integer:
+    // `TypeError`.
+    let int = |v: &Bound<'_, PyAny>| match v.extract::<i32>() {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => Ok(None),
+        Err(_) => Err(PyErr::from(ExportError::DlDeviceType)),
+    };
+    let own = (this.device.device_type, this.device.device_id);
+    match (int(&t)?, int(&id)?) {
+        (Some(t), Some(id)) if (t, id) == own => Ok(()),
+        _ => Err(ExportError::OtherDevice {
+            device: this.device,
+            device_type: t.to_string(),
+            device_id: id.to_string(),
+        }
+        .into()),
+    }
+}
+
 /// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
 fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
     v.extract::<(i64, i64)>()
@@ -320,32 +368,25 @@ impl Array {
     ///   stream is made to wait for the work pending on the array's own
     ///   stream (nothing to do when they are the same, or for `-1`).
     ///
-    /// Raises `BufferError` for what cannot be honoured, `TypeError` for
-    /// positional or unknown arguments.
+    /// Raises `BufferError` for what cannot be honoured (a stream or device
+    /// the array cannot be exported for, a copy that cannot be had or
+    /// avoided), as the array API standard asks; `TypeError` for an
+    /// argument of the wrong type (a `stream` that is not an integer, a
+    /// `max_version` or `dl_device` that is not a pair of integers, a
+    /// `copy` that is not a bool) and for positional or unknown arguments.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__(
         slf: &Bound<'_, Self>,
         stream: Option<&Bound<'_, PyAny>>,
         max_version: Option<&Bound<'_, PyAny>>,
-        dl_device: Option<(i32, i32)>,
+        dl_device: Option<&Bound<'_, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = &slf.get().inner;
-        let stream: Option<i64> = match stream.filter(|s| !s.is_none()) {
-            None => None,
-            Some(s) => Some(s.extract().map_err(|_| ExportError::StreamType)?),
-        };
-        if let Some((t, id)) = dl_device {
-            let own = (this.device.device_type, this.device.device_id);
-            if (t, id) != own {
-                return Err(ExportError::OtherDevice {
-                    device: this.device,
-                    device_type: t,
-                    device_id: id,
-                }
-                .into());
-            }
+        let stream = parse_stream(this, stream)?;
+        if let Some(d) = dl_device.filter(|d| !d.is_none()) {
+            parse_dl_device(this, d)?;
         }
         let versioned = match max_version.filter(|v| !v.is_none()) {
             None => false,

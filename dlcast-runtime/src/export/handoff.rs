@@ -102,6 +102,13 @@ impl Framework {
 fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bound<'py, Array>> {
     let py = array.py();
     let e = &array.get().inner;
+    if f.read_only == ReadOnly::Refused && e.requires_grad {
+        return Err(ExportError::RequiresGrad {
+            option: f.option,
+            name: f.name,
+        }
+        .into());
+    }
     if f.read_only == ReadOnly::Refused && e.read_only {
         return Err(ExportError::ReadOnlyRefused {
             option: f.option,

@@ -768,9 +768,11 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // A view of a PyTorch tensor that requires grad exports read-only:
     // writes through it would bypass autograd, which PyTorch's own
     // `.numpy()` and `__dlpack__` refuse.
+    let mut requires_grad = false;
     if let Some(original) = raw.torch_original() {
         if crate::import::torch::requires_grad(original.bind(py))? {
             raw.read_only = true;
+            requires_grad = true;
         }
     }
     raw.prepare_export(py)?;
@@ -800,6 +802,7 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
     // body's work on it, if it followed `view.stream()`).
     e.stream = stream;
     e.byte_offset = byte_offset;
+    e.requires_grad = requires_grad && e.read_only;
     if copy_converted {
         if e.device.is_host_accessible() {
             // The temporary is dropped with `e` (its producer's deleter
