@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dlcast_testext as ext
-from conftest import capsule, deleters_balanced
+from conftest import capsule, deleters_balanced, run_py
 
 
 def test_capsule_used_twice():
@@ -472,3 +472,43 @@ def test_producer_returning_the_same_capsule_for_two_parameters():
         c = capsule(np.ones((2, 3), np.float32))
         with pytest.raises(BufferError, match="argument 'weights': the DLPack capsule was already consumed"):
             ext.centroid(c, c)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("via", ["sum_f32", "sum_f64"])
+def test_producers_that_call_back_without_end_get_recursion_error_not_a_crash(via):
+    """A producer whose `__dlpack__` calls a dlcast function with itself
+    recurses through phase 1; each level also holds the driver's frames, so
+    the thread's stack used to run out (a segfault at about 270 levels of a
+    debug build) before Python's recursion limit. Past the driver's bound
+    the call raises `RecursionError`, and the process goes on."""
+    r = run_py(f"""
+        import numpy as np
+        import dlcast_testext as ext
+
+        fn = getattr(ext, {via!r})
+        depth = 0
+
+        class Loop:
+            def __dlpack__(self, **kw):
+                global depth
+                depth += 1
+                fn(self)
+                raise AssertionError("unreachable")
+
+        try:
+            fn(Loop())
+        except RecursionError as e:
+            print("RecursionError", depth, e)
+        except Exception as e:
+            # Wrapped by an outer level: the innermost cause is the bound.
+            c = e
+            while c.__cause__ is not None or c.__context__ is not None:
+                c = c.__cause__ or c.__context__
+            print(type(c).__name__, depth, c)
+        assert float(fn(np.ones(3, np.float32 if {via!r} == "sum_f32" else np.float64))) == 3.0
+        print("alive")
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "RecursionError" in r.stdout and "nested more than 64 deep" in r.stdout, r.stdout
+    assert "alive" in r.stdout

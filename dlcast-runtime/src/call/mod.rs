@@ -40,6 +40,7 @@ use smallvec::SmallVec;
 
 mod checks;
 mod debug;
+mod depth;
 mod fast;
 pub(crate) mod release;
 
@@ -372,6 +373,8 @@ impl<const N: usize> CallCx<N> {
         numpy_fields: bool,
     ) -> PyResult<()> {
         let py = obj.py();
+        // What follows may run Python code that calls dlcast again.
+        let _nested = depth::Nested::enter(self.spec.name)?;
         // The registry is found (or published: Python code, once per
         // process) before any read.
         crate::borrow::api(py)?;
@@ -779,6 +782,8 @@ impl<const N: usize> CallCx<N> {
         refused: PyErr,
     ) -> PyResult<()> {
         let py = obj.py();
+        // NumPy's conversion may run the argument's Python code.
+        let _nested = depth::Nested::enter(self.spec.name)?;
         let (slot, param) = (&self.slots[index], &self.spec.params[index]);
         // A writable parameter never converts: the producer's refusal (a
         // `BufferError`) becomes the `TypeError` of every other writable

@@ -187,6 +187,13 @@ pub(crate) enum CallError {
     /// `MemoryError`: the borrow registry could not grow.
     #[error("{}", super::REGISTRY_FULL)]
     RegistryFull,
+    /// `RecursionError`: producers' code called dlcast functions nested
+    /// deeper than the driver's bound (see `call::depth`).
+    #[error(
+        "{func}(): dlcast calls nested more than {limit} deep through the Python code of \
+         their arguments (a producer's __dlpack__ that calls back into a dlcast function?)"
+    )]
+    TooDeep { func: &'static str, limit: u32 },
     /// `MemoryError`: no memory to note a version counter to bump.
     #[error("dlcast: no memory for the call's version counters")]
     VersionMemory,
@@ -479,6 +486,7 @@ impl From<CallError> for PyErr {
             #[cfg(Py_GIL_DISABLED)]
             CallError::FreeThreaded => pyo3::exceptions::PyRuntimeError::new_err(msg),
             CallError::InvalidBool { .. } => PyValueError::new_err(msg),
+            CallError::TooDeep { .. } => pyo3::exceptions::PyRecursionError::new_err(msg),
             CallError::InUse { .. }
             | CallError::RustNumpy { .. }
             | CallError::KeptChanging { .. }
