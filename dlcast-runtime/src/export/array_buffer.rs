@@ -448,12 +448,15 @@ impl<T: Element> ArrayBuffer<T> {
     /// buffer holding a byte other than 0 or 1 (written by Python);
     /// `MemoryError` if the registry cannot grow. `f` does not run then.
     pub fn with_mut<R>(&mut self, py: Python<'_>, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
-        let writers = self.writable_exports();
-        if writers != 0 {
+        // `Arc::get_mut`, not a count of `strong_count` (a relaxed load):
+        // its acquire makes everything a writable export's holder did
+        // before dropping it, on any thread (free-threaded Python drops
+        // objects without a GIL to order them), happen before `f`'s accesses.
+        if Arc::get_mut(&mut self.writers).is_none() {
             return Err(ExportError::Exported {
                 what: "lend the buffer as `&mut` (with_mut) while a writable view of it lives \
                        (read-only views may stay)",
-                exports: writers,
+                exports: self.writable_exports(),
             }
             .into());
         }
@@ -466,7 +469,7 @@ impl<T: Element> ArrayBuffer<T> {
             // SAFETY: the storage holds `len` initialised, aligned elements
             // holding valid values (checked above), allocated while `self`
             // lives. Nothing else writes them while `slice` lives: no
-            // writable export exists (counted above; a new one needs `&self`,
+            // writable export exists (`get_mut` above; a new one needs `&self`,
             // which `&mut self` excludes, and a read-only export never
             // becomes writable), `set`/`fill`/`copy_from_slice` need `&self`,
             // and a dlcast view of an exported array is a registered borrow
