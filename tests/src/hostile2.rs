@@ -56,7 +56,42 @@ impl TfBuf {
     }
 }
 
-/// Registers the class above.
+/// An `ArrayBuffer<f64>` (rust-numpy's test extension takes `f64`) whose
+/// read-only NumPy view Rust rewrites in bulk.
+#[pyclass(module = "dlcast_testext")]
+pub struct RoF64Buf {
+    data: ArrayBuffer<f64>,
+}
+
+#[dlpack_fn]
+#[pymethods]
+impl RoF64Buf {
+    #[new]
+    fn new(n: usize) -> PyResult<Self> {
+        Ok(RoF64Buf {
+            data: ArrayBuffer::zeros(&[n])?,
+        })
+    }
+
+    /// The read-only view, as NumPy.
+    #[dlpack_fn(returns = numpy)]
+    fn view_ro(slf: &Bound<'_, Self>) -> PyResult<Tensor<f64>> {
+        slf.try_borrow()?.data.view_read_only(slf)
+    }
+
+    /// `fill(v)`.
+    fn fill(&self, py: Python<'_>, v: f64) -> PyResult<()> {
+        self.data.fill(py, v)
+    }
+
+    /// `with_mut`, every element set to `v`.
+    fn fill_mut(&mut self, py: Python<'_>, v: f64) -> PyResult<()> {
+        self.data.with_mut(py, |s| s.fill(v))
+    }
+}
+
+/// Registers the classes above.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<TfBuf>()
+    m.add_class::<TfBuf>()?;
+    m.add_class::<RoF64Buf>()
 }
