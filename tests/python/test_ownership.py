@@ -588,6 +588,33 @@ def test_a_jax_array_over_a_buffer_never_changes_after_creation(method):
 
 
 @pytest.mark.hostile
+@pytest.mark.parametrize("route", ["returns", "default"])
+def test_a_tensorflow_tensor_over_a_buffer_never_changes_after_creation(route):
+    # As for JAX above: a read-only ArrayBuffer view went to TensorFlow
+    # (immutable tensors) as it is, through a legacy capsule, by
+    # `returns = tensorflow` and by the default return (a TensorFlow first
+    # argument). ArrayBuffer::set and with_mut then changed an "immutable"
+    # tensor, and TensorFlow re-exports it as a legacy capsule (no read-only
+    # mark), so PyTorch got a writable alias that no writable-export count
+    # saw: with_mut lent `&mut [T]` over memory Python could write.
+    # Expected: TensorFlow gets a copy, as JAX does.
+    import tensorflow as tf
+
+    b = ext.TfBuf(4)
+    b.set(0, 1.0)
+    t = b.frozen_tf() if route == "returns" else b.frozen_like(tf.constant([0.0]))
+    assert isinstance(t, tf.Tensor)
+    b.set(1, 5.0)
+    assert t.numpy().tolist() == [1.0, 0.0, 0.0, 0.0]
+    alias = torch.from_dlpack(tf.experimental.dlpack.to_dlpack(t))
+    assert b.sort_desc() == 5.0  # only read-only exports (if any) live
+    alias.fill_(7.0)  # TensorFlow's memory, not the buffer's
+    b.set(2, 3.0)
+    assert t.numpy().tolist() == [7.0] * 4
+    assert b.sort_desc() == 5.0
+
+
+@pytest.mark.hostile
 def test_buffer_get_with_a_wrong_length_index_says_so():
     # ArrayBuffer::get(&[1]) on a (4, 4) buffer: "index [1] is out of bounds
     # for a buffer of shape [4, 4]"; the view accessors say "index (1,) has

@@ -447,10 +447,6 @@ def rnp_scenario(order):
 
 
 @pytest.mark.hostile
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap, README Safety: ArrayBuffer guards are entered in rust-numpy's own "
-    "borrow table only through dlcast's registry; where a rust-numpy extension "
-    "published its table first, each export is a separate base object to it"))
 def test_buffer_guards_are_seen_by_rust_numpys_own_table():
     # When rust-numpy's own borrow table is in use (a rust-numpy extension
     # borrowed first), ArrayBuffer::read / set are registered in dlcast's
@@ -458,6 +454,9 @@ def test_buffer_guards_are_seen_by_rust_numpys_own_table():
     # the buffer and the object's own &[f64] (or element writes) coexist, an
     # aliasing &mut / & pair in safe Rust, and writes under rust-numpy's
     # shared view. Expected: refused both ways, as in the other order.
+    # Fixed: with rust-numpy's own table, Rust's writes (and `read()` while
+    # a writable export lives) are refused while exports live, since
+    # rust-numpy keys its borrows by each export's base object.
     results = rnp_scenario("rust-numpy first")
     allowed = [k for k, v in results.items() if v == "allowed"]
     assert not allowed, results
@@ -470,10 +469,6 @@ def test_buffer_guards_meet_rust_numpy_borrows_through_dlcasts_table():
 
 
 @pytest.mark.hostile
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap, README Safety: ArrayBuffer guards are entered in rust-numpy's own "
-    "borrow table only through dlcast's registry; where a rust-numpy extension "
-    "published its table first, each export is a separate base object to it"))
 def test_buffer_conflict_with_rust_numpy_names_the_other_extension():
     # The refusal reads "cannot read: the buffer's memory is in use by a
     # writable borrow that is still live (argument '' of <rust-numpy>())".

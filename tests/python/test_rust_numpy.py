@@ -217,3 +217,46 @@ def test_rust_numpy_table_redirected_by_a_type_descriptor_is_not_trusted(owner):
     r = run_py(DESCRIPTOR_REDIRECT.replace("sys.argv[1]", repr(owner)))
     assert r.returncode == 0, r.stderr
     assert "allowed" not in r.stdout, r.stdout
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("order", ["rust-numpy first", "dlcast first"])
+def test_buffer_writes_from_rust_never_change_a_rust_numpy_borrow(order):
+    # An ArrayBuffer's Rust writes (`fill`, `with_mut`) while rust-numpy
+    # holds a PyReadonlyArray (a `&` to the elements) of the buffer's
+    # exported NumPy array. In dlcast's registry (dlcast came first) the
+    # borrow is entered by address and the write is refused; in
+    # rust-numpy's own registry (a rust-numpy extension borrowed first) it
+    # is entered by the array's base object, which the buffer's write never
+    # consulted: the values changed under rust-numpy's `&` (and `with_mut`
+    # lent `&mut [T]` beside it). Expected: refused in both orders.
+    code = f"""
+        import numpy as np, dlcast_rnp as rnp, dlcast_testext as ext
+        first = {order!r}
+        if first == "rust-numpy first":
+            rnp.hold_ref_and_call(np.zeros(3), lambda: None)
+        else:
+            ext.hold_ref_and_call(np.zeros(3), lambda: None)
+        b = ext.RoF64Buf(4)
+        v = b.view_ro()
+        refused = []
+        def write(method, value):
+            def cb():
+                try:
+                    getattr(b, method)(value)
+                except BufferError as e:
+                    refused.append(str(e))
+            return cb
+        assert rnp.hold_ref_and_call(v, write("fill", 1.0)) == (0.0, 0.0)
+        assert rnp.hold_ref_and_call(v, write("fill_mut", 2.0)) == (0.0, 0.0)
+        assert len(refused) == 2, refused
+        # Without the borrow, both write again (in rust-numpy's order only
+        # once no array is exported: dlcast cannot see its borrows).
+        del v
+        b.fill(1.0)
+        b.fill_mut(2.0)
+        assert b.view_ro().tolist() == [2.0] * 4
+        print("ok")
+    """
+    p = run_py(code)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]

@@ -19,6 +19,7 @@ mod first_hour;
 mod float8;
 mod gpu;
 mod hand_driven;
+mod hostile2;
 mod native;
 mod ownership;
 mod ownership_edges;
@@ -489,6 +490,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     stored::add(m)?;
     float8::add(m)?;
     body::add(m)?;
+    hostile2::add(m)?;
     add_robustness_functions(m)
 }
 

@@ -362,9 +362,29 @@ pub(crate) enum ExportError {
         param: &'static str,
         func: &'static str,
     },
+    /// A rust-numpy borrow (in dlcast's registry) holds the buffer's memory.
+    #[error(
+        "cannot {what}: the buffer's memory is borrowed by a rust-numpy extension ({} \
+         borrow of an array exported from the buffer, still live)",
+        if *.writable { "a PyReadwriteArray" } else { "a PyReadonlyArray" }
+    )]
+    BorrowedByRustNumpy { what: &'static str, writable: bool },
     /// `ValueError`: the buffer's parts do not make a tensor.
     #[error("{0}")]
     Parts(ShapeError),
+    /// Rust would write the buffer while arrays exported from it live and
+    /// a rust-numpy extension keeps its own borrow registry, where dlcast
+    /// cannot see whether it borrows them.
+    #[error(
+        "cannot {what}: {exports} array{} exported from the buffer {} still alive, and a \
+         rust-numpy extension keeps its own borrow registry (it borrowed a NumPy array before \
+         dlcast's first call in this process), where dlcast cannot see whether it borrows \
+         them; delete them (`del a`) first, or import and call a dlcast function before any \
+         rust-numpy extension borrows an array",
+        if *.exports == 1 { "" } else { "s" },
+        if *.exports == 1 { "is" } else { "are" }
+    )]
+    RustNumpyBlind { what: &'static str, exports: usize },
 }
 
 impl From<ExportError> for PyErr {

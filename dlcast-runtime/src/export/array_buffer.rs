@@ -266,6 +266,17 @@ impl<T: Element> ArrayBuffer<T> {
     /// `MemoryError` if the registry cannot grow.
     pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
         let borrow = self.register(py, false, "read")?;
+        // A rust-numpy `PyReadwriteArray` (`&mut`) of a writable export is
+        // invisible here when rust-numpy keeps its own registry (see
+        // `register_write`).
+        let writers = self.writable_exports();
+        if writers != 0 && borrow::rnp::foreign().is_some() {
+            return Err(ExportError::RustNumpyBlind {
+                what: "read the buffer",
+                exports: writers,
+            }
+            .into());
+        }
         self.check_values()?;
         let s = &*self.storage;
         // SAFETY: the storage holds `len` initialised, aligned elements and
@@ -320,7 +331,7 @@ impl<T: Element> ArrayBuffer<T> {
     /// `IndexError` out of bounds; `BufferError` while such a borrow lives.
     pub fn set(&self, py: Python<'_>, index: &[usize], value: T) -> PyResult<()> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
-        let _borrow = self.register(py, true, "write the buffer")?;
+        let _borrow = self.register_write(py, "write the buffer")?;
         // SAFETY: `at < len`, inside the live allocation, aligned for `T`;
         // no Rust reference to the memory is live (a `BufferRef` or a
         // dlcast view would be a registered borrow, refused above, and
@@ -372,7 +383,7 @@ impl<T: Element> ArrayBuffer<T> {
             })
             .into());
         }
-        let _borrow = self.register(py, true, "write the buffer")?;
+        let _borrow = self.register_write(py, "write the buffer")?;
         // SAFETY: `len` elements fit the live allocation (this `Arc`),
         // aligned for `T`, and `src` holds `len` initialised `T`s. No Rust
         // reference to the buffer's memory is live: a `BufferRef` or a
@@ -393,7 +404,7 @@ impl<T: Element> ArrayBuffer<T> {
     /// `BufferError` while a Rust or dlcast borrow of the memory is live;
     /// `MemoryError` if the registry cannot grow.
     pub fn fill(&self, py: Python<'_>, value: T) -> PyResult<()> {
-        let _borrow = self.register(py, true, "write the buffer")?;
+        let _borrow = self.register_write(py, "write the buffer")?;
         let base = self.storage.ptr.as_ptr();
         for i in 0..self.storage.len {
             // SAFETY: `i < len`: inside the live allocation, aligned for
@@ -448,16 +459,19 @@ impl<T: Element> ArrayBuffer<T> {
     /// buffer holding a byte other than 0 or 1 (written by Python);
     /// `MemoryError` if the registry cannot grow. `f` does not run then.
     pub fn with_mut<R>(&mut self, py: Python<'_>, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
-        let writers = self.writable_exports();
-        if writers != 0 {
+        // `Arc::get_mut`, not a count of `strong_count` (a relaxed load):
+        // its acquire makes everything a writable export's holder did
+        // before dropping it, on any thread (free-threaded Python drops
+        // objects without a GIL to order them), happen before `f`'s accesses.
+        if Arc::get_mut(&mut self.writers).is_none() {
             return Err(ExportError::Exported {
                 what: "lend the buffer as `&mut` (with_mut) while a writable view of it lives \
                        (read-only views may stay)",
-                exports: writers,
+                exports: self.writable_exports(),
             }
             .into());
         }
-        let _borrow = self.register(py, true, "write the buffer")?;
+        let _borrow = self.register_write(py, "write the buffer")?;
         self.check_values()?;
         let s = &*self.storage;
         let slice = if s.len == 0 {
@@ -466,7 +480,7 @@ impl<T: Element> ArrayBuffer<T> {
             // SAFETY: the storage holds `len` initialised, aligned elements
             // holding valid values (checked above), allocated while `self`
             // lives. Nothing else writes them while `slice` lives: no
-            // writable export exists (counted above; a new one needs `&self`,
+            // writable export exists (`get_mut` above; a new one needs `&self`,
             // which `&mut self` excludes, and a read-only export never
             // becomes writable), `set`/`fill`/`copy_from_slice` need `&self`,
             // and a dlcast view of an exported array is a registered borrow
@@ -522,6 +536,15 @@ impl<T: Element> ArrayBuffer<T> {
         match borrow::acquire_with(api, &req) {
             Ok(b) => Ok(Some(b)),
             Err(Refused::NoMemory) => Err(ExportError::RegistryFull.into()),
+            Err(Refused::Conflict(other))
+                if borrow::name(other.function, other.function_len) == borrow::rnp::RUST_NUMPY =>
+            {
+                Err(ExportError::BorrowedByRustNumpy {
+                    what,
+                    writable: other.writable != 0,
+                }
+                .into())
+            }
             Err(Refused::Conflict(other)) => Err(ExportError::Borrowed {
                 what,
                 writable: other.writable != 0,
@@ -530,6 +553,25 @@ impl<T: Element> ArrayBuffer<T> {
             }
             .into()),
         }
+    }
+
+    /// A registered write from Rust (`set`, `fill`, `copy_from_slice`,
+    /// `with_mut`): [`ArrayBuffer::register`], and refused while exports
+    /// live if a rust-numpy extension keeps its own borrow registry. There
+    /// rust-numpy's `PyReadonlyArray`s (`&` to the elements) of an exported
+    /// NumPy array are entered by the array's base object, which dlcast's
+    /// registry never sees, so the write could change memory under them.
+    /// In dlcast's registry (dlcast came first, the usual case) they are
+    /// entered by address and `register` sees them.
+    fn register_write(&self, py: Python<'_>, what: &'static str) -> PyResult<Option<Borrow>> {
+        let borrow = self.register(py, true, what)?;
+        // `register` set the registry up (and with it adopted rust-numpy's
+        // table, if one was published first).
+        let exports = self.exports();
+        if exports != 0 && borrow::rnp::foreign().is_some() {
+            return Err(ExportError::RustNumpyBlind { what, exports }.into());
+        }
+        Ok(borrow)
     }
 
     fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {

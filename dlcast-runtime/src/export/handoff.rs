@@ -117,16 +117,22 @@ fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bo
         .into());
     }
     let host = e.device.is_host_accessible();
-    let copy = match f.layout {
-        Layout::AsIs => false,
-        Layout::NegativeStridesRefused => {
-            refuse_negative_strides(array, f)?;
-            false
-        }
-        // MLX takes no negative strides.
-        Layout::NegativeStridesCopied => host && e.strides.iter().any(|&s| s < 0),
-        Layout::CompactCopy => host && !takes_as_is(e),
-    };
+    // An immutable framework's array must never change, and its re-exports
+    // (legacy capsules) carry no read-only mark: memory an object may
+    // still write (an `ArrayBuffer`'s, with `set`, `with_mut` or a writable
+    // view) goes as a copy, whatever the layout column says.
+    let owned_by_object = host && f.read_only == ReadOnly::Immutable && e.py_owner.is_some();
+    let copy = owned_by_object
+        || match f.layout {
+            Layout::AsIs => false,
+            Layout::NegativeStridesRefused => {
+                refuse_negative_strides(array, f)?;
+                false
+            }
+            // MLX takes no negative strides.
+            Layout::NegativeStridesCopied => host && e.strides.iter().any(|&s| s < 0),
+            Layout::CompactCopy => host && !takes_as_is(e),
+        };
     if !copy {
         return Ok(array.clone());
     }
