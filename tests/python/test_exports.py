@@ -281,6 +281,59 @@ def test_protocol_forbidden_arguments(kwargs, exc, match):
         a.__dlpack__(**kwargs)
 
 
+class _RaisingIndex:
+    """An integer-like whose `__index__` raises `exc`."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit, MemoryError])
+@pytest.mark.parametrize("where", ["stream", "dl_device", "max_version major", "max_version minor"])
+def test_protocol_arguments_let_interrupts_through(exc, where):
+    """What an argument's `__index__` raises through no fault of the argument
+    (an interrupt, an exit, memory) propagates unchanged: it is no
+    `TypeError` of a wrong argument type."""
+    a, _ = ext.arange_default("float32", [2])
+    bad = _RaisingIndex(exc)
+    kwargs = {
+        "stream": dict(stream=bad),
+        "dl_device": dict(dl_device=(1, bad)),
+        "max_version major": dict(max_version=(bad, 0)),
+        "max_version minor": dict(max_version=(1, bad)),
+    }[where]
+    with pytest.raises(exc):
+        a.__dlpack__(**kwargs)
+    # An `__index__` that fails as a wrong argument's would is one.
+    with pytest.raises(TypeError, match="must be"):
+        a.__dlpack__(**{k: _swap(v, bad, _RaisingIndex(ValueError)) for k, v in kwargs.items()})
+
+
+def _swap(value, old, new):
+    if isinstance(value, tuple):
+        return tuple(new if v is old else v for v in value)
+    return new if value is old else value
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("max_version,name", [
+    ((1, 2**70), "dltensor_versioned"),
+    ((2**70, 0), "dltensor_versioned"),
+    ((-2**70, 0), "dltensor"),
+    ((np.int8(1), np.uint64(2**64 - 1)), "dltensor_versioned"),
+    ((0, -2**70), "dltensor"),
+])
+def test_protocol_max_version_of_any_integers(max_version, name):
+    """`max_version` is a pair of integers, whatever their size: a major of
+    at least 1 asks for a versioned capsule, the minor changes nothing."""
+    a, _ = ext.arange_default("float32", [2])
+    assert capsule_name(a.__dlpack__(max_version=max_version)) == name
+
+
 def test_buffer_protocol():
     a, ptr = ext.arange_default("int16", [2, 3], "rev")
     mv = buffer_of(a)

@@ -307,16 +307,43 @@ fn parse_stream(this: &Exported, stream: Option<&Bound<'_, PyAny>>) -> PyResult<
     let Some(s) = stream.filter(|s| !s.is_none()) else {
         return Ok(None);
     };
-    match s.extract::<i64>() {
+    match int_arg(s, || ExportError::StreamType.into())? {
         Ok(v) => Ok(Some(v)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(s.py()) => {
-            Err(ExportError::StreamRange {
-                stream: s.to_string(),
-                device: this.device,
-            }
-            .into())
+        Err(_) => Err(ExportError::StreamRange {
+            stream: s.to_string(),
+            device: this.device,
         }
-        Err(_) => Err(ExportError::StreamType.into()),
+        .into()),
+    }
+}
+
+/// An integer argument of `__dlpack__`, read through its `__index__` once
+/// (as `operator.index` does): `Ok(n)` within `i64`, `Err(positive)` for
+/// an integer beyond it (its sign, from an exact `int`: no Python code);
+/// `wrong()` (the argument's `TypeError`) for anything that is not an
+/// integer. What `__index__` raises that is no fault of the argument
+/// (`KeyboardInterrupt`, `SystemExit`, `MemoryError`) propagates unchanged.
+fn int_arg(v: &Bound<'_, PyAny>, wrong: impl FnOnce() -> PyErr) -> PyResult<Result<i64, bool>> {
+    let py = v.py();
+    // SAFETY: `v` is a live object and the GIL is held; `PyNumber_Index`
+    // returns a new reference, or NULL with an exception set.
+    let index = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Index(v.as_ptr())) };
+    let index = match index {
+        Ok(i) => i,
+        Err(e)
+            if !e.is_instance_of::<pyo3::exceptions::PyException>(py)
+                || e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) =>
+        {
+            return Err(e)
+        }
+        Err(_) => return Err(wrong()),
+    };
+    match index.extract::<i64>() {
+        Ok(n) => Ok(Ok(n)),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
+            Ok(Err(index.gt(0)?))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -324,16 +351,14 @@ fn parse_stream(this: &Exported, stream: Option<&Bound<'_, PyAny>>) -> PyResult<
 /// incorrect argument), which must be the array's own device (else
 /// `BufferError`, whatever the integers, those beyond `i32` included).
 fn parse_dl_device(this: &Exported, d: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = d.py();
     let (t, id) = d
         .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
         .map_err(|_| ExportError::DlDeviceType)?;
     // Each an `i32`, `None` for an integer beyond it; not an integer:
     // `TypeError`.
-    let int = |v: &Bound<'_, PyAny>| match v.extract::<i32>() {
-        Ok(n) => Ok(Some(n)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => Ok(None),
-        Err(_) => Err(PyErr::from(ExportError::DlDeviceType)),
+    let int = |v: &Bound<'_, PyAny>| {
+        int_arg(v, || ExportError::DlDeviceType.into())
+            .map(|n| n.ok().and_then(|n| i32::try_from(n).ok()))
     };
     let own = (this.device.device_type, this.device.device_id);
     match (int(&t)?, int(&id)?) {
@@ -348,9 +373,18 @@ fn parse_dl_device(this: &Exported, d: &Bound<'_, PyAny>) -> PyResult<()> {
 }
 
 /// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
-fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
-    v.extract::<(i64, i64)>()
-        .map_err(|_| ExportError::MaxVersion.into())
+/// Whether it asks for a versioned capsule (a major of at least 1, however
+/// large; the minor, any integer, says nothing more here).
+fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let (major, minor) = v
+        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+        .map_err(|_| PyErr::from(ExportError::MaxVersion))?;
+    let major = int_arg(&major, || ExportError::MaxVersion.into())?;
+    int_arg(&minor, || ExportError::MaxVersion.into())?;
+    Ok(match major {
+        Ok(n) => n >= 1,
+        Err(positive) => positive,
+    })
 }
 
 #[pymethods]
@@ -390,7 +424,7 @@ impl Array {
         }
         let versioned = match max_version.filter(|v| !v.is_none()) {
             None => false,
-            Some(v) => parse_version(v)?.0 >= 1,
+            Some(v) => parse_version(v)?,
         };
         // Device memory cannot be copied here: it goes with READ_ONLY only
         // (see `Tensor::from_raw_parts`).
