@@ -402,6 +402,80 @@ def test_arrays_dlpack_cannot_describe_convert_for_read_only(kind):
         t.slice_fill(x, 0.0)
 
 
+class _ClaimsNdarray:
+    """Neither a NumPy array nor a buffer: its `__class__` says
+    `numpy.ndarray`, its `__array_interface__` (counted) describes `data`,
+    and its `__dlpack__` refuses."""
+
+    __class__ = property(lambda self: np.ndarray)
+
+    def __init__(self, data, exc=None):
+        self.data, self.exc, self.asked = data, exc, 0
+
+    @property
+    def __array_interface__(self):
+        self.asked += 1
+        if self.exc is not None:
+            raise self.exc
+        return self.data.__array_interface__
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("refused by the producer")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.usefixtures("registry_empty_after")
+@pytest.mark.hostile
+def test_arrays_dlpack_cannot_describe_are_numpys_own_or_buffers():
+    """Only NumPy's own arrays (by type, not by what `__class__` claims) and
+    buffer-protocol objects go to NumPy when DLPack cannot describe them:
+    another object's `__array_interface__` is never asked, and the producer's
+    refusal stands."""
+    for fn in (t.slice_values, lambda x: ext.fill_f64(x, 1.0)):
+        x = _ClaimsNdarray(np.arange(4.0))
+        with pytest.raises(BufferError, match="refused by the producer"):
+            fn(x)
+        assert x.asked == 0
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "MemoryError"])
+def test_an_interrupt_while_numpy_reads_an_argument_propagates(exc):
+    """What NumPy's reading of an argument raises through no fault of the
+    argument propagates unchanged, for a read-only parameter (which would
+    convert) and a writable one (whose refusal NumPy's reading words).
+    (`numpy.asarray` replaced: a process of its own.)"""
+    proc = run_py(f"""
+        import numpy as np
+        import dlcast_testext as t
+
+        class Sub(np.ndarray):
+            def __dlpack__(self, **kwargs):
+                raise BufferError("refused by the producer")
+
+        x = np.zeros(4, ">f8").view(Sub)
+        calls = []
+
+        def asarray(a, *args, **kwargs):
+            calls.append(a)
+            raise {exc}
+
+        np.asarray = asarray
+        for fn in (t.slice_values, lambda x: t.fill_f64(x, 1.0)):
+            try:
+                fn(x)
+            except {exc}:
+                pass
+            else:
+                raise AssertionError("no {exc}")
+        assert len(calls) == 2, calls
+        print("ok")
+    """)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
 @pytest.mark.usefixtures("registry_empty_after")
 @pytest.mark.hostile
 def test_byteswapped_other_element_types_convert():

@@ -485,9 +485,12 @@ impl Who {
         let arr = py
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)));
-        // Any other refusal (the borrow registry's, rust-numpy's) stands.
-        let Ok(Some(why)) = arr.and_then(|a| why_not_in_place(&a)) else {
-            return refused;
+        // Any other refusal (the borrow registry's, rust-numpy's) stands;
+        // an interrupt raised meanwhile propagates.
+        let why = match arr.and_then(|a| why_not_in_place(&a)) {
+            Ok(Some(why)) => why,
+            Err(e) if no_fault_of_argument(py, &e) => return e,
+            _ => return refused,
         };
         CallError::NotInPlace {
             func: self.spec.name,
@@ -611,6 +614,14 @@ impl Who {
             .into()),
         }
     }
+}
+
+/// Whether `e` is no fault of the argument whose step raised it
+/// (`KeyboardInterrupt`, `SystemExit`, `MemoryError`, ...): it propagates
+/// unchanged, never replaced by the refusal of the argument.
+pub(super) fn no_fault_of_argument(py: Python<'_>, e: &PyErr) -> bool {
+    !e.is_instance_of::<pyo3::exceptions::PyException>(py)
+        || e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
 }
 
 /// Why DLPack cannot describe NumPy's array `arr` (byte order, a dtype

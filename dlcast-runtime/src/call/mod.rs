@@ -795,11 +795,14 @@ impl<const N: usize> CallCx<N> {
             return Err(refused);
         }
         // Only what NumPy reads without running other producers' code: its
-        // own arrays (subclasses included) and buffer-protocol objects.
+        // own arrays (subclasses included) and buffer-protocol objects. The
+        // object's type decides, not `isinstance` (which believes a
+        // `__class__` property: an object that is neither would have NumPy
+        // run its `__array__` or `__array_interface__`).
         let ndarray_like = py
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.getattr(pyo3::intern!(py, "ndarray")))
-            .is_ok_and(|t| obj.is_instance(&t).unwrap_or(false));
+            .is_ok_and(|t| obj.get_type().is_subclass(&t).unwrap_or(false));
         // (A memoryview, made and dropped: every abi3 level has it.)
         let buffer = !ndarray_like && pyo3::types::PyMemoryView::from(obj).is_ok();
         // SAFETY: `obj` is a live object; the check reads only its type.
@@ -813,11 +816,13 @@ impl<const N: usize> CallCx<N> {
         let Some(dtype) = slot.dtype else {
             return Err(refused);
         };
-        let Ok(obj) = py
+        let obj = match py
             .import(pyo3::intern!(py, "numpy"))
             .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)))
-        else {
-            return Err(refused);
+        {
+            Ok(obj) => obj,
+            Err(e) if checks::no_fault_of_argument(py, &e) => return Err(e),
+            Err(_) => return Err(refused),
         };
         let obj = &obj;
         let shape: SmallVec<[usize; 4]> = match obj.getattr(pyo3::intern!(py, "shape")) {
