@@ -14,7 +14,13 @@ impl Framework {
     /// of its type (`numpy`, `torch`, `jax`/`jaxlib`, ...: the `modules`
     /// column of the framework table); `None` for anything else (buffers,
     /// capsules, `dlcast.Array`). Used by `returns = like(param)`.
+    ///
+    /// The look-up may run Python code (a metaclass's `__module__`), which
+    /// may call dlcast again: it counts as one level of the driver's nesting
+    /// bound, and past it the answer is `None` (the nested call itself is
+    /// then refused with `RecursionError`, by its own phase 1).
     pub fn of(obj: &Bound<'_, PyAny>) -> Option<Framework> {
+        let _nested = crate::call::depth::Nested::enter("Framework::of").ok()?;
         let py = obj.py();
         let module = obj.get_type().getattr(intern!(py, "__module__")).ok()?;
         let module = module.extract::<pyo3::pybacked::PyBackedStr>().ok()?;

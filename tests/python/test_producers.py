@@ -512,3 +512,68 @@ def test_producers_that_call_back_without_end_get_recursion_error_not_a_crash(vi
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RecursionError" in r.stdout and "nested more than 64 deep" in r.stdout, r.stdout
     assert "alive" in r.stdout
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("via", ["conversion", "default return"])
+def test_producers_that_call_back_from_other_steps_get_no_crash(via):
+    """Phase 1 is not the only step that runs an argument's Python code: a
+    conversion calls a method of its class (`astype` of an array that says
+    it is JAX's), and the default return's framework look-up reads its
+    class's `__module__` (a metaclass property). Either calling the function
+    again without end used to overflow the thread's stack (a segfault at
+    Python's default recursion limit, debug build); each counts as a level
+    of the driver's bound, and the process goes on."""
+    r = run_py(f"""
+        import numpy as np
+        import dlcast_testext as ext
+
+        depth = 0
+        if {via!r} == "conversion":
+            fn = ext.f16_values
+
+            class Loop:
+                def __dlpack__(self, **kw):
+                    return np.zeros(2, np.float32).__dlpack__(**kw)
+
+                def __dlpack_device__(self):
+                    return (1, 0)
+
+                def astype(self, *args, **kwargs):
+                    global depth
+                    depth += 1
+                    return fn(Loop())
+
+            Loop.__module__ = "jax"
+        else:
+            fn = ext.fh_view
+
+            class Meta(type):
+                @property
+                def __module__(cls):
+                    global depth
+                    depth += 1
+                    fn(Loop())
+                    return "numpy"
+
+            class Loop(metaclass=Meta):
+                def __dlpack__(self, **kw):
+                    return np.zeros(2).__dlpack__(**kw)
+
+                def __dlpack_device__(self):
+                    return (1, 0)
+
+        try:
+            fn(Loop())
+        except Exception as e:
+            # The conversion's refusal, wrapping the levels below.
+            print("outer", type(e).__name__)
+        print("depth", depth)
+        print("alive")
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "alive" in r.stdout
+    # Ended by the bound, not by Python's limit (1000 frames): a few more
+    # look-ups than levels (error messages name the class's module too).
+    depth = int(r.stdout.split("depth ")[1].split()[0])
+    assert 0 < depth <= 70, r.stdout

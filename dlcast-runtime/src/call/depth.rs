@@ -7,7 +7,9 @@
 //! kilobytes in a debug build), so an endless producer would overflow the
 //! thread's stack — a crash — long before Python raised `RecursionError`.
 //! [`Nested::enter`] counts the levels on this thread and refuses the call
-//! past [`MAX_DEPTH`] with `RecursionError` instead.
+//! past [`MAX_DEPTH`] with `RecursionError` instead. Besides phase 1, the
+//! conversions of phase 2's passes and `Framework::of` (the default return's
+//! and `like(param)`'s look-up, before phase 1) count.
 
 use std::cell::Cell;
 
@@ -26,7 +28,7 @@ thread_local! {
 }
 
 /// One level of nesting, counted while it lives.
-pub(super) struct Nested(());
+pub(crate) struct Nested(());
 
 impl Nested {
     /// Counts one more level on this thread.
@@ -35,7 +37,7 @@ impl Nested {
     /// `RecursionError` past [`MAX_DEPTH`], or
     /// where the thread's count is gone (the thread is exiting).
     #[inline(always)]
-    pub(super) fn enter(func: &'static str) -> Result<Nested, PyErr> {
+    pub(crate) fn enter(func: &'static str) -> Result<Nested, PyErr> {
         let entered = DEPTH.try_with(|d| {
             let n = d.get();
             (n < MAX_DEPTH).then(|| d.set(n + 1))

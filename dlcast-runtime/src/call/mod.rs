@@ -40,7 +40,7 @@ use smallvec::SmallVec;
 
 mod checks;
 mod debug;
-mod depth;
+pub(crate) mod depth;
 mod fast;
 pub(crate) mod release;
 
@@ -750,7 +750,12 @@ impl<const N: usize> CallCx<N> {
                     } => tensor.clone_ref(py).into_bound(py),
                     _ => obj.clone(),
                 };
-                let tmp = self.convert(index, &read, host, ndim, target, &what)?;
+                // The framework's conversion may run the argument's Python
+                // code (a method of its class), which may call dlcast again.
+                let tmp = {
+                    let _nested = depth::Nested::enter(self.spec.name)?;
+                    self.convert(index, &read, host, ndim, target, &what)?
+                };
                 self.prepare_slot(index, &tmp, true).map_err(|cause| {
                     PyErr::from(CallError::CopyUnreadable {
                         func: self.spec.name,
