@@ -380,7 +380,8 @@ fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<bool> {
         .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
         .map_err(|_| PyErr::from(ExportError::MaxVersion))?;
     let major = int_arg(&major, || ExportError::MaxVersion.into())?;
-    int_arg(&minor, || ExportError::MaxVersion.into())?;
+    // The minor: any integer (only its type is checked).
+    let _ = int_arg(&minor, || ExportError::MaxVersion.into())?;
     Ok(match major {
         Ok(n) => n >= 1,
         Err(positive) => positive,
