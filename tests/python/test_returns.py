@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import dlcast_testext as ext
+from conftest import run_py
 
 
 def is_dlcast_array(x):
@@ -101,3 +102,46 @@ def test_a_slice_under_pyo3_alone_takes_only_bytes():
     assert ext.fh_bytes_only(b"abc") == 3
     with pytest.raises(TypeError):
         ext.fh_bytes_only(np.zeros(3, np.uint8))
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("fn", ["fp_drop_then_call", "h3_callback_result_numpy"],
+                         ids=["default", "returns=numpy"])
+def test_results_python_code_built_are_returned_whole(fn):
+    """A result the body got from Python code (a callback's value) may hold
+    anything: a list that holds itself, lists nested deeper than the thread's
+    stack would follow, a named tuple. Under the default return and
+    `returns = ...`, the exported arrays in it are handed over, and a tuple
+    or list without any is returned itself (it used to be rebuilt, item by
+    item without end: a cycle or deep nesting overflowed the stack, a
+    segfault, and a named tuple came back a plain tuple)."""
+    r = run_py(f"""
+        import collections
+        import numpy as np
+        import dlcast_testext as ext
+
+        fn = getattr(ext, {fn!r})
+        call = lambda value: fn(np.zeros(2), lambda: value)
+        cyclic = []
+        cyclic.append(cyclic)
+        assert call(cyclic) is cyclic
+        deep = []
+        for _ in range(200000):
+            deep = [deep]
+        assert call(deep) is deep
+        point = collections.namedtuple("Point", "x y")(1, [2])
+        assert call(point) is point
+        # Arrays in it are handed over; a list shared twice stays one list.
+        a, _ = ext.arange_default("float32", [2])
+        shared = [a, 3]
+        out = call((shared, shared, "s"))
+        assert type(out[0][0]) is np.ndarray and out[0][0].tolist() == [0.0, 1.0], out
+        assert out[0] is out[1] and out[0][1] == 3 and out[2] == "s"
+        # A cycle through an array ends at the list already on the path.
+        with_array = [a]
+        with_array.append(with_array)
+        out = call(with_array)
+        assert type(out[0]) is np.ndarray and out[1] is with_array
+        print("alive")
+    """)
+    assert r.returncode == 0 and "alive" in r.stdout, r.stderr[-2000:]

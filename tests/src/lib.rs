@@ -20,6 +20,7 @@ mod float8;
 mod gpu;
 mod hand_driven;
 mod hostile2;
+mod hostile3;
 mod native;
 mod ownership;
 mod ownership_edges;
@@ -491,6 +492,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     float8::add(m)?;
     body::add(m)?;
     hostile2::add(m)?;
+    hostile3::add(m)?;
     add_robustness_functions(m)
 }
 

@@ -270,25 +270,73 @@ pub fn convert_result(out: Bound<'_, PyAny>, framework: Option<Framework>) -> Py
     let Some(fw) = framework else {
         return Ok(out.unbind());
     };
-    let py = out.py();
-    if let Ok(array) = out.cast::<Array>() {
-        return Ok(fw.convert(array)?.unbind());
+    Ok(map_arrays(&out, &mut |array| fw.convert(array))?
+        .unwrap_or(out)
+        .unbind())
+}
+
+/// How many levels of tuples and lists [`map_arrays`] looks into: far more
+/// than a Rust result's type nests them, far less than a thread's stack
+/// holds (a result built by Python code may nest them without end).
+const RESULT_NESTING: u32 = 32;
+
+/// `out` with every `dlcast.Array` in it (itself, or an item of its tuples
+/// and lists, `RESULT_NESTING` levels deep) replaced by `f`'s value; `None`
+/// where nothing was replaced: then `out` itself is the result, so a tuple
+/// or list without arrays (built by Python code, a cycle or a subclass
+/// included) is returned as it is, not rebuilt. Each tuple or list is
+/// looked into once (a cycle ends there, and one shared twice is converted
+/// once); the ones looked into are kept alive until the end, so that an
+/// address names one object throughout (`f` may run Python code).
+fn map_arrays<'py>(
+    out: &Bound<'py, PyAny>,
+    f: &mut dyn FnMut(&Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    type Seen<'py> = std::collections::HashMap<*mut pyo3::ffi::PyObject, Memo<'py>>;
+    type Memo<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+    fn walk<'py>(
+        out: &Bound<'py, PyAny>,
+        depth: u32,
+        seen: &mut Seen<'py>,
+        f: &mut dyn FnMut(&Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if let Ok(array) = out.cast::<Array>() {
+            return f(array).map(Some);
+        }
+        let tuple = out.cast::<PyTuple>().ok();
+        let items: Vec<Bound<'py, PyAny>> = match (&tuple, out.cast::<PyList>()) {
+            (Some(t), _) => t.iter().collect(),
+            (None, Ok(l)) => l.iter().collect(),
+            (None, Err(_)) => return Ok(None),
+        };
+        if depth == 0 {
+            return Ok(None);
+        }
+        if let Some((_, done)) = seen.get(&out.as_ptr()) {
+            return Ok(done.clone());
+        }
+        // On the path from here down: unchanged (a cycle ends here).
+        seen.insert(out.as_ptr(), (out.clone(), None));
+        let mut changed = false;
+        let mut new = Vec::with_capacity(items.len());
+        for x in items {
+            match walk(&x, depth - 1, seen, f)? {
+                Some(y) => {
+                    changed = true;
+                    new.push(y);
+                }
+                None => new.push(x),
+            }
+        }
+        let done = match (changed, tuple) {
+            (false, _) => None,
+            (true, Some(_)) => Some(PyTuple::new(out.py(), new)?.into_any()),
+            (true, None) => Some(PyList::new(out.py(), new)?.into_any()),
+        };
+        seen.insert(out.as_ptr(), (out.clone(), done.clone()));
+        Ok(done)
     }
-    if let Ok(t) = out.cast::<PyTuple>() {
-        let items = t
-            .iter()
-            .map(|x| convert_result(x, framework))
-            .collect::<PyResult<Vec<_>>>()?;
-        return Ok(PyTuple::new(py, items)?.into_any().unbind());
-    }
-    if let Ok(l) = out.cast::<PyList>() {
-        let items = l
-            .iter()
-            .map(|x| convert_result(x, framework))
-            .collect::<PyResult<Vec<_>>>()?;
-        return Ok(PyList::new(py, items)?.into_any().unbind());
-    }
-    Ok(out.unbind())
+    walk(out, RESULT_NESTING, &mut Seen::new(), f)
 }
 
 /// Converts a `#[dlpack_fn]` function's result to Python, handing exported
@@ -320,30 +368,17 @@ pub fn into_py_default<'py, R: IntoPyObject<'py>>(
 
 /// [`convert_result`] for [`into_py_default`]: a refused hand-over keeps
 /// the `dlcast.Array` (only `Exception`s: an interrupt still propagates).
-fn convert_default(out: Bound<'_, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
+fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
     let py = out.py();
-    if let Ok(array) = out.cast::<Array>() {
-        return match fw.convert(array) {
-            Ok(x) => Ok(x.unbind()),
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => Ok(out.unbind()),
-            Err(e) => Err(e),
-        };
-    }
-    if let Ok(t) = out.cast::<PyTuple>() {
-        let items = t
-            .iter()
-            .map(|x| convert_default(x, fw))
-            .collect::<PyResult<Vec<_>>>()?;
-        return Ok(PyTuple::new(py, items)?.into_any().unbind());
-    }
-    if let Ok(l) = out.cast::<PyList>() {
-        let items = l
-            .iter()
-            .map(|x| convert_default(x, fw))
-            .collect::<PyResult<Vec<_>>>()?;
-        return Ok(PyList::new(py, items)?.into_any().unbind());
-    }
-    Ok(out.unbind())
+    let mut hand = |array: &Bound<'py, Array>| -> PyResult<Bound<'py, PyAny>> {
+        match fw.convert(array) {
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+                Ok(array.clone().into_any())
+            }
+            r => r,
+        }
+    };
+    Ok(map_arrays(&out, &mut hand)?.unwrap_or(out).unbind())
 }
 
 /// Hands a read-only [`Array`] to a consumer whose arrays are immutable
