@@ -573,7 +573,9 @@ def test_producers_that_call_back_from_other_steps_get_no_crash(via):
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "alive" in r.stdout
-    # Ended by the bound, not by Python's limit (1000 frames): a few more
-    # look-ups than levels (error messages name the class's module too).
+    # Ended by the bound, not by Python's limit (1000 frames).
     depth = int(r.stdout.split("depth ")[1].split()[0])
-    assert 0 < depth <= 70, r.stdout
+    # Linear in the bound (64): a level may run the argument's code a few
+    # times (abi3 builds also read `__module__` in the import), and once the
+    # bound trips every further level fails at once.
+    assert 0 < depth <= 4 * 64, r.stdout
