@@ -105,7 +105,7 @@ def test_a_slice_under_pyo3_alone_takes_only_bytes():
 
 
 @pytest.mark.hostile
-@pytest.mark.parametrize("fn", ["fp_drop_then_call", "h3_callback_result_numpy"],
+@pytest.mark.parametrize("fn", ["fp_drop_then_call", "fh_callback_result_numpy"],
                          ids=["default", "returns=numpy"])
 def test_results_python_code_built_are_returned_whole(fn):
     """A result the body got from Python code (a callback's value) may hold

@@ -90,6 +90,16 @@ impl FhScale {
     }
 }
 
+/// Returns what `f()` returns, with `returns = numpy`: the exported arrays
+/// in it go to NumPy; a container Python code built comes back whole
+/// (test_returns.py).
+#[dlpack_fn(returns = numpy)]
+#[pyfunction]
+fn fh_callback_result_numpy(x: TensorRef<'_, f64>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    drop(x);
+    Ok(f.call0()?.unbind())
+}
+
 pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fh_total, m)?)?;
     m.add_function(wrap_pyfunction!(fh_head, m)?)?;
@@ -100,6 +110,7 @@ pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fh_plain_rs_name, m)?)?;
     m.add_function(wrap_pyfunction!(fh_strict, m)?)?;
     m.add_function(wrap_pyfunction!(fh_bytes_only, m)?)?;
+    m.add_function(wrap_pyfunction!(fh_callback_result_numpy, m)?)?;
     m.add_class::<FhScale>()?;
     Ok(())
 }

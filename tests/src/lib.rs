@@ -11,6 +11,7 @@ mod accessors;
 mod api;
 mod body;
 mod borrows;
+mod buffer_exports;
 mod callbacks;
 mod constructions;
 mod copies;
@@ -19,8 +20,6 @@ mod first_hour;
 mod float8;
 mod gpu;
 mod hand_driven;
-mod hostile2;
-mod hostile3;
 mod native;
 mod ownership;
 mod ownership_edges;
@@ -491,8 +490,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     stored::add(m)?;
     float8::add(m)?;
     body::add(m)?;
-    hostile2::add(m)?;
-    hostile3::add(m)?;
+    buffer_exports::add(m)?;
     add_robustness_functions(m)
 }
 

@@ -1,7 +1,8 @@
-//! A second hostile review of the bulk writes of `ArrayBuffer`, static
-//! data and the default return: an object whose read-only buffer view goes
-//! to TensorFlow, whose data `with_mut` sorts. For
-//! tests/python/test_ownership.py.
+//! Objects whose `ArrayBuffer` is exported while Rust writes it: a
+//! read-only view that goes to TensorFlow (whose tensors are immutable)
+//! while `with_mut` sorts the data, and a buffer under rust-numpy's own
+//! borrow table. For tests/python/test_ownership.py and
+//! test_rust_numpy.py.
 
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
