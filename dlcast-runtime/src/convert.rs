@@ -15,13 +15,23 @@
 //!
 //! The converted array is a temporary that the view owns: it lives exactly
 //! as long as the view, i.e. for the call.
+//!
+//! What is converted is what phase 2 read, never the argument asked again:
+//! host memory in a dtype NumPy has goes through a private NumPy array over
+//! exactly that read ([`numpy_view`]; a capsule's, a buffer's, another
+//! producer's memory, and a NumPy array's own), a PyTorch tensor through
+//! dlcast's private alias; only device memory and dtypes NumPy lacks are
+//! converted by the argument's own framework ([`convert`]). The driver
+//! holds the read in the borrow registry until the copy has finished.
 
 use crate::dtype::DType;
 use crate::framework::Framework;
+use crate::import::{Owner, RawTensor};
 use crate::spec::Order;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use smallvec::SmallVec;
 
 /// Whether `from` converts implicitly to `to`: NumPy's
 /// `can_cast(from, to, casting="same_kind")`, i.e. the kind (the dtype
@@ -46,9 +56,10 @@ pub(crate) struct Target {
 pub(crate) use crate::error::ConvertError;
 use crate::error::Unconvertible;
 
-/// Converts `obj` (host or device memory of a known framework) to `target`
-/// by asking its framework; see the module documentation for which
-/// framework call is used.
+/// Converts `obj` (a private NumPy array of [`numpy_view`], dlcast's
+/// private alias of a PyTorch tensor, or the argument itself: device memory
+/// or a dtype NumPy lacks) to `target` by asking its framework (the README's
+/// table of conversions).
 pub(crate) fn convert<'py>(
     obj: &Bound<'py, PyAny>,
     host: bool,
@@ -111,7 +122,10 @@ pub(crate) fn convert<'py>(
                     .map_err(raised("tensorflow.cast")),
             }
         }
-        _ if host => numpy_fallback(obj, name, target.order).map_err(raised("numpy.asarray")),
+        // Host memory of any other producer is converted by NumPy from a
+        // view of what dlcast read (see `numpy_view`), never from the
+        // producer again; where NumPy cannot view it, it is not converted.
+        _ if host => Err(ConvertError::Unsupported(Unconvertible::NotViewable)),
         _ => Err(ConvertError::Unsupported(Unconvertible::Device)),
     }
 }
@@ -170,22 +184,92 @@ fn torch_convert<'py>(
     }
 }
 
-/// For host memory of any other producer: `numpy.from_dlpack(x)` (or
-/// `numpy.asarray(memoryview(x))` for a buffer), then `astype`.
-fn numpy_fallback<'py>(
-    obj: &Bound<'py, PyAny>,
-    name: &str,
-    order: Order,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = obj.py();
-    let np = py.import(intern!(py, "numpy"))?;
-    let arr = if obj.hasattr(intern!(py, "__dlpack__"))? {
-        np.call_method1(intern!(py, "from_dlpack"), (obj,))?
-    } else {
-        let mv = pyo3::types::PyMemoryView::from(obj)?;
-        np.call_method1(intern!(py, "asarray"), (mv,))?
+/// Whether [`numpy_view`] can view `raw` for a conversion to `target`:
+/// host memory, in a dtype NumPy has, converted to one NumPy has. Call
+/// before the read that [`numpy_view`] is given: the first call finds
+/// NumPy's C API (Python code: imports).
+pub(crate) fn numpy_can_convert(py: Python<'_>, raw: &RawTensor, target: DType) -> bool {
+    raw.device.is_host_accessible()
+        && target.facts().is_some_and(|f| !f.numpy.is_empty())
+        && crate::npapi::can_view(py, raw.dtype, raw.shape.len())
+}
+
+/// The name of the capsule that keeps a converted argument's memory alive
+/// (the `base` of [`numpy_view`]'s array).
+const SOURCE_CAPSULE: &std::ffi::CStr = c"dlcast.conversion_source";
+
+/// A read-only NumPy array over exactly the memory `raw` describes, owning
+/// `owner` (what keeps that memory alive), for NumPy to convert: the
+/// memory dlcast read and holds in the borrow registry, never a second
+/// request to the producer (`numpy.from_dlpack(x)` would call
+/// `x.__dlpack__()` again, and a producer may then hand out other memory).
+/// The array is new and dlcast holds its only reference, so no Python code
+/// can change its fields before NumPy reads them. `None` where NumPy
+/// cannot view it after all (see [`numpy_can_convert`]); `owner` is then
+/// released.
+pub(crate) fn numpy_view<'py>(
+    py: Python<'py>,
+    raw: &RawTensor,
+    owner: Owner,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some(item) = raw.dtype.itemsize().and_then(|b| isize::try_from(b).ok()) else {
+        return Ok(None);
     };
-    numpy_like_astype(&arr, name, order)
+    let shape: Option<SmallVec<[isize; 4]>> =
+        raw.shape.iter().map(|&n| isize::try_from(n).ok()).collect();
+    let strides: Option<SmallVec<[isize; 4]>> =
+        raw.strides.iter().map(|&s| s.checked_mul(item)).collect();
+    let (Some(shape), Some(byte_strides)) = (shape, strides) else {
+        return Ok(None);
+    };
+    // An empty array touches no memory and may have a NULL `data`, which
+    // NumPy's C API does not take: any aligned address, never read.
+    let data = if raw.data.is_null() {
+        std::ptr::NonNull::<u128>::dangling().as_ptr().cast()
+    } else {
+        raw.data
+    };
+    let base = keep_alive(py, owner)?;
+    crate::npapi::ndarray(
+        &base,
+        &crate::npapi::HostArray {
+            data,
+            shape: &shape,
+            byte_strides: &byte_strides,
+            dtype: raw.dtype,
+            read_only: true,
+        },
+    )
+}
+
+/// `owner` as a Python object: a capsule that releases it when freed
+/// (which CPython does with the GIL held, as [`Owner`]'s drop needs).
+fn keep_alive(py: Python<'_>, owner: Owner) -> PyResult<Bound<'_, PyAny>> {
+    unsafe extern "C" fn release(capsule: *mut pyo3::ffi::PyObject) {
+        // SAFETY: called by CPython once, when the capsule made below is
+        // freed, with the GIL held; its pointer is the `Box<Owner>` made
+        // below under this name, reclaimed only here.
+        unsafe {
+            let p = pyo3::ffi::PyCapsule_GetPointer(capsule, SOURCE_CAPSULE.as_ptr());
+            if p.is_null() {
+                pyo3::ffi::PyErr_Clear();
+                return;
+            }
+            drop(Box::from_raw(p.cast::<Owner>()));
+        }
+    }
+    let boxed = Box::into_raw(Box::new(owner));
+    // SAFETY: `boxed` is a valid, non-NULL pointer that the capsule owns
+    // from here (released by `release`); the name is a static C string.
+    let capsule =
+        unsafe { pyo3::ffi::PyCapsule_New(boxed.cast(), SOURCE_CAPSULE.as_ptr(), Some(release)) };
+    if capsule.is_null() {
+        // SAFETY: no capsule took `boxed`: it is still ours alone.
+        drop(unsafe { Box::from_raw(boxed) });
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference, just made.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }
 
 #[cfg(test)]

@@ -179,6 +179,13 @@ fn numpy_default_strides(shape: &[isize], byte_strides: &[isize], itemsize: isiz
     true
 }
 
+/// Whether [`ndarray`] can view host memory of `dtype` in `nd` dimensions
+/// (NumPy's C API found and verified, a dtype NumPy has, few enough
+/// dimensions). Finds the table the first time (Python code: imports).
+pub(crate) fn can_view(py: Python<'_>, dtype: DType, nd: usize) -> bool {
+    table(py).is_some_and(|t| t.api.is_some()) && type_num(dtype).is_some() && nd <= NPY_MAXDIMS
+}
+
 /// What an `ndarray` over exported host memory needs: element 0's address
 /// (non-NULL), extents and strides in bytes, and whether it may be written.
 pub(crate) struct HostArray<'a> {

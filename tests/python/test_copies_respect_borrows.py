@@ -139,3 +139,102 @@ def test_conversion_probe_ignores_a_replaced_byte_bounds(lie):
     assert out[0].startswith("BufferError sum_around_call(): argument 'x': "), out
     assert "hold_mut_and_call()" in out[0]
     assert out[1] == "sum 8.0"
+
+
+@pytest.mark.hostile
+def test_conversion_holds_its_read_while_its_python_code_runs():
+    # A float32 tensor for a float64 parameter: PyTorch converts it. Python
+    # code the conversion runs before it copies (here an import hook, as
+    # `import torch` inside the conversion calls `__import__`) starts another
+    # thread's writable view of the same memory: refused, since the
+    # conversion holds its read from before the copy until it has finished.
+    r = run_py("""
+        import builtins, threading, time
+        import torch
+        import dlcast_testext as ext
+        t = torch.arange(8, dtype=torch.float32)
+        real_import = builtins.__import__
+        outcome = []
+
+        def writer():
+            try:
+                ext.a2_hold_mut(t)
+                outcome.append("wrote")
+            except BufferError as e:
+                outcome.append("BufferError " + str(e))
+
+        def hook(name, *args, **kw):
+            global armed
+            if name == "torch" and armed:
+                armed = False
+                w = threading.Thread(target=writer)
+                w.start()
+                deadline = time.monotonic() + 30
+                while not ext.a2_held() and w.is_alive() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                outcome.append("held" if ext.a2_held() else "refused")
+                ext.a2_release()
+                w.join(30)
+            return real_import(name, *args, **kw)
+
+        ext.seen_c(t)  # PyTorch's handles found once, outside the hook
+        armed = True
+        builtins.__import__ = hook
+        seen = ext.seen_c(t)
+        builtins.__import__ = real_import
+        print(outcome)
+        print(seen[3])
+    """)
+    assert r.returncode == 0, r.stderr
+    outcome, seen = r.stdout.splitlines()
+    # The writer was refused (and said so before it ended), never held it.
+    assert outcome.startswith("[\"BufferError a2_hold_mut(): argument 'x'"), outcome
+    assert "argument 'x' of seen_c(), a read-only view" in outcome
+    assert outcome.endswith("'refused']"), outcome
+    assert seen == str([float(i) for i in range(8)])
+
+
+@pytest.mark.hostile
+def test_conversion_under_a_writing_thread_is_never_torn():
+    # Two plain threads, no tampering: one fills a float32 array with one
+    # value after another (a writable view each time, GIL held while it
+    # writes), the other has it converted to float64 (NumPy's cast releases
+    # the GIL while it copies). Every accepted conversion saw one value
+    # throughout; the others were refused while the writer held the memory.
+    n = 1 << 20
+    a = np.zeros(n, np.float32)
+    small = np.zeros(1)
+    stop = threading.Event()
+    errors = []
+
+    def writer():
+        k = 0
+        while not stop.is_set():
+            k = (k + 1) % 1000
+            try:
+                ext.fill_c_f32(a, float(k))
+            except BufferError:
+                pass
+            except BaseException as e:  # reported below
+                errors.append(e)
+                return
+
+    w = threading.Thread(target=writer)
+    w.start()
+    torn, accepted = [], 0
+    try:
+        deadline = time.monotonic() + 20
+        while accepted < 60 and time.monotonic() < deadline:
+            try:
+                total, _ = ext.sum_f64_and_len(a, small)
+            except BufferError:
+                continue
+            accepted += 1
+            if total % n:
+                torn.append(total / n)
+    finally:
+        stop.set()
+        w.join(60)
+    assert not errors, errors
+    assert accepted > 0
+    assert not torn, f"{len(torn)} of {accepted} conversions torn: {torn[:5]}"

@@ -93,19 +93,13 @@ impl Who {
         self.probe_held(param, &req)
     }
 
-    /// Whether a read-only view of `req` could be entered in the borrow
-    /// registry now, ignoring this call's own entries (a conversion runs
-    /// before any view of this call exists): `BufferError` if a writable
-    /// view of another call holds the memory.
+    /// Enters a read-only view of `req` in the borrow registry, ignoring
+    /// this call's own entries (a conversion runs before any view of this
+    /// call exists), and holds it until the returned guard drops (`None`
+    /// where only this call's own entries met it): `BufferError` if a
+    /// writable view of another call holds the memory.
     #[cold]
-    pub(super) fn probe(&self, param: &ParamSpec, req: &crate::borrow::BorrowReq) -> PyResult<()> {
-        self.probe_held(param, req).map(drop)
-    }
-
-    /// As [`Who::probe`], keeping the read entered (`None` where only this
-    /// call's own entries met it) until the returned guard drops.
-    #[cold]
-    fn probe_held(
+    pub(super) fn probe_held(
         &self,
         param: &ParamSpec,
         req: &crate::borrow::BorrowReq,

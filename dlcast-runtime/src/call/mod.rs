@@ -663,11 +663,9 @@ impl<const N: usize> CallCx<N> {
                             .into(),
                         ));
                     }
-                    // The conversion reads the memory: not while a writable
-                    // view of another call holds it.
-                    if let Some(req) = who.view_request(param, raw, false) {
-                        who.probe(param, &req)?;
-                    }
+                    // The conversion reads the memory: `convert_read` holds
+                    // it as read in the registry from before the copy
+                    // starts until it has finished.
                     let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
                     let shape = SmallVec::from_slice(&raw.shape);
                     *out = None;
@@ -740,22 +738,7 @@ impl<const N: usize> CallCx<N> {
                 host,
                 ndim,
             } => {
-                // A PyTorch tensor converts from the alias that was read (the
-                // caller's tensor may have changed since).
-                let read = match &self.slots[index].source {
-                    Source::Torch { tensor, .. }
-                    | Source::Managed {
-                        private: Some(tensor),
-                        ..
-                    } => tensor.clone_ref(py).into_bound(py),
-                    _ => obj.clone(),
-                };
-                // The framework's conversion may run the argument's Python
-                // code (a method of its class), which may call dlcast again.
-                let tmp = {
-                    let _nested = depth::Nested::enter(self.spec.name)?;
-                    self.convert(index, &read, host, ndim, target, &what)?
-                };
+                let (tmp, hold) = self.convert_read(index, obj, host, ndim, target, &what)?;
                 self.prepare_slot(index, &tmp, true).map_err(|cause| {
                     PyErr::from(CallError::CopyUnreadable {
                         func: self.spec.name,
@@ -764,12 +747,78 @@ impl<const N: usize> CallCx<N> {
                         cause,
                     })
                 })?;
+                // The copy has finished: the original may be written again.
+                drop(hold);
                 if let Some((keep, _)) = &mut self.slots[index].converted {
                     *keep = tmp.unbind();
                 }
                 Ok(())
             }
         }
+    }
+
+    /// The conversion of slot `index` (argument `obj`) that a pass asked
+    /// for, and the read entry in the borrow registry it holds: the memory
+    /// the pass read, read again (no Python code ran since), is entered as
+    /// read before the conversion starts, and the entry is returned to be
+    /// kept until the copy has finished (NumPy's casts and PyTorch's ops
+    /// release the GIL while they copy, and the conversion's own Python
+    /// code may run first: no writable view may begin meanwhile). The
+    /// copy is made from what was read: a PyTorch tensor's private alias,
+    /// host memory through a NumPy array over exactly that read (see
+    /// [`crate::convert::numpy_view`]), and only device memory or dtypes
+    /// NumPy lacks by the argument's own framework, from the argument.
+    #[cold]
+    #[allow(clippy::type_complexity)]
+    fn convert_read<'py>(
+        &mut self,
+        index: usize,
+        obj: &Bound<'py, PyAny>,
+        host: bool,
+        ndim: usize,
+        target: Target,
+        what: &str,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<crate::borrow::Borrow>)> {
+        let py = obj.py();
+        let param = &self.spec.params[index];
+        // Python code (imports, the first time), before the read.
+        let _ = crate::npapi::table(py);
+        let raw =
+            import::read(py, &self.slots[index].source).map_err(|e| self.import_error(param, e))?;
+        let hold = match self.view_request(param, &raw, false) {
+            Some(req) => self.probe_held(param, &req)?,
+            None => None,
+        };
+        let from = match &self.slots[index].source {
+            // The alias that was read (the caller's tensor may have changed
+            // since), which no one else can reach.
+            Source::Torch { tensor, .. }
+            | Source::Managed {
+                private: Some(tensor),
+                ..
+            } => tensor.clone_ref(py).into_bound(py),
+            _ if crate::convert::numpy_can_convert(py, &raw, target.dtype) => {
+                let owner = import::into_owner(&mut self.slots[index].source);
+                match crate::convert::numpy_view(py, &raw, owner)? {
+                    Some(view) => view,
+                    None => {
+                        return Err(CallError::Unconvertible {
+                            func: self.spec.name,
+                            param: param.name,
+                            what: what.to_owned(),
+                            why: crate::error::Unconvertible::NotViewable,
+                        }
+                        .into())
+                    }
+                }
+            }
+            _ => obj.clone(),
+        };
+        // The framework's conversion may run the argument's Python code (a
+        // method of its class), which may call dlcast again.
+        let _nested = depth::Nested::enter(self.spec.name)?;
+        let tmp = self.convert(index, &from, host, ndim, target, what)?;
+        Ok((tmp, hold))
     }
 
     /// An argument that dlcast's imports refused (`refused`) but NumPy reads:
@@ -804,12 +853,21 @@ impl<const N: usize> CallCx<N> {
         // object's type decides, not `isinstance` (which believes a
         // `__class__` property: an object that is neither would have NumPy
         // run its `__array__` or `__array_interface__`).
-        let ndarray_like = py
-            .import(pyo3::intern!(py, "numpy"))
-            .and_then(|np| np.getattr(pyo3::intern!(py, "ndarray")))
-            .is_ok_and(|t| obj.get_type().is_subclass(&t).unwrap_or(false));
+        // A buffer that phase 2 could not describe is read by NumPy through
+        // a memoryview of the buffer dlcast holds: the object is never asked
+        // again (it might hand out other memory the second time).
+        let held = match &slot.source {
+            Source::Buffer(owner) => import::buffer_protocol::memoryview_of(py, owner)?,
+            _ => None,
+        };
+        let ndarray_like = held.is_none()
+            && py
+                .import(pyo3::intern!(py, "numpy"))
+                .and_then(|np| np.getattr(pyo3::intern!(py, "ndarray")))
+                .is_ok_and(|t| obj.get_type().is_subclass(&t).unwrap_or(false));
         // (A memoryview, made and dropped: every abi3 level has it.)
-        let buffer = !ndarray_like && pyo3::types::PyMemoryView::from(obj).is_ok();
+        let buffer =
+            held.is_some() || !ndarray_like && pyo3::types::PyMemoryView::from(obj).is_ok();
         // SAFETY: `obj` is a live object; the check reads only its type.
         let capsule = unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0;
         if capsule || !(ndarray_like || buffer) {
@@ -821,15 +879,32 @@ impl<const N: usize> CallCx<N> {
         let Some(dtype) = slot.dtype else {
             return Err(refused);
         };
+        // `numpy.asarray` gives NumPy's own array over the argument's memory
+        // (the argument itself, for an exact `numpy.ndarray`); `view()` a
+        // new array over the same memory that no one else can reach, so no
+        // Python code run before NumPy copies (imports, the conversion's own
+        // steps) can change what the copy reads from what is probed below.
         let obj = match py
             .import(pyo3::intern!(py, "numpy"))
-            .and_then(|np| np.call_method1(pyo3::intern!(py, "asarray"), (obj,)))
-        {
+            .and_then(|np| {
+                np.call_method1(
+                    pyo3::intern!(py, "asarray"),
+                    (held.as_ref().unwrap_or(obj),),
+                )
+            })
+            .and_then(|arr| {
+                if numpy::is_ndarray(&arr) {
+                    arr.call_method0(pyo3::intern!(py, "view"))
+                } else {
+                    Ok(arr)
+                }
+            }) {
             Ok(obj) => obj,
             Err(e) if checks::no_fault_of_argument(py, &e) => return Err(e),
             Err(_) => return Err(refused),
         };
-        let obj = &obj;
+        let array = obj;
+        let obj = &array;
         let shape: SmallVec<[usize; 4]> = match obj.getattr(pyo3::intern!(py, "shape")) {
             Ok(s) => s.extract::<Vec<usize>>()?.into_iter().collect(),
             Err(_) => return Err(refused),
@@ -872,6 +947,16 @@ impl<const N: usize> CallCx<N> {
         };
         let tmp = self.convert(index, obj, true, ndim, target, &what)?;
         drop(read);
+        // The held buffer is released with the slot's source (below): the
+        // memoryview over it must be released first. Only NumPy's private
+        // arrays, dropped here, held exports of it; if anything still does,
+        // the buffer is kept for the process rather than released under it.
+        drop(array);
+        if let Some(mv) = held {
+            if mv.call_method0(pyo3::intern!(py, "release")).is_err() {
+                std::mem::forget(import::into_owner(&mut self.slots[index].source));
+            }
+        }
         self.prepare_slot(index, &tmp, true)?;
         if let Some((keep, _)) = &mut self.slots[index].converted {
             *keep = tmp.unbind();

@@ -535,4 +535,8 @@ pub(crate) enum Unconvertible {
     /// Device memory of a framework dlcast has no conversion for.
     #[error("its framework has no conversion dlcast knows for device memory")]
     Device,
+    /// Host memory of a producer dlcast converts through NumPy, in a
+    /// dtype NumPy has no type for (or with NumPy's C API unavailable).
+    #[error("NumPy, which converts it, cannot view its memory (its dtype or dimensions)")]
+    NotViewable,
 }

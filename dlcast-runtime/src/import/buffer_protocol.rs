@@ -75,6 +75,32 @@ pub(crate) fn try_acquire(obj: &Bound<'_, PyAny>) -> Result<Option<Owner>, Impor
     Ok(Some(Owner::Buffer(view)))
 }
 
+/// A memoryview over the very buffer `owner` holds, for NumPy to read it
+/// where dlcast cannot (a conversion): the object is not asked for its
+/// buffer again, so NumPy reads what dlcast holds and probed. The
+/// memoryview does not keep the buffer: the caller keeps `owner` until it
+/// has released the memoryview (`release()`). `None` for other owners.
+#[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
+pub(crate) fn memoryview_of<'py>(
+    py: Python<'py>,
+    owner: &Owner,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Owner::Buffer(view) = owner else {
+        return Ok(None);
+    };
+    // SAFETY: `view` is a buffer filled by `PyObject_GetBuffer` and not
+    // released (its owner is alive); the memoryview copies the struct,
+    // with no exporter to release (so releasing it leaves ours held), and
+    // reads the memory and fields it describes while `owner` lives (the
+    // caller's duty, see above).
+    let mv = unsafe { ffi::PyMemoryView_FromBuffer(&**view) };
+    if mv.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference, just made.
+    Ok(Some(unsafe { Bound::from_owned_ptr(py, mv) }))
+}
+
 /// Phase 2: the array the held buffer describes (no Python code runs; the
 /// exporter keeps the fields and the memory fixed while the buffer is held).
 #[cfg(any(Py_3_11, not(Py_LIMITED_API)))]
@@ -201,7 +227,7 @@ fn describe(d: Desc<'_>) -> Result<RawTensor, ImportError> {
 }
 
 #[cfg(all(Py_LIMITED_API, not(Py_3_11)))]
-pub(crate) use fallback::{read, release, try_acquire, HeldBuffer};
+pub(crate) use fallback::{memoryview_of, read, release, try_acquire, HeldBuffer};
 
 /// The buffer protocol in abi3 builds for Python 3.9 and 3.10, whose
 /// limited API has no `Py_buffer`, `PyObject_GetBuffer` or
@@ -270,6 +296,16 @@ mod fallback {
     /// Nothing to do before the drop: the memoryview is released when
     /// `HeldBuffer` drops (with the GIL, see `Owner`).
     pub(crate) fn release(_held: &mut HeldBuffer) {}
+
+    /// No memoryview of a held buffer here (the limited API of 3.9/3.10
+    /// cannot make one); the buffers read here (`bytes`, `bytearray`) are
+    /// always described, so no conversion needs one.
+    pub(crate) fn memoryview_of<'py>(
+        _py: Python<'py>,
+        _owner: &Owner,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        Ok(None)
+    }
 
     /// Phase 1 (see the module documentation). `Ok(None)` when `obj` does
     /// not support the buffer protocol (`memoryview()` raises `TypeError`).
