@@ -73,7 +73,7 @@ ABI3_LOWEST := abi3-py39
 ## and, of the leak tests, the buffer import's.
 ABI3_PYTEST_FILES := test_abi3 test_exports test_export_constructions test_ownership \
 	test_frameworks test_producers test_gpu_streams test_exchange_api test_torch_paths \
-	test_torch_tensors test_torch_modes test_fast_paths test_replaced_attributes \
+	test_torch_tensors test_torch_modes test_fast_paths test_replaced_attributes test_conversions \
 	test_torch_trusts_c_state test_registry_is_one test_copies_respect_borrows test_leaks \
 	test_rust_numpy
 ABI3_PYTEST_ARGS ?= -k "not test_leaks or test_import_path_does_not_leak and buffer"

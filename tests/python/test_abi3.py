@@ -274,8 +274,10 @@ ABI3_BRANCHES = {
     "export/array.rs": ("the buffer protocol, or `__array_interface__` below 3.11",
                         ["test_abi3", "test_exports", "test_export_constructions", "test_ownership"]),
     "import/buffer_protocol.rs": ("buffer inputs: the C buffer protocol, or a private "
-                                  "memoryview (and NumPy) below 3.11",
-                                  ["test_abi3", "test_frameworks", "test_producers"]),
+                                  "memoryview (and NumPy) below 3.11; conversions of a held "
+                                  "buffer through a memoryview of it, or none below 3.11",
+                                  ["test_abi3", "test_frameworks", "test_producers",
+                                   "test_conversions"]),
     "import/capsule.rs": ("`__dlpack__` by vectorcall, or with a keyword dict below 3.12",
                           ["test_producers", "test_gpu_streams"]),
     "import/exchange.rs": ("the exchange table's per-type cache (no version tags under abi3)",
