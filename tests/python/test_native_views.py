@@ -426,10 +426,11 @@ def test_zero_strides_read_but_never_written(balanced):
     assert t.nd1_values(capsule(np.array([5.0, 6.0]), shape=[3], strides=[0])) == [5.0] * 3
     with pytest.raises(TypeError, match="two indices"):
         t.ndd_mut_iota(capsule(np.array([5.0, 6.0]), shape=[3], strides=[0]))
-    with pytest.raises(TypeError, match="cannot be converted: a DLPack capsule"):
-        t.slice_values(capsule(np.array([5.0, 6.0]), shape=[3], strides=[0]))
-    with pytest.raises(TypeError, match="not aligned to 8 bytes"):
-        t.nd1_values(capsule(np.array([5.0, 6.0]), data_offset=1))
+    # A slice needs one run of memory: a compact copy of the capsule's read.
+    assert t.slice_values(capsule(np.array([5.0, 6.0]), shape=[3], strides=[0])) == [5.0] * 3
+    # Misaligned (one byte into the producer's buffer): an aligned copy of
+    # those bytes, whatever they hold.
+    assert len(t.nd1_values(capsule(np.array([5.0, 6.0]), data_offset=1))) == 2
 
 
 @pytest.mark.usefixtures("registry_empty_after")

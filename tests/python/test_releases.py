@@ -156,9 +156,10 @@ def test_a_nested_call_capsule_deleter_runs_when_the_outer_body_returns():
 
 @pytest.mark.usefixtures("registry_empty_after")
 @pytest.mark.hostile
-def test_misaligned_capsules_are_refused_and_released(balanced):
-    with pytest.raises(TypeError, match="a DLPack capsule can be read only once"):
-        t.slice_values(capsule(np.array([5.0, 6.0]), data_offset=1))
+def test_misaligned_capsules_are_copied_and_released(balanced):
+    # Element 0 one byte into the producer's buffer: an aligned copy of
+    # those bytes, whatever they hold, and the capsule released once.
+    assert len(t.slice_values(capsule(np.array([5.0, 6.0]), data_offset=1))) == 2
 
 
 @pytest.mark.usefixtures("registry_empty_after")
@@ -330,16 +331,16 @@ def test_capsule_call_inside_an_unguarded_body_inside_a_guarded_one():
 @pytest.mark.hostile
 @pytest.mark.parametrize("middle", [False, True])
 def test_a_refused_nested_call_releases_its_capsule_at_once(middle):
-    """A nested call refused in phase 2 (a capsule of the wrong dtype for a
-    slice, which never converts) releases the capsule it consumed before it
+    """A nested call refused in phase 2 (a capsule of a dtype that does not
+    convert to the slice's) releases the capsule it consumed before it
     returns, whether a guarded body (outer, capsule) or an unguarded one
     (middle, NumPy only) is running around it."""
     seen = []
 
     def inner():
         before = t.producer_counts()
-        with pytest.raises(TypeError, match="read only once|expected dtype"):
-            t.slice_sum(capsule(np.arange(3, dtype=np.int8)))
+        with pytest.raises(TypeError, match="expected dtype"):
+            t.slice_sum(capsule(np.arange(3, dtype=np.complex64)))
         after = t.producer_counts()
         seen.append((after[0] - before[0], after[1] - before[1]))
 
