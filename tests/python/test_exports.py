@@ -174,8 +174,11 @@ def test_view_of_read_only_input_is_exported_read_only():
     n = np.from_dlpack(v)
     assert not n.flags.writeable
     assert not np.asarray(v).flags.writeable
-    with pytest.raises(BufferError, match="read-only"):
-        v.__dlpack__()
+    # A legacy capsule cannot say read-only: it holds a copy, which
+    # copy=False forbids (see test_legacy_requests_of_read_only_data_*).
+    assert ext.data_ptr(v.__dlpack__()) != ro.ctypes.data
+    with pytest.raises(BufferError, match="read-only.*copy=False"):
+        v.__dlpack__(copy=False)
     with pytest.raises((TypeError, BufferError)):
         ctypes.c_char.from_buffer(v)  # asks for a writable buffer
     assert buffer_of(v).readonly
