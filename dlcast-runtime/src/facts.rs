@@ -10,7 +10,10 @@
 //!   column), the hand-off of `returns = <option>` (`export/handoff.rs`:
 //!   the `name`, `handover`, `host_only`, `read_only` and `layout`
 //!   columns, read generically: what is refused, what is copied, what is
-//!   handed to which function), the names, sizes, NumPy type numbers, buffer formats,
+//!   handed to which function), the import of a producer's capsules
+//!   (`import/exchange.rs` and `import/mod.rs`: the `modules`, `read_only`
+//!   and `legacy_writable` columns: which producers' arrays are immutable,
+//!   and whose legacy capsules may be written), the names, sizes, NumPy type numbers, buffer formats,
 //!   casting kinds and absences (`export/handoff.rs`) of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
@@ -245,7 +248,8 @@ pub enum Handover {
     /// The `dlcast.Array` itself, to `module.func` (a `from_dlpack`), which
     /// calls its `__dlpack__`; read-only data of a framework whose arrays
     /// are immutable ([`ReadOnly::Immutable`]) through a consumer that
-    /// gives a legacy capsule.
+    /// gives a legacy capsule of it as it is (the array's own `__dlpack__`
+    /// answers a legacy request for read-only data with a copy).
     FromDlpack {
         module: &'static str,
         func: &'static str,
@@ -358,6 +362,16 @@ pub struct FrameworkFacts {
     pub host_only: bool,
     /// What becomes of read-only data.
     pub read_only: ReadOnly,
+    /// Whether a legacy (unversioned) capsule from its arrays' own
+    /// `__dlpack__` is memory the framework itself may write: true where
+    /// the framework has no read-only arrays (PyTorch, CuPy, PaddlePaddle)
+    /// or refuses to export them as legacy capsules (NumPy, and
+    /// array_api_strict, whose `__dlpack__` is NumPy's), so that a legacy
+    /// capsule of it says no less than a versioned one would. Any other
+    /// legacy capsule (an immutable framework's, an unknown producer's, a
+    /// capsule passed without its array) is imported read-only: it cannot
+    /// say whether it may be written.
+    pub legacy_writable: bool,
     /// What becomes of layouts it cannot take.
     pub layout: Layout,
     /// Its array type in a stub.
@@ -373,6 +387,7 @@ macro_rules! frameworks {
         handover: $handover:ident($hmodule:literal, $hfunc:literal),
         host_only: $host_only:literal,
         read_only: $read_only:ident,
+        legacy_writable: $legacy_writable:literal,
         layout: $layout:ident,
         stub: $stub:literal [$($import:literal),*] typed: $typed:literal,
     })*) => {
@@ -393,6 +408,7 @@ macro_rules! frameworks {
             handover: Handover::$handover { module: $hmodule, func: $hfunc },
             host_only: $host_only,
             read_only: ReadOnly::$read_only,
+            legacy_writable: $legacy_writable,
             layout: Layout::$layout,
             stub: Stub { ty: $stub, imports: &[$($import),*], typed: $typed },
         }),*];
@@ -404,28 +420,28 @@ frameworks! {
     Numpy {
         option: "numpy", modules: ["numpy"], python_type: "numpy.ndarray", name: "NumPy",
         handover: NumpyCApi("numpy", "from_dlpack"), host_only: true,
-        read_only: Marked, layout: AsIs,
+        read_only: Marked, legacy_writable: true, layout: AsIs,
         stub: "numpy.typing.NDArray[typing.Any]" ["numpy", "numpy.typing"] typed: true,
     }
     /// `torch.from_dlpack`.
     Torch {
         option: "torch", modules: ["torch"], python_type: "torch.Tensor", name: "PyTorch",
         handover: TorchExchange("torch", "from_dlpack"), host_only: false,
-        read_only: Refused, layout: NegativeStridesRefused,
+        read_only: Refused, legacy_writable: true, layout: NegativeStridesRefused,
         stub: "torch.Tensor" ["torch"] typed: true,
     }
     /// `jax.numpy.from_dlpack`.
     Jax {
         option: "jax", modules: ["jax", "jaxlib"], python_type: "jax.Array", name: "JAX",
         handover: FromDlpack("jax.numpy", "from_dlpack"), host_only: false,
-        read_only: Immutable, layout: CompactCopy,
+        read_only: Immutable, legacy_writable: false, layout: CompactCopy,
         stub: "jax.Array" ["jax"] typed: true,
     }
     /// `cupy.from_dlpack`.
     Cupy {
         option: "cupy", modules: ["cupy"], python_type: "cupy.ndarray", name: "CuPy",
         handover: FromDlpack("cupy", "from_dlpack"), host_only: false,
-        read_only: Marked, layout: AsIs,
+        read_only: Marked, legacy_writable: true, layout: AsIs,
         stub: "cupy.ndarray" ["cupy"] typed: false,
     }
     /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
@@ -433,7 +449,7 @@ frameworks! {
         option: "tensorflow", modules: ["tensorflow"], python_type: "tensorflow.Tensor",
         name: "TensorFlow",
         handover: LegacyCapsule("tensorflow.experimental.dlpack", "from_dlpack"),
-        host_only: false, read_only: Immutable, layout: AsIs,
+        host_only: false, read_only: Immutable, legacy_writable: false, layout: AsIs,
         stub: "tensorflow.Tensor" ["tensorflow"] typed: false,
     }
     /// `array_api_strict.from_dlpack`.
@@ -441,7 +457,7 @@ frameworks! {
         option: "array_api", modules: ["array_api_strict"],
         python_type: "array_api_strict.Array", name: "array_api_strict",
         handover: FromDlpack("array_api_strict", "from_dlpack"), host_only: false,
-        read_only: Marked, layout: AsIs,
+        read_only: Marked, legacy_writable: true, layout: AsIs,
         stub: "array_api_strict._array_object.Array" ["array_api_strict._array_object"]
             typed: true,
     }
@@ -450,14 +466,14 @@ frameworks! {
     Memoryview {
         option: "memoryview", modules: [], python_type: "memoryview", name: "memoryview",
         handover: Buffer("builtins", "memoryview"), host_only: true,
-        read_only: Marked, layout: AsIs,
+        read_only: Marked, legacy_writable: false, layout: AsIs,
         stub: "memoryview" [] typed: true,
     }
     /// `mlx.core.from_dlpack` (MLX arrays are immutable).
     Mlx {
         option: "mlx", modules: ["mlx"], python_type: "mlx.core.array", name: "MLX",
         handover: FromDlpack("mlx.core", "from_dlpack"), host_only: false,
-        read_only: Immutable, layout: NegativeStridesCopied,
+        read_only: Immutable, legacy_writable: false, layout: NegativeStridesCopied,
         stub: "mlx.core.array" ["mlx.core"] typed: false,
     }
     /// `paddle.from_dlpack` (PaddlePaddle, which like PyTorch has no
@@ -466,7 +482,7 @@ frameworks! {
         option: "paddle", modules: ["paddle"], python_type: "paddle.Tensor",
         name: "PaddlePaddle",
         handover: FromDlpack("paddle", "from_dlpack"), host_only: false,
-        read_only: Refused, layout: NegativeStridesRefused,
+        read_only: Refused, legacy_writable: true, layout: NegativeStridesRefused,
         stub: "paddle.Tensor" ["paddle"] typed: true,
     }
 }
@@ -480,11 +496,16 @@ impl Framework {
 }
 
 // Each row sits at its variant's index (the macro writes them in the same
-// order; checked at compile time all the same).
+// order; checked at compile time all the same). An immutable framework's
+// legacy capsules are never writable: its arrays must not change.
 const _: () = {
     let mut i = 0;
     while i < FRAMEWORKS.len() {
         assert!(FRAMEWORKS[i].id as usize == i);
+        assert!(
+            !(FRAMEWORKS[i].legacy_writable
+                && matches!(FRAMEWORKS[i].read_only, ReadOnly::Immutable))
+        );
         i += 1;
     }
 };

@@ -324,7 +324,8 @@ def check_description(d):
     if consumer == "describe":
         assert error is None, (d, msg)
         name = SUPPORTED[(d["code"], d["bits"])][0]
-        read_only = d["versioned"] and d["flags"] & 1 == 1
+        # A legacy capsule cannot say whether it may be written: read-only.
+        read_only = not d["versioned"] or d["flags"] & 1 == 1
         assert result == (shape, strides, name, d["device"], read_only,
                           contiguous(shape, strides, True), contiguous(shape, strides, False)), d
     elif not on_cpu:
@@ -337,7 +338,9 @@ def check_description(d):
     else:  # zero_bytes: writable, C order
         if not contiguous(shape, strides, True):
             assert type(error) is TypeError and "C-contiguous" in msg, (d, msg)
-        elif d["versioned"] and d["flags"] & 1:
+        elif not d["versioned"]:
+            assert type(error) is TypeError and "legacy DLPack capsule" in msg, (d, msg)
+        elif d["flags"] & 1:
             assert type(error) is TypeError and "read-only" in msg, (d, msg)
         else:
             assert error is None, (d, msg)
@@ -605,8 +608,9 @@ def test_flags(flags, read_only):
                 ext.fill_f64(out, 1.0)
         else:
             ext.fill_f64(out, 1.0)
-        # Legacy capsules carry no flags: never read-only.
-        assert ext.describe(capsule(np.arange(2.0), versioned=False))[4] is False
+        # Legacy capsules carry no flags: they cannot say whether they may
+        # be written, so a raw one is read-only whatever it holds.
+        assert ext.describe(capsule(np.arange(2.0), versioned=False))[4] is True
 
 
 @pytest.mark.hostile
@@ -626,14 +630,25 @@ def test_null_deleter_is_never_called():
 
 
 @pytest.mark.hostile
-def test_capsules_passed_directly_and_through_dlpack_and_as_writable():
-    with deleters_balanced(6):
+def test_capsules_passed_directly_and_through_dlpack_writable_only_if_versioned():
+    with deleters_balanced(8):
         for versioned in (True, False):
             data = np.arange(4.0)
             assert ext.values(capsule(data, versioned=versioned)) == data.tolist()
             assert ext.values(ReturnsEachCall(lambda: capsule(data, versioned=versioned))) == data.tolist()
             c = capsule(data, versioned=versioned)
-            ext.fill_f64(c, 9.0)  # writes into the producer's own copy
+            p = ReturnsEachCall(lambda: capsule(data, versioned=versioned))
+            if versioned:
+                ext.fill_f64(c, 9.0)  # writes into the producer's own copy
+                ext.fill_f64(p, 9.0)
+                continue
+            # A legacy capsule cannot say whether it may be written: a raw
+            # one, or an unknown producer's answer to a versioned request,
+            # is read-only; the refusal says how it came and what to pass.
+            with pytest.raises(TypeError, match=r"passed as a legacy DLPack capsule.*versioned capsule"):
+                ext.fill_f64(c, 9.0)
+            with pytest.raises(TypeError, match=r"exported by its producer as a legacy DLPack capsule"):
+                ext.fill_f64(p, 9.0)
 
 
 def test_major_version_2_refused_and_deleted():

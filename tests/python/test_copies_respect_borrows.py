@@ -16,6 +16,7 @@ import contextlib
 import threading
 import time
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -94,6 +95,26 @@ def test_returns_jax_copy_is_refused_while_another_call_writes(kind):
     out = ext.cp_to_jax(view)
     assert np.asarray(out).tolist() == [1.0] * len(out)
     del keep
+
+
+@pytest.mark.hostile
+def test_legacy_capsule_copy_of_read_only_data_is_refused_while_another_call_writes():
+    """A read-only `dlcast.Array` asked for a legacy capsule (JAX's and
+    MLX's `from_dlpack`) hands out a copy: a read of memory that another
+    call's `&mut` may hold (here: a read-only view of an array whose
+    writable base another call holds), refused while it does."""
+    base = np.zeros(17, np.float32)
+    ro = base[1:]
+    ro.flags.writeable = False
+    view = ext.identity(ro)
+    assert view.read_only
+    with writer_holding(base[1:]):
+        with pytest.raises(BufferError, match=r"legacy capsule goes as a copy.*a2_hold_mut"):
+            view.__dlpack__()
+        with pytest.raises(BufferError, match="a2_hold_mut"):
+            jnp.from_dlpack(view)
+    # Once the writer is done, the copy is made, and sees its writes.
+    assert jnp.from_dlpack(view).tolist() == [1.0] * 16
 
 
 def test_copies_are_made_while_other_calls_only_read():

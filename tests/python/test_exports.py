@@ -174,8 +174,11 @@ def test_view_of_read_only_input_is_exported_read_only():
     n = np.from_dlpack(v)
     assert not n.flags.writeable
     assert not np.asarray(v).flags.writeable
-    with pytest.raises(BufferError, match="read-only"):
-        v.__dlpack__()
+    # A legacy capsule cannot say read-only: it holds a copy, which
+    # copy=False forbids (see test_legacy_requests_of_read_only_data_*).
+    assert ext.data_ptr(v.__dlpack__()) != ro.ctypes.data
+    with pytest.raises(BufferError, match="read-only.*copy=False"):
+        v.__dlpack__(copy=False)
     with pytest.raises((TypeError, BufferError)):
         ctypes.c_char.from_buffer(v)  # asks for a writable buffer
     assert buffer_of(v).readonly
@@ -228,6 +231,110 @@ def test_protocol_allowed_keyword_combinations(stream, max_version, dl_device, c
         # A copy lives elsewhere than the Rust allocation.
         assert ext.data_ptr(cap_again := a.__dlpack__(max_version=max_version, copy=True)) != ptr
         del cap_again
+
+
+def read_only_arrays():
+    """Read-only `dlcast.Array`s (`returns = dlcast`), each with the address
+    of the memory it describes, the values, and what keeps that memory."""
+    j = jnp.arange(6, dtype=jnp.float32)  # immutable: imported read-only
+    ro = np.arange(6, dtype=np.float32)
+    ro.flags.writeable = False
+    owned = ext.read_only_range(6)  # Tensor::into_read_only
+    return {
+        "jax input": (ext.identity(j), j.unsafe_buffer_pointer(), j),
+        "read-only numpy input": (ext.identity(ro), ro.ctypes.data, ro),
+        "read-only owned tensor": (owned, ext.data_ptr(owned), owned),
+    }
+
+
+READ_ONLY_SOURCES = ["jax input", "read-only numpy input", "read-only owned tensor"]
+
+
+def _jax_import(a):
+    j = jnp.from_dlpack(a)
+    return j.tolist(), j.unsafe_buffer_pointer()
+
+
+def _mlx_import(a):
+    import mlx.core as mx
+
+    return mx.from_dlpack(a).tolist(), None  # MLX copies whatever it gets
+
+
+def _tensorflow_import(a):
+    import tensorflow as tf
+
+    # TensorFlow takes a capsule only: the consumer asks for a legacy one.
+    t = tf.experimental.dlpack.from_dlpack(a.__dlpack__())
+    return t.numpy().tolist(), None
+
+
+@pytest.mark.parametrize("source", READ_ONLY_SOURCES)
+@pytest.mark.parametrize("importer", [_jax_import, _mlx_import, _tensorflow_import],
+                         ids=["jax", "mlx", "tensorflow"])
+def test_read_only_array_goes_to_every_legacy_only_importer(source, importer):
+    """JAX's and MLX's `from_dlpack` ask `__dlpack__` for a legacy capsule
+    only (JAX passes `stream=`, MLX nothing) and TensorFlow takes only a
+    capsule, which cannot say read-only: a read-only `dlcast.Array` (a JAX
+    array's view returned with `returns = dlcast`, issue #32) goes to them
+    as a copy of its own, never refused."""
+    a, address, keep = read_only_arrays()[source]
+    values, got = importer(a)
+    assert values == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert got is None or got != address
+    assert ext.values(a) == values
+    del keep
+
+
+@pytest.mark.parametrize("source", READ_ONLY_SOURCES)
+def test_read_only_array_to_versioned_importers_is_shared_and_read_only(source):
+    """NumPy (and array_api_strict, through it) and PyTorch ask for
+    versioned capsules: read-only data goes to them as it is, marked
+    `READ_ONLY` (NumPy's arrays over it are not writeable), no copy."""
+    a, address, keep = read_only_arrays()[source]
+    n = np.from_dlpack(a)
+    assert n.ctypes.data == address and not n.flags.writeable
+    x = xp.from_dlpack(a)
+    assert np.asarray(x).ctypes.data == address
+    with pytest.raises(ValueError):
+        np.asarray(x)[0] = 9.0
+    del keep
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("source", READ_ONLY_SOURCES)
+@pytest.mark.parametrize("kwargs", [{}, dict(max_version=None), dict(max_version=(0, 8)),
+                                    dict(stream=-1, dl_device=(1, 0)), dict(copy=True)])
+def test_legacy_capsule_of_read_only_array_is_never_the_original_memory(source, kwargs):
+    """Hostile: a consumer that asks for a legacy capsule (which cannot say
+    read-only) and writes whatever it gets, as PyTorch does with any
+    capsule: it writes a copy of its own, never the original memory, which
+    keeps its values; `copy=False` forbids that copy and raises."""
+    a, address, keep = read_only_arrays()[source]
+    cap = a.__dlpack__(**kwargs)
+    t = torch.from_dlpack(cap)
+    assert t.data_ptr() != address
+    t.fill_(7.0)
+    assert ext.values(a) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert np.from_dlpack(a).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    with pytest.raises(BufferError, match=r"read-only; a legacy DLPack capsule cannot say so.*copy=False"):
+        a.__dlpack__(copy=False, **{k: v for k, v in kwargs.items() if k != "copy"})
+    del keep
+
+
+@pytest.mark.hostile
+def test_legacy_capsule_of_read_only_device_memory_is_refused_saying_why():
+    """Read-only device memory asked for a legacy capsule: dlcast cannot
+    copy it, and the capsule cannot say read-only, so it is refused
+    (BufferError), naming the request that works and `returns = jax`.
+    A fake CUDA capsule (its address is never read)."""
+    cap = ext.make_capsule(b"", [4], [1], device=(2, 0), null_data=True, byte_offset=2**40,
+                           dtype=(2, 64, 1), flags=1)
+    a = ext.identity(cap)
+    assert a.read_only
+    with pytest.raises(BufferError, match=r"read-only and on cuda:0.*max_version=\(1, 0\).*returns = jax"):
+        a.__dlpack__()
+    assert capsule_name(a.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
 
 
 def test_copy_true_makes_a_real_copy_marked_copied():

@@ -117,6 +117,101 @@ def test_jax_arrays_are_read_only():
     assert jnp.all(j == 0)
 
 
+class LegacyAnswer:
+    """A producer whose `__dlpack__` answers every request, a versioned one
+    included, with a legacy capsule of `arr`'s memory (as producers older
+    than DLPack 1.0 do); its class claims `module`."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kwargs):
+        kwargs.pop("max_version", None)
+        return self.arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def legacy_producer(module, arr):
+    return type("Array", (LegacyAnswer,), {"__module__": module})(arr)
+
+
+LEGACY_REFUSED = (r"argument 'out': the array was {} \(.dltensor.\), which cannot say whether "
+                  r"it may be written.*pass the array itself.*versioned capsule")
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("make,how", [
+    # Raw capsules: no producer to ask, whatever memory they hold.
+    (lambda x: torch.utils.dlpack.to_dlpack(torch.from_numpy(x)), "passed as a legacy DLPack capsule"),
+    (lambda x: x.__dlpack__(), "passed as a legacy DLPack capsule"),
+    (lambda x: torch.from_numpy(x).__dlpack__(), "passed as a legacy DLPack capsule"),
+    # A producer no framework row knows, answering a versioned request.
+    (lambda x: legacy_producer("mylib", x), "exported by its producer as a legacy DLPack capsule"),
+    (lambda x: legacy_producer("numpyish", x), "exported by its producer as a legacy DLPack capsule"),
+], ids=["torch.utils.dlpack.to_dlpack", "numpy legacy", "torch legacy", "unknown producer", "near name"])
+def test_legacy_capsules_are_read_only_for_writable_parameters(make, how):
+    """A legacy (unversioned) capsule cannot say whether it may be written
+    (NumPy imports one read-only): a writable parameter refuses it, saying
+    how it came and what to pass instead; a read-only one reads it."""
+    x = np.arange(3.0)
+    with pytest.raises(TypeError, match=LEGACY_REFUSED.format(how)):
+        ext.fill_f64(make(x), 1.0)
+    assert ext.values(make(x)) == [0.0, 1.0, 2.0]
+    assert ext.describe(make(x))[4] is True
+    # Returned, a view of it is read-only too: never handed on writable.
+    v = ext.identity(make(x))
+    assert v.read_only and not np.from_dlpack(v).flags.writeable
+    torch.from_dlpack(v.__dlpack__()).fill_(5.0)  # a copy of its own
+    assert x.tolist() == [0.0, 1.0, 2.0]
+    # The fixes the message names: the array itself, or a versioned capsule.
+    ext.fill_f64(x, 1.0)
+    ext.fill_f64(x.__dlpack__(max_version=(1, 0)), 2.0)
+    assert x.tolist() == [2.0] * 3
+
+
+READ_ONLY_EITHER_WAY = r"argument 'x': the array (is read-only|was passed as a legacy DLPack capsule)"
+
+
+@pytest.mark.hostile
+def test_legacy_capsules_of_immutable_frameworks_stay_read_only():
+    """JAX and MLX answer a versioned request with a legacy capsule, and
+    TensorFlow exports one: their arrays are immutable, read-only whichever
+    way they come (the array, or its capsule passed directly)."""
+    import mlx.core as mx
+
+    for arr in (jnp.zeros(3, jnp.float32), mx.zeros(3)):
+        for given in (arr, arr.__dlpack__()):
+            with pytest.raises(TypeError, match=READ_ONLY_EITHER_WAY):
+                ext.add_one_f32(given)
+            assert ext.describe(arr)[4] is True
+    t = tf.zeros(3)
+    for given in (t, tf.experimental.dlpack.to_dlpack(t)):
+        with pytest.raises(TypeError, match=READ_ONLY_EITHER_WAY):
+            ext.add_one_f32(given)
+    assert t.numpy().tolist() == [0.0] * 3
+    # A producer that claims an immutable framework's package is read-only
+    # too (its claim can only take writes away).
+    x = np.zeros(3, np.float32)
+    with pytest.raises(TypeError, match="argument 'x': the array is read-only"):
+        ext.add_one_f32(legacy_producer("jax", x))
+
+
+@pytest.mark.parametrize("module", ["numpy", "cupy", "paddle", "array_api_strict"])
+def test_legacy_capsules_of_frameworks_without_read_only_legacy_exports_are_writable(module):
+    """NumPy (and array_api_strict, whose `__dlpack__` is NumPy's) refuses
+    to export a read-only array through a legacy capsule; PyTorch, CuPy and
+    PaddlePaddle have no read-only arrays: a legacy capsule from their own
+    `__dlpack__` is memory they may write (the `legacy_writable` column), and
+    a writable parameter takes it. A stand-in of each (their own arrays
+    answer versioned requests with versioned capsules here; a stand-in of
+    PyTorch is refused as a tensor type, whose own path reads tensors)."""
+    x = np.zeros(3)
+    ext.fill_f64(legacy_producer(module, x), 4.0)
+    assert x.tolist() == [4.0] * 3
+
+
 def test_jax_is_zero_copy():
     j = jnp.arange(8.0, dtype=jnp.float32)
     assert ext.data_ptr(j) == j.unsafe_buffer_pointer()

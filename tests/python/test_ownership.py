@@ -223,8 +223,11 @@ def test_read_only_tensor_versioned_capsule_flag():
     assert ext.describe(cap)[4] is True
     cap = ext.foreign(3).__dlpack__(max_version=(1, 0))
     assert ext.describe(cap)[4] is False
-    with pytest.raises(BufferError, match="read-only"):
-        ext.read_only_range(3).__dlpack__()  # a legacy capsule cannot say so
+    # A legacy capsule cannot say so: it holds a copy, and copy=False,
+    # which forbids that, raises.
+    assert ext.values(ext.read_only_range(3).__dlpack__()) == [0.0, 1.0, 2.0]
+    with pytest.raises(BufferError, match="read-only.*copy=False"):
+        ext.read_only_range(3).__dlpack__(copy=False)
 
 
 def test_read_only_tensor_torch_refused_with_advice():
@@ -239,10 +242,12 @@ def test_read_only_tensor_jax():
     j = ext.read_only_range_jax(4)
     assert isinstance(j, jax.Array)
     assert j.tolist() == [0, 1, 2, 3]
-    # JAX asks for a legacy capsule, which cannot say read-only: refused
-    # (returns = jax above is the way).
-    with pytest.raises(BufferError, match="read-only"):
-        jnp.from_dlpack(ext.read_only_range(2))
+    # JAX asks for a legacy capsule, which cannot say read-only: it gets a
+    # copy of its own (returns = jax above takes the memory as it is).
+    arr = ext.read_only_range(2)
+    j = jnp.from_dlpack(arr)
+    assert j.tolist() == [0, 1]
+    assert j.unsafe_buffer_pointer() != ext.data_ptr(arr)
 
 
 # --- (3) static and foreign memory ------------------------------------------

@@ -8,7 +8,7 @@ use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{CallError, ImportRefusal, NotInPlace, WhyNot};
-use crate::import::{self, ImportError, RawTensor};
+use crate::import::{self, ImportError, ImportPath, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};
 use pyo3::prelude::*;
@@ -384,7 +384,7 @@ impl Who {
         }
         if writable {
             if raw.read_only {
-                return Err(self.read_only(param));
+                return Err(self.read_only(param, raw));
             }
             if layout::may_self_overlap(&raw.shape, &raw.strides) {
                 return Err(self.self_overlap(param, raw));
@@ -495,12 +495,23 @@ impl Who {
         .into()
     }
 
-    /// A read-only array for a writable parameter.
+    /// A read-only array for a writable parameter (one read-only only
+    /// because it came in a legacy capsule: saying so, and what to pass).
     #[cold]
-    fn read_only(&self, param: &ParamSpec) -> Refusal {
-        PyErr::from(CallError::ReadOnly {
-            func: self.spec.name,
-            param: param.name,
+    fn read_only(&self, param: &ParamSpec, raw: &RawTensor) -> Refusal {
+        let (func, param) = (self.spec.name, param.name);
+        PyErr::from(if raw.legacy {
+            CallError::ReadOnlyLegacy {
+                func,
+                param,
+                how: if raw.path == ImportPath::Capsule {
+                    "passed as a legacy DLPack capsule"
+                } else {
+                    "exported by its producer as a legacy DLPack capsule"
+                },
+            }
+        } else {
+            CallError::ReadOnly { func, param }
         })
         .into()
     }

@@ -119,6 +119,19 @@ pub(crate) enum CallError {
         func: &'static str,
         param: &'static str,
     },
+    /// `TypeError`: an array in a legacy capsule (`how` it came), which
+    /// cannot say whether it may be written, for a writable parameter.
+    #[error(
+        "{func}(): argument '{param}': the array was {how} (\"dltensor\"), which cannot say \
+         whether it may be written, so dlcast reads it as read-only, but the parameter is \
+         writable; pass the array itself (NumPy, PyTorch, CuPy, PaddlePaddle arrays are \
+         writable) or a versioned capsule (x.__dlpack__(max_version=(1, 0)))"
+    )]
+    ReadOnlyLegacy {
+        func: &'static str,
+        param: &'static str,
+        how: &'static str,
+    },
     /// `TypeError` (its `__cause__` the producer's refusal): an array NumPy
     /// reads but dlcast cannot read in place (`why`), for a writable
     /// parameter, which never converts.

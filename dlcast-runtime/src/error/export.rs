@@ -199,12 +199,22 @@ pub(crate) enum ExportError {
     /// `copy=True` of device memory.
     #[error("copy=True is not supported for an array on {0}")]
     CopyOnDevice(Device),
-    /// A read-only array asked for as a legacy capsule.
+    /// A read-only array asked for as a legacy capsule with `copy=False`.
     #[error(
-        "the array is read-only; a legacy DLPack capsule cannot say so. Ask for \
-         max_version=(1, 0) or later, or copy=True"
+        "the array is read-only; a legacy DLPack capsule cannot say so, so it would hold a \
+         copy, which copy=False forbids. Ask for max_version=(1, 0) or later (no copy, \
+         READ_ONLY set), or allow the copy (copy=None)"
     )]
     ReadOnlyLegacy,
+    /// A read-only array in device memory asked for as a legacy capsule:
+    /// no copy can be made here.
+    #[error(
+        "the array is read-only and on {0}; a legacy DLPack capsule cannot say so, and dlcast \
+         copies only host memory. Ask for max_version=(1, 0) or later (READ_ONLY set); JAX's \
+         and MLX's from_dlpack ask for legacy capsules only: return the array with \
+         returns = jax or returns = mlx instead (their arrays are immutable)"
+    )]
+    ReadOnlyLegacyOnDevice(Device),
     /// `TypeError`: `len()` of a 0-d array.
     #[error("len() of a 0-d array")]
     LenOfScalar,

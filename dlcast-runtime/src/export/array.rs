@@ -394,8 +394,10 @@ impl Array {
     ///
     /// - `max_version`: `None` or major `< 1` gives a legacy `"dltensor"`
     ///   capsule; `(1, x)` a `"dltensor_versioned"` one, with `READ_ONLY`
-    ///   set for read-only data.
-    /// - `copy`: `True` copies (setting `IS_COPIED`); `False` never copies.
+    ///   set for read-only data. A legacy capsule cannot say read-only:
+    ///   for read-only data it holds a fresh copy (the consumer's alone).
+    /// - `copy`: `True` copies (setting `IS_COPIED`); `False` never copies
+    ///   (so read-only data asked for a legacy capsule raises).
     /// - `dl_device`: `None` or the array's own device.
     /// - `stream`: `None` or `-1` for memory without streams. For CUDA
     ///   memory `None` means `1` (legacy default stream), `0` is refused;
@@ -433,20 +435,33 @@ impl Array {
         if never_written && copy == Some(false) {
             return Err(ExportError::NeverWritten.into());
         }
-        let copied = copy == Some(true) || never_written;
-        if copied && !this.device.is_host_accessible() {
-            return Err(ExportError::CopyOnDevice(this.device).into());
-        }
-        if this.read_only && !versioned && !copied {
+        // A legacy capsule cannot say read-only, so read-only data asked
+        // for one (JAX's and MLX's `from_dlpack` ask for nothing else) goes
+        // as a copy, the consumer's alone: a consumer that writes it (as
+        // PyTorch writes what it is given) changes nothing of the
+        // original, and the standard's `copy=None` allows the copy.
+        let legacy_read_only = this.read_only && !versioned;
+        if legacy_read_only && copy == Some(false) {
             return Err(ExportError::ReadOnlyLegacy.into());
+        }
+        let copied = copy == Some(true) || never_written || legacy_read_only;
+        if copied && !this.device.is_host_accessible() {
+            return Err(if copy == Some(true) {
+                ExportError::CopyOnDevice(this.device)
+            } else {
+                ExportError::ReadOnlyLegacyOnDevice(this.device)
+            }
+            .into());
         }
         // Last, once everything else is known to be fine: it may enqueue a
         // wait on the consumer's stream.
         consumer_stream(this, stream)?;
         let copied = copied.then_some(if copy == Some(true) {
             "__dlpack__(copy=True)"
-        } else {
+        } else if never_written {
             "__dlpack__ (read-only data goes as a copy)"
+        } else {
+            "__dlpack__ (read-only data asked for a legacy capsule goes as a copy)"
         });
         make_capsule(py, slf, versioned, copied)
     }

@@ -382,7 +382,8 @@ fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<Py
 }
 
 /// Hands a read-only [`Array`] to a consumer whose arrays are immutable
-/// (JAX) through a legacy capsule, which the array itself refuses to give.
+/// (JAX, MLX) through a legacy capsule of its memory as it is, which the
+/// array itself gives only of a copy (any consumer may call it).
 #[pyclass(module = "dlcast", frozen)]
 struct ImmutableConsumer(Py<Array>);
 

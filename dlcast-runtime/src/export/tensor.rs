@@ -341,8 +341,8 @@ impl<T: Element> Tensor<T> {
 
 impl<T: Element> Tensor<T> {
     /// The same tensor, exported read-only: DLPack consumers get the
-    /// `READ_ONLY` flag (versioned capsules; a legacy capsule is refused
-    /// unless copied), NumPy arrays have `writeable == False`, the buffer
+    /// `READ_ONLY` flag (versioned capsules; a legacy capsule, which cannot
+    /// say so, holds a copy), NumPy arrays have `writeable == False`, the buffer
     /// protocol refuses writable requests, JAX and TensorFlow take it as
     /// usual (their arrays are immutable), and `returns = torch` raises
     /// `BufferError` (PyTorch has no read-only tensors). Rust may still

@@ -150,7 +150,10 @@ pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchan
     if torch_in_mro(obj) {
         kept |= TypeFlags::TORCH_TYPE;
     }
-    if super::is_from_module(obj, &["jax", "jaxlib", "tensorflow", "mlx"]) {
+    // The frameworks whose arrays are immutable: the `read_only` column.
+    if crate::framework::Framework::of(obj)
+        .is_some_and(|f| f.facts().read_only == crate::facts::ReadOnly::Immutable)
+    {
         kept |= TypeFlags::IMMUTABLE;
     }
     let (api, flags) = lookup(obj, kept);

@@ -185,6 +185,12 @@ pub struct RawTensor {
     /// producer's own read-only mark of the temporary (the view itself is
     /// read-only in the body); `None` for a view of the argument.
     pub(crate) converted: Option<bool>,
+    /// Read-only for one reason only: it came in a legacy capsule, which
+    /// cannot say whether it may be written, from no producer known to
+    /// export only writable memory that way (see
+    /// [`crate::facts::FrameworkFacts::legacy_writable`]). A writable
+    /// parameter's refusal says so, and what to pass instead.
+    pub(crate) legacy: bool,
     pub(crate) owner: Owner,
 }
 
@@ -215,6 +221,7 @@ impl RawTensor {
             stream: None,
             borrow: None,
             converted: None,
+            legacy: false,
             owner: Owner::None,
         }
     }
@@ -366,6 +373,12 @@ pub(crate) enum Source {
         /// The producer's arrays are immutable (JAX, TensorFlow), whatever
         /// the capsule says.
         immutable: bool,
+        /// A legacy capsule may be written: it came from the `__dlpack__`
+        /// of a framework whose row says its legacy exports are writable
+        /// memory ([`crate::facts::FrameworkFacts::legacy_writable`]).
+        /// Otherwise a legacy capsule, which cannot say read-only, is read
+        /// read-only (as NumPy reads one).
+        legacy_writable: bool,
         /// The device `__dlpack_device__()` said, if asked.
         said: Option<Device>,
         /// An object that must still be referenced by dlcast alone when
@@ -578,11 +591,18 @@ pub(crate) fn prepare(
         None => None,
     };
     if let Some(cap) = capsule::call_dlpack(obj, stream)? {
+        let owner = capsule::take(&cap)?;
+        // Asked only of a legacy answer (the rare case): the producer's
+        // framework, by its array type, as it is once `__dlpack__` ran.
+        let legacy_writable = matches!(owner, Owner::Legacy(_))
+            && !flags.immutable()
+            && crate::framework::Framework::of(obj).is_some_and(|f| f.facts().legacy_writable);
         return Ok(Source::Managed {
-            owner: capsule::take(&cap)?,
+            owner,
             path: ImportPath::Dlpack,
             stream,
             immutable: flags.immutable(),
+            legacy_writable,
             said: device,
             private: None,
         });
@@ -601,13 +621,15 @@ pub(crate) fn prepare(
     Err(ImportError::NotAnArray(type_name(obj)))
 }
 
-/// A [`Source::Managed`] with nothing else known.
+/// A [`Source::Managed`] with nothing else known: a legacy capsule of it
+/// is read read-only.
 pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
     Source::Managed {
         owner,
         path,
         stream: None,
         immutable: false,
+        legacy_writable: false,
         said: None,
         private: None,
     }
@@ -678,6 +700,7 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             path,
             stream,
             immutable,
+            legacy_writable,
             said,
             private,
         } => {
@@ -688,6 +711,12 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             // JAX arrays and TensorFlow tensors are immutable, but they
             // answer with capsules that do not say so (DLPack notes).
             raw.read_only |= *immutable;
+            // A legacy capsule cannot say read-only: read-only unless its
+            // producer is known to export only writable memory that way.
+            if matches!(owner, Owner::Legacy(_)) && !*legacy_writable && !raw.read_only {
+                raw.read_only = true;
+                raw.legacy = true;
+            }
             let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
             if let (Some(said), true, None) = (said, has_streams, stream) {
                 // The producer said "no streams here" and then handed over

@@ -774,6 +774,9 @@ fn via_dlpack(
                 path: ImportPath::Dlpack,
                 stream: None,
                 immutable: false,
+                // The alias is PyTorch's own tensor (made by its C code),
+                // and PyTorch has no read-only tensors.
+                legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
                 said: device,
                 private: Some(alias.unbind()),
             },
@@ -798,6 +801,7 @@ fn via_dlpack(
             path: ImportPath::Dlpack,
             stream,
             immutable: false,
+            legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
             said: device,
             private: Some(alias.unbind()),
         },
