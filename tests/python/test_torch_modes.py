@@ -435,12 +435,12 @@ def test_alias_mutated_through_gc_by_another_thread():
 @pytest.mark.usefixtures("registry_empty_after_collect")
 @pytest.mark.hostile
 def test_mode_entered_by_a_finalizer_during_the_writable_checks():
-    # The writable checks (`requires_grad`, `is_inference()`) run on the
-    # fast path before the Python key is read; a collection started there
-    # (by whatever they allocate) runs a finalizer that enters a lying
-    # function mode. `_python_dispatch` must not be answered by it: a
-    # tensor with the Python key (an exact `torch.Tensor` by class
-    # reassignment) is refused whatever the mode says.
+    # A collection started during a writable parameter's phase 1 runs a
+    # finalizer that enters a lying function mode (the writable checks
+    # themselves are decided at the read, see test_torch_tensors.py).
+    # `_python_dispatch` must not be answered by it: a tensor with the
+    # Python key (an exact `torch.Tensor` by class reassignment) is refused
+    # whatever the mode says.
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
