@@ -95,9 +95,12 @@ pub(crate) fn convert<'py>(
         Some(Framework::Numpy | Framework::Cupy) => {
             numpy_like_astype(obj, name, target.order).map_err(raised("x.astype"))
         }
-        Some(Framework::Torch) => {
-            torch_convert(obj, name, target.order, ndim, target.copy).map_err(raised("x.to"))
-        }
+        // Inside the disabled regions: no mode sees (or changes) the
+        // private alias it converts.
+        Some(Framework::Torch) => crate::import::torch::in_disabled_regions(obj.py(), || {
+            torch_convert(obj, name, target.order, ndim, target.copy)
+        })
+        .map_err(raised("x.to")),
         // These frameworks' arrays are always C-contiguous (row-major): a
         // dtype change keeps that; F order needs NumPy.
         Some(Framework::Jax | Framework::ArrayApi | Framework::Tensorflow)

@@ -267,6 +267,30 @@ pub(crate) fn is_own_descriptor(
     d_type == owner && unsafe { c_name_is(c_name, name) } && same_image(function, image)
 }
 
+/// The getter definition of a `getset_descriptor` checked with
+/// [`is_own_descriptor`], for code that calls the getter itself (phase 2:
+/// no bound method or argument tuple is made); `None` for anything else.
+pub(crate) fn getset_def(obj: &Bound<'_, PyAny>) -> Option<&'static ffi::PyGetSetDef> {
+    if !type_is(obj, std::ptr::addr_of!(ffi::PyGetSetDescr_Type).cast()) {
+        return None;
+    }
+    // SAFETY: `obj` is exactly a `PyGetSetDescrObject`, whose definition is
+    // static data of the module that made it, valid for the process.
+    unsafe { (*obj.as_ptr().cast::<GetSetDescr>()).d_getset.as_ref() }
+}
+
+/// The method definition of a `method_descriptor` checked with
+/// [`is_own_descriptor`], for code that calls the method itself (see
+/// [`getset_def`]); `None` for anything else.
+pub(crate) fn method_def(obj: &Bound<'_, PyAny>) -> Option<&'static ffi::PyMethodDef> {
+    if !type_is(obj, std::ptr::addr_of!(ffi::PyMethodDescr_Type).cast()) {
+        return None;
+    }
+    // SAFETY: `obj` is exactly a `PyMethodDescrObject`, whose definition is
+    // static data of the module that made it, valid for the process.
+    unsafe { (*obj.as_ptr().cast::<MethodDescr>()).d_method.as_ref() }
+}
+
 /// Whether `obj` is a static type (defined by C code, not by Python code)
 /// whose object lies in the same image as `image`, or, with `image` NULL,
 /// in any image. Runs no Python code.

@@ -77,25 +77,37 @@ def test_a_mode_that_sees_the_requires_grad_lookup():
 
 
 @pytest.mark.hostile
-def test_a_converted_tensor_kept_by_a_mode_cannot_be_swapped():
-    # dlcast converts a float32 tensor (`.to(float64)`); a mode keeps the
-    # converted temporary and the body's callback swaps its storage: the
-    # view reads the alias of the temporary, whose storage it holds.
+@pytest.mark.parametrize("kind", ["function", "dispatch"])
+def test_a_converted_tensor_kept_by_a_mode_cannot_be_swapped(kind):
+    # dlcast converts a float32 tensor (`.to(float64)`, on its private
+    # alias) inside the disabled regions: a mode that would keep the alias
+    # or the converted temporary (and swap its storage from the body's
+    # callback, or `set_()` the alias so that the copy reads memory dlcast
+    # never checked) sees none of it.
     kept = []
 
-    class Keeps(TorchFunctionMode):
+    class KeepsFunction(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if getattr(func, "__name__", "") == "to":
-                kept.append(out)
+            kept.append(out)
             return out
 
+    class KeepsDispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kept.extend(a for a in args if isinstance(a, torch.Tensor))
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.numel() == N:
+                    a.set_(torch.zeros(1, dtype=a.dtype))
+            return func(*args, **(kwargs or {}))
+
     x = torch.ones(N, dtype=torch.float32)
-    with Keeps():
+    with KeepsFunction() if kind == "function" else KeepsDispatch():
         before, after = ext.sum_around_call(
-            x, lambda: [k.set_(torch.zeros(1, dtype=k.dtype)) for k in kept])
-    assert kept, "the mode saw the conversion"
+            x, lambda: [k.set_(torch.zeros(1, dtype=k.dtype)) for k in kept
+                        if isinstance(k, torch.Tensor)])
+    assert kept == []
     assert before == after == float(N)
+    assert x.shape == (N,)
 
 
 @pytest.mark.hostile
@@ -423,12 +435,12 @@ def test_alias_mutated_through_gc_by_another_thread():
 @pytest.mark.usefixtures("registry_empty_after_collect")
 @pytest.mark.hostile
 def test_mode_entered_by_a_finalizer_during_the_writable_checks():
-    # The writable checks (`requires_grad`, `is_inference()`) run on the
-    # fast path before the Python key is read; a collection started there
-    # (by whatever they allocate) runs a finalizer that enters a lying
-    # function mode. `_python_dispatch` must not be answered by it: a
-    # tensor with the Python key (an exact `torch.Tensor` by class
-    # reassignment) is refused whatever the mode says.
+    # A collection started during a writable parameter's phase 1 runs a
+    # finalizer that enters a lying function mode (the writable checks
+    # themselves are decided at the read, see test_torch_tensors.py).
+    # `_python_dispatch` must not be answered by it: a tensor with the
+    # Python key (an exact `torch.Tensor` by class reassignment) is refused
+    # whatever the mode says.
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 

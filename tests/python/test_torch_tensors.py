@@ -411,3 +411,284 @@ def test_peeked_argument_changed_by_a_later_argument(change):
         assert (out == 0).all()
         return
     assert out.tolist() == (np.asarray(a, dtype=np.float64).ravel()[:4] + 1).tolist()
+
+
+# The writable refusals are decided at the read (phase 2), after the last
+# Python code of the call: each way in below takes a different path there
+# (an exact tensor asks PyTorch's getters directly; a subclass, a
+# `Parameter` and a function mode ask them inside DisableTorchFunction).
+
+class _Sub(torch.Tensor):
+    """A subclass with a `__torch_function__` of its own."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+class _Mode(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _way_in(way, base):
+    import contextlib
+
+    if way == "subclass":
+        return base.as_subclass(_Sub), contextlib.nullcontext()
+    if way == "parameter":
+        return torch.nn.Parameter(base, requires_grad=False), contextlib.nullcontext()
+    if way == "function_mode":
+        return base, _Mode()
+    return base, contextlib.nullcontext()
+
+
+WAYS_IN = ["plain", "subclass", "parameter", "function_mode"]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("way", WAYS_IN)
+def test_requires_grad_set_by_a_later_argument_is_refused(way):
+    base = torch.zeros(3, dtype=torch.float64)
+    x, ctx = _way_in(way, base)
+
+    def set_grad():
+        x.requires_grad_(True)
+
+    with ctx:
+        with pytest.raises(TypeError, match=r"^fill_then_len\(\): argument 'out': the tensor "
+                                            r"requires grad"):
+            ext.fill_then_len(x, Exports(set_grad), 7.0)
+    assert base.tolist() == [0.0, 0.0, 0.0] and x._version == 0
+    # Without the hook the same way in is written (and bumped once).
+    y, ctx = _way_in(way, torch.zeros(3, dtype=torch.float64))
+    with ctx:
+        assert ext.fill_then_len(y, Exports(lambda: None), 7.0) == 3
+    assert y.tolist() == [7.0, 7.0, 7.0] and y._version == 1
+
+
+@pytest.mark.usefixtures("registry_empty_after_collect")
+@pytest.mark.hostile
+def test_requires_grad_set_by_a_finalizer_while_the_alias_is_made_is_refused():
+    # The alias is the first object the call allocates that the collector
+    # tracks: a collection started there runs a finalizer that sets
+    # requires_grad after phase 1 looked at the tensor.
+    x = torch.zeros(3, dtype=torch.float64)
+    t.fill_f64(torch.zeros(3, dtype=torch.float64), 1.0)  # set-up done
+    fired = []
+
+    class Trap:
+        def __del__(self):
+            x.requires_grad_(True)
+            fired.append(True)
+
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.disable()
+    err = None
+    try:
+        trap = Trap()
+        trap.cycle = trap
+        del trap
+        gc.set_threshold(1)
+        gc.enable()
+        # Nothing the collector tracks is allocated from here to the call.
+        try:
+            t.fill_f64(x, 1.0)
+        except TypeError as e:
+            err = e
+    finally:
+        gc.set_threshold(*threshold)
+        gc.enable()
+    assert err is not None and "the tensor requires grad" in str(err)
+    assert fired and x.requires_grad
+    assert x.detach().tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("way", WAYS_IN)
+def test_inference_mode_left_by_a_later_argument_is_refused(way):
+    with torch.inference_mode():
+        base = torch.zeros(3, dtype=torch.float64)
+    x, ctx = _way_in(way, base) if way != "parameter" else (base, _way_in("plain", base)[1])
+    mode = torch.inference_mode()
+    with ctx:
+        mode.__enter__()
+        try:
+            with pytest.raises(TypeError, match=r"argument 'out': the tensor is an inference "
+                                                r"tensor"):
+                ext.fill_then_len(x, Exports(lambda: mode.__exit__(None, None, None)), 7.0)
+        finally:
+            if torch.is_inference_mode_enabled():
+                mode.__exit__(None, None, None)
+    assert base.tolist() == [0.0, 0.0, 0.0]
+    # Entered by the later argument instead: the write happens inside it.
+    mode = torch.inference_mode()
+    try:
+        with ctx:
+            assert ext.fill_then_len(x, Exports(mode.__enter__), 7.0) == 3
+    finally:
+        mode.__exit__(None, None, None)
+    assert base.tolist() == [7.0, 7.0, 7.0]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("way", ["plain", "subclass"])
+def test_a_tensor_swapped_by_a_later_argument_is_not_written(way):
+    # `swap_tensors` moves the TensorImpl (its storage, requires_grad and
+    # version counter) to the other Python object: the memory dlcast holds
+    # is no longer the caller's tensor's, and the other object may require
+    # grad by the time the body writes. Refused, whatever it requires.
+    base = torch.zeros(3, dtype=torch.float64)
+    x, _ = _way_in(way, base)
+    other, _ = _way_in(way, torch.ones(3, dtype=torch.float64))
+
+    def swap():
+        torch.utils.swap_tensors(x, other)
+        other.requires_grad_(True)  # now the TensorImpl of the memory read
+
+    with pytest.raises(BufferError, match=r"argument 'out': Python code swapped the tensor"):
+        ext.fill_then_len(x, Exports(swap), 7.0)
+    assert other.detach().tolist() == [0.0, 0.0, 0.0]
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+# A producer's read-only declaration holds for writable parameters on every
+# path: PyTorch's ReadOnlyTensorWrapper (its class publishes PyTorch's
+# read-only exchange table), and a class that exports read-only through
+# its own `__dlpack__` or exchange table.
+
+RO_MESSAGE = r"argument 'out': the array is read-only, but the parameter is writable"
+
+
+def _read_only_wrapper():
+    wrapper = getattr(getattr(torch.utils, "dlpack", None), "ReadOnlyTensorWrapper", None)
+    if wrapper is None and os.environ.get("CI") != "true":
+        pytest.skip("PyTorch without torch.utils.dlpack.ReadOnlyTensorWrapper (2.15+)")
+    return wrapper
+
+
+def test_read_only_tensor_wrappers_are_never_written():
+    ro = _read_only_wrapper()
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(ro(x), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0] and x._version == 0
+    with torch.inference_mode():
+        ext_fill_refused_in_mode = False
+        try:
+            ext.fill_f64(ro(x), 1.0)
+        except TypeError:
+            ext_fill_refused_in_mode = True
+    assert ext_fill_refused_in_mode and x.tolist() == [0.0, 0.0, 0.0]
+    # Read-only parameters take it, and a view of it goes back read-only.
+    assert ext.sum_f64(ro(torch.ones(3, dtype=torch.float64))) == 3.0
+    assert ext.values(ro(torch.arange(3, dtype=torch.float64))) == [0.0, 1.0, 2.0]
+    out = np.asarray(ext.identity(ro(x)))
+    assert not out.flags.writeable
+    # Its own export says the same (what dlcast honours).
+    assert not np.from_dlpack(ro(x)).flags.writeable
+
+
+@pytest.mark.hostile
+def test_a_subclass_of_a_read_only_wrapper_cannot_declare_itself_writable():
+    ro = _read_only_wrapper()
+
+    class Writable(ro):
+        __dlpack_c_exchange_api__ = torch._C._dlpack_exchange_api()
+        __dlpack__ = torch.Tensor.__dlpack__
+
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(Writable(x), 1.0)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_then_len(Writable(x), Exports(lambda: None), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
+def test_a_read_only_table_planted_on_tensor_makes_every_tensor_read_only():
+    # Declarations only ever add the mark: PyTorch's read-only table set on
+    # torch.Tensor itself declares every tensor read-only.
+    _read_only_wrapper()
+    x = torch.zeros(3, dtype=torch.float64)
+    saved = torch.Tensor.__dict__["__dlpack_c_exchange_api__"]
+    torch.Tensor.__dlpack_c_exchange_api__ = torch._C._const_dlpack_exchange_api()
+    try:
+        with pytest.raises(TypeError, match=RO_MESSAGE):
+            ext.fill_f64(x, 1.0)
+        assert ext.sum_f64(x) == 0.0
+    finally:
+        torch.Tensor.__dlpack_c_exchange_api__ = saved
+    ext.fill_f64(x, 1.0)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.hostile
+def test_a_subclass_declaring_read_only_through_its_own_dlpack_is_never_written():
+    class ReadOnlyExport(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**{**kw, "read_only": True})
+
+    class WritableExport(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**kw)
+
+    x = torch.zeros(3, dtype=torch.float64)
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(x.as_subclass(ReadOnlyExport), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+    ext.fill_f64(x.as_subclass(WritableExport), 2.0)
+    assert x.tolist() == [2.0, 2.0, 2.0]
+
+
+# Tables, callbacks and data of the table below: alive for the process (the
+# type cache keeps the address of a type's table).
+_KEEP = []
+
+
+@pytest.mark.hostile
+def test_a_subclass_declaring_read_only_through_its_own_exchange_table_is_never_written():
+    import ctypes
+
+    from conftest import DELETER, MANAGED_FROM_OBJ, ApiC, ManagedC
+
+    live, deleted = {}, []
+
+    @DELETER
+    def deleter(m):
+        deleted.append(live.pop(ctypes.addressof(m.contents), None) is not None)
+
+    scalar = ctypes.c_double(0.0)
+
+    def export(obj, out):
+        m = ManagedC()
+        m.major, m.minor, m.deleter, m.flags = 1, 3, deleter, 1  # READ_ONLY
+        d = m.dl_tensor
+        d.data, d.device_type, d.device_id, d.ndim = ctypes.addressof(scalar), 1, 0, 0
+        d.code, d.bits, d.lanes = 2, 64, 1
+        live[ctypes.addressof(m)] = m
+        out[0] = ctypes.pointer(m)
+        return 0
+
+    api = ApiC()
+    api.header.major, api.header.minor = 1, 3
+    api.managed_from_obj = MANAGED_FROM_OBJ(export)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    name = b"dlpack_exchange_api"
+    _KEEP.extend([api, name, deleter, scalar, export])
+
+    class Foreign(torch.Tensor):
+        __dlpack_c_exchange_api__ = new(ctypes.addressof(api), name, None)
+
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(x.as_subclass(Foreign), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+    assert deleted == [True]
+    # Read-only parameters still read the tensor through PyTorch's alias.
+    assert ext.sum_f64(torch.ones(3, dtype=torch.float64).as_subclass(Foreign)) == 3.0

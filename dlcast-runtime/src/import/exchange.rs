@@ -52,6 +52,12 @@ impl TypeFlags {
     /// A `torch.Tensor` subclass with its own `__torch_dispatch__`, which
     /// PyTorch may call (Python code) even to read the tensor's sizes.
     const PY_DISPATCH: u8 = 8;
+    /// A type of the `torch` package whose class, or one of its bases,
+    /// publishes PyTorch's read-only exchange table
+    /// (`torch._C._const_dlpack_exchange_api()`, what
+    /// `torch.utils.dlpack.ReadOnlyTensorWrapper` sets): its tensors are
+    /// declared read-only (see [`declares_read_only`]).
+    const READ_ONLY: u8 = 16;
 
     /// See [`TypeFlags::TORCH_TYPE`].
     pub(crate) fn torch_type(self) -> bool {
@@ -66,6 +72,11 @@ impl TypeFlags {
     /// See [`TypeFlags::PY_DISPATCH`].
     pub(crate) fn py_dispatch(self) -> bool {
         self.0 & Self::PY_DISPATCH != 0
+    }
+
+    /// See [`TypeFlags::READ_ONLY`].
+    pub(crate) fn declared_read_only(self) -> bool {
+        self.0 & Self::READ_ONLY != 0
     }
 }
 
@@ -182,6 +193,9 @@ fn lookup(obj: &Bound<'_, PyAny>, kept: u8) -> (Option<&'static DLPackExchangeAP
         if has_own_torch_dispatch(obj) {
             flags |= TypeFlags::PY_DISPATCH;
         }
+        if declares_read_only(obj, api) {
+            flags |= TypeFlags::READ_ONLY;
+        }
     }
     (api, TypeFlags(flags))
 }
@@ -244,6 +258,69 @@ pub(crate) fn has_own_torch_dispatch(obj: &Bound<'_, PyAny>) -> bool {
         .map_or(true, |own| !own.is(&base))
 }
 
+/// Whether `obj`'s type declares its tensors read-only through PyTorch's
+/// read-only exchange table ([`torch_const_table`]): the table it publishes
+/// (`api`) is that one, or any class of its MRO has that table in its own
+/// `__dict__`. A subclass that publishes another table (PyTorch's writable
+/// one, say) does not undo its base's declaration: declarations only ever
+/// make a tensor more read-only. The table is recognised by its address,
+/// taken from PyTorch's own C function, never by a class's name. Python
+/// lookups (phase 1, cached with the type's version tag).
+fn declares_read_only(obj: &Bound<'_, PyAny>, api: Option<&'static DLPackExchangeAPI>) -> bool {
+    let py = obj.py();
+    let Some(read_only) = torch_const_table(py) else {
+        return false;
+    };
+    if api.is_some_and(|a| std::ptr::eq(a, read_only)) {
+        return true;
+    }
+    let name = pyo3::intern!(py, "__dlpack_c_exchange_api__");
+    let Ok(mro) = obj.get_type().getattr(pyo3::intern!(py, "__mro__")) else {
+        return false;
+    };
+    let Ok(mro) = mro.cast_into::<pyo3::types::PyTuple>() else {
+        return false;
+    };
+    mro.iter().any(|class| {
+        let Ok(entry) = class
+            .getattr(pyo3::intern!(py, "__dict__"))
+            .and_then(|d| d.get_item(name))
+        else {
+            let _ = PyErr::take(py);
+            return false;
+        };
+        // SAFETY: GetPointer checks the object is a capsule of that exact
+        // name (else NULL with an error, which we clear).
+        let ptr =
+            unsafe { ffi::PyCapsule_GetPointer(entry.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
+        if ptr.is_null() {
+            let _ = PyErr::take(py);
+        }
+        std::ptr::eq(ptr.cast::<DLPackExchangeAPI>(), read_only)
+    })
+}
+
+/// PyTorch's read-only exchange table (`torch._C._const_dlpack_exchange_api`,
+/// PyTorch 2.15+: its exports carry DLPack's `READ_ONLY` flag), once
+/// checked as [`torch_table`] checks the writable one; `0` until then,
+/// [`NO_API`] when there is none to trust. Used only to recognise a
+/// declaration of read-only tensors, never called.
+static TORCH_CONST_TABLE: AtomicUsize = AtomicUsize::new(0);
+
+/// See [`TORCH_CONST_TABLE`]; `None` in a PyTorch without it.
+pub(crate) fn torch_const_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
+    let mut known = TORCH_CONST_TABLE.load(Ordering::Acquire);
+    if known == 0 {
+        let base = crate::import::torch::tensor_base(py).ok()?;
+        known = find_table(py, base.bind(py), "_const_dlpack_exchange_api")
+            .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
+        TORCH_CONST_TABLE.store(known, Ordering::Release);
+    }
+    // SAFETY: a table checked by `find_table`, which the header requires to
+    // live for the process.
+    (known != NO_API).then(|| unsafe { &*(known as *const DLPackExchangeAPI) })
+}
+
 /// PyTorch's own exchange table, once checked (see [`torch_table`]); `0`
 /// until then, [`NO_API`] when there is none to trust.
 static TORCH_TABLE: AtomicUsize = AtomicUsize::new(0);
@@ -268,19 +345,22 @@ pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> 
         // Until PyTorch's own attributes are found (see `crate::import::torch`),
         // nothing is trusted, and nothing is noted either.
         let base = crate::import::torch::tensor_base(py).ok()?;
-        known = find_torch_table(py, base.bind(py))
+        known = find_table(py, base.bind(py), "_dlpack_exchange_api")
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_TABLE.store(known, Ordering::Release);
     }
-    // SAFETY: a table checked by `find_torch_table`, which the header
+    // SAFETY: a table checked by `find_table`, which the header
     // requires to live for the process.
     (known != NO_API).then(|| unsafe { &*(known as *const DLPackExchangeAPI) })
 }
 
-/// See [`torch_table`].
-fn find_torch_table(py: Python<'_>, base: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+/// See [`torch_table`]: the table `torch._C.<name>()` answers, checked.
+fn find_table(
+    py: Python<'_>,
+    base: &Bound<'_, PyAny>,
+    name: &str,
+) -> Option<&'static DLPackExchangeAPI> {
     let image = base.as_ptr().cast::<std::ffi::c_void>().cast_const();
-    let name = "_dlpack_exchange_api";
     let f = py
         .import("torch")
         .ok()?
@@ -343,6 +423,16 @@ pub(crate) fn learn_torch_tensor(alias: &Bound<'_, PyAny>) {
     // Keep the class alive for the process, then note it.
     TORCH_TENSOR.store(tensor.as_ptr().cast(), Ordering::Release);
     std::mem::forget(tensor.unbind());
+}
+
+/// The class learnt by [`learn_torch_tensor`] (`torch.Tensor`), once learnt.
+pub(crate) fn torch_tensor_class(py: Python<'_>) -> Option<Bound<'_, pyo3::types::PyType>> {
+    let tensor = TORCH_TENSOR.load(Ordering::Acquire);
+    // SAFETY: a type object kept alive for the process (see
+    // `learn_torch_tensor`); a new strong reference is taken.
+    (!tensor.is_null()).then(|| unsafe {
+        Bound::from_borrowed_ptr(py, tensor.cast::<ffi::PyObject>()).cast_into_unchecked()
+    })
 }
 
 /// Whether `obj`'s type is exactly `torch.Tensor` (a pointer comparison);

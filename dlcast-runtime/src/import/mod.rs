@@ -362,6 +362,11 @@ pub(crate) enum Source {
         api: &'static DLPackExchangeAPI,
         original: Py<PyAny>,
         stream: Option<i64>,
+        /// The tensor's class declared it read-only (see
+        /// `torch::declared_by_class`).
+        read_only: bool,
+        /// For a writable parameter: what is checked again at the read.
+        write: Option<torch::WriteCheck>,
     },
     /// A managed tensor dlcast owns (a capsule taken, or an exchange API's
     /// owning export).
@@ -384,6 +389,9 @@ pub(crate) enum Source {
         /// An object that must still be referenced by dlcast alone when
         /// read (the private alias whose capsule this is).
         private: Option<Py<PyAny>>,
+        /// For a PyTorch tensor taken by a writable parameter: what is
+        /// checked again at the read (see `torch::check_write`).
+        write: Option<torch::WriteCheck>,
     },
     /// A buffer held through the buffer protocol.
     Buffer(Owner),
@@ -605,6 +613,7 @@ pub(crate) fn prepare(
             legacy_writable,
             said: device,
             private: None,
+            write: None,
         });
     }
     if let Some(owner) = buffer_protocol::try_acquire(obj)? {
@@ -632,6 +641,7 @@ pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
         legacy_writable: false,
         said: None,
         private: None,
+        write: None,
     }
 }
 
@@ -681,13 +691,19 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             tensor,
             api,
             stream,
+            read_only,
+            write,
             ..
         } => {
             let tensor = tensor.bind(py);
             if !is_private(tensor) {
                 return Err(not_private());
             }
+            if let Some(w) = write {
+                torch::check_write(py, w)?;
+            }
             let mut raw = exchange::read_with(tensor, api)?;
+            raw.read_only |= *read_only;
             raw.stream = if stream::stream_kind(raw.device.device_type) == StreamKind::None {
                 None
             } else {
@@ -703,9 +719,13 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             legacy_writable,
             said,
             private,
+            write,
         } => {
             if private.as_ref().is_some_and(|p| !is_private(p.bind(py))) {
                 return Err(not_private());
+            }
+            if let Some(w) = write {
+                torch::check_write(py, w)?;
             }
             let mut raw = capsule::read(owner, *path)?;
             // JAX arrays and TensorFlow tensors are immutable, but they

@@ -47,6 +47,16 @@
 //! cannot see the writes) and inference tensors outside
 //! `torch.inference_mode()` (PyTorch forbids in-place writes to them), and
 //! bump the caller's tensor's version counter once every check passed.
+//! Both refusals are decided in phase 2, at every read ([`check_write`]),
+//! since Python code run later in phase 1 can set `requires_grad` or leave
+//! inference mode; so is whether the caller's tensor still holds the
+//! `TensorImpl` the alias was made from (`torch.utils.swap_tensors`).
+//!
+//! A tensor whose class declares it read-only (PyTorch's
+//! `torch.utils.dlpack.ReadOnlyTensorWrapper` publishes PyTorch's read-only
+//! exchange table; another class may export read-only through its own
+//! `__dlpack__` or exchange table) is read read-only, whatever path reads
+//! it: writable parameters refuse it.
 
 use crate::device::kind;
 use crate::error::ImportFault;
@@ -59,8 +69,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 mod key_set;
+use key_set::keys;
 pub use key_set::reads_key_set;
-use key_set::{keys, KeySet};
 
 /// PyTorch's own C-level attributes, looked up and checked once (see
 /// [`handles`]): `TensorBase`'s `data`, `requires_grad` and
@@ -75,11 +85,23 @@ struct Handles {
     base: Py<PyAny>,
     data: Py<PyAny>,
     requires_grad: Py<PyAny>,
+    /// The getters of `requires_grad` and `_cdata` (the `TensorImpl`'s
+    /// address), called directly by [`check_write`] (phase 2). Without
+    /// PyTorch's own `_cdata` (replaced through the garbage collector), a
+    /// swapped `TensorImpl` goes unnoticed; every other check stays.
+    requires_grad_def: CDef<pyo3::ffi::PyGetSetDef>,
+    cdata_def: Option<CDef<pyo3::ffi::PyGetSetDef>>,
     is_inference: Py<PyAny>,
-    is_inference_mode_enabled: Py<PyAny>,
+    /// `torch.is_inference_mode_enabled` (a `METH_NOARGS` C function of
+    /// `torch._C` that answers `True` or `False` from a thread-local flag:
+    /// no Python code, no allocation, the GIL kept).
+    inference_mode: NoArgs,
     increment_version: Py<PyAny>,
     /// `torch._C.DisableTorchFunction`, a static type of PyTorch's image.
     disable: Py<PyAny>,
+    /// Its `__enter__` and `__exit__`, for the region phase 2 enters
+    /// ([`FunctionOff`]); `None` where they are not what dlcast knows.
+    function_off: Option<FunctionOffDefs>,
     /// `torch._C._DisableTorchDispatch`'s own C functions.
     disable_dispatch: DispatchGuard,
     /// `TensorBase._python_dispatch`'s getter (`is_python_dispatch()`).
@@ -101,6 +123,17 @@ struct Handles {
     /// PyTorch without either.
     to_dlpack: Option<Py<PyAny>>,
 }
+
+/// A C definition of PyTorch's (a getter's or a method's): static data of
+/// its image, which nothing writes once the module is made.
+#[derive(Clone, Copy)]
+struct CDef<T: 'static>(&'static T);
+
+// SAFETY: a `CDef` only reads static data no one writes (see above), and
+// calls its functions with the GIL held.
+unsafe impl<T> Sync for CDef<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for CDef<T> {}
 
 /// `torch._C._DisableTorchDispatch`, a pybind11 class: a heap type, whose
 /// class attributes (`__init__`, `__enter__`, `__exit__`, `__new__`) Python
@@ -308,6 +341,7 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
         {
             return Err(not_torchs_own("torch._C.DisableTorchFunction"));
         }
+        let function_off = FunctionOffDefs::find(&disable);
         let disable_dispatch = c.getattr("_DisableTorchDispatch").map_err(lookup)?;
         let disable_dispatch = DispatchGuard::find(&disable_dispatch, image)
             .ok_or_else(|| not_torchs_own("torch._C._DisableTorchDispatch"))?;
@@ -316,16 +350,29 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             .find(|name| c.hasattr(*name).unwrap_or(false))
             .map(|name| builtin(&c, name, "torch._C._to_dlpack_versioned"))
             .transpose()?;
+        let getset =
+            |name: &str| -> Result<(Py<PyAny>, CDef<pyo3::ffi::PyGetSetDef>), ImportError> {
+                let entry = get(name)?;
+                match crate::trust::getset_def(entry.bind(py)) {
+                    Some(def) if def.get.is_some() => Ok((entry, CDef(def))),
+                    _ => Err(not_torchs_own(&format!("torch._C.TensorBase.{name}"))),
+                }
+            };
+        let (requires_grad, requires_grad_def) = getset("requires_grad")?;
+        let cdata_def = getset("_cdata").ok().map(|(_, def)| def);
         Ok(Handles {
             to_dlpack,
             data: get("data")?,
-            requires_grad: get("requires_grad")?,
+            requires_grad,
+            requires_grad_def,
+            cdata_def,
             is_inference: get("is_inference")?,
-            is_inference_mode_enabled: builtin(
+            inference_mode: NoArgs::new(builtin(
                 &torch,
                 "is_inference_mode_enabled",
                 "torch.is_inference_mode_enabled",
-            )?,
+            )?),
+            function_off,
             increment_version: builtin(&c, "_increment_version", "torch._C._increment_version")?,
             disable: disable.unbind(),
             disable_dispatch,
@@ -596,6 +643,14 @@ pub(crate) struct Prepared {
 /// `__torch_function__` or `__torch_dispatch__` mode is on the stacks, the
 /// calls below run no Python code without the disabled regions either, so
 /// they are not entered (see [`plain`], [`region`]).
+///
+/// A writable parameter's refusals are decided in phase 2 ([`check_write`]),
+/// after the last Python code of the call: Python code run later in phase 1
+/// (another argument's `__dlpack__`) can set `requires_grad` or leave
+/// `torch.inference_mode()`. Phase 1 only notes what no one can change:
+/// whether the alias is an inference tensor (the alias is private, and a
+/// `TensorImpl`'s inference-ness is fixed when it is made) and which
+/// `TensorImpl` the alias was made from.
 pub(crate) fn prepare(
     obj: &Bound<'_, PyAny>,
     flags: TypeFlags,
@@ -609,23 +664,19 @@ pub(crate) fn prepare(
     let api = exchange::torch_table(py);
     crate::import::ready_private_check(py)?;
     let mut off = region(obj, h)?;
-    // Inference tensors track no version: they are not bumped. The writable
-    // checks come first: `is_inference()` releases the GIL, so another
-    // thread may run (and change `obj`'s class) while it does; the fast
-    // path's premise is checked again after it (the mode stacks are this
-    // thread's own).
-    let bump = writable && guard_write(obj, h, keys)?;
-    if writable && off.is_none() && !exchange::is_exactly_torch_tensor(obj) {
-        off = Some(NoTorchFunction::enter(py, h)?);
-    }
     // A tensor with the Python dispatch key makes PyTorch run Python code
     // (`x.data` itself would, through its `__torch_dispatch__`), and a class
     // can hide its `__torch_dispatch__` from the type check above: refused.
     // Nothing runs between this read and the alias's shallow copy (see
-    // [`python_dispatch`]).
+    // [`python_dispatch`]; the `TensorImpl`'s address is a C getter that
+    // allocates an integer, which the collector does not track).
     if python_dispatch(obj, h)? {
         return Err(py_dispatch_refusal());
     }
+    let tensor_impl = match writable {
+        true => Some(tensor_impl(obj, h)?),
+        false => None,
+    };
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
     let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
@@ -640,7 +691,6 @@ pub(crate) fn prepare(
             type_name(&alias)
         )));
     }
-    let bump = bump.then(|| obj.clone().unbind());
     // A look at the alias's device and dtype (no Python code).
     let described = match api {
         Some(api) => match exchange::describe(&alias, api)? {
@@ -653,35 +703,57 @@ pub(crate) fn prepare(
         },
         None => None,
     };
-    // The lazy bits of the alias, which no one else can change: read from
-    // its key set where the layout was learnt (no Python code), else asked.
+    // The lazy bits of the alias, and for a writable parameter whether it
+    // is an inference tensor, which no one else can change: read from its
+    // key set where the layout was learnt (no Python code), else asked.
     let complex = described.is_none_or(|(_, d)| d.complex);
     let read = keys
         .filter(|_| exchange::is_exactly_torch_tensor(&alias))
-        .and_then(|k| Some(k.bits(k.read(&alias)?)));
-    let bits = match read {
-        Some(mut bits) => {
+        .and_then(|k| Some((k, k.read(&alias)?)));
+    let (bits, inference) = match read {
+        Some((k, set)) => {
+            let mut bits = k.bits(set);
             // A real number is its own conjugate (see `lazy_bits`).
             bits.conjugate &= complex;
-            bits
+            (bits, writable && k.inference(set))
         }
         None => {
             // The alias was allocated (a collection may have run a
             // finalizer, which may have entered a mode): the fast path asks
             // again for the function modes, the only ones `is_neg()` /
-            // `is_conj()` consult (they dispatch no operator).
+            // `is_conj()` / `is_inference()` consult (they dispatch no
+            // operator).
             if off.is_none() && !no_function_modes(py, h)? {
                 off = Some(NoTorchFunction::enter(py, h)?);
             }
-            lazy_bits(&alias, h, complex)?
+            let bits = lazy_bits(&alias, h, complex)?;
+            // `is_inference()` releases the GIL: other threads may run, but
+            // cannot reach the private alias it is asked of.
+            let inference = writable
+                && h.is_inference
+                    .bind(py)
+                    .call1((&alias,))
+                    .and_then(|v| is_true(&v))
+                    .map_err(|e| producer_error("x.is_inference", e, py))?;
+            (bits, inference)
         }
     };
     refuse_lazy_bits(bits)?;
     drop(off);
+    // The class's own read-only declaration (Python code of the class:
+    // after the alias, outside the regions, as any producer's is run).
+    let read_only = flags.declared_read_only() || (writable && declared_by_class(obj)?);
+    // Inference tensors track no version: they are not bumped.
+    let bump = (writable && !inference).then(|| obj.clone().unbind());
+    let write = tensor_impl.map(|tensor_impl| WriteCheck {
+        original: obj.clone().unbind(),
+        tensor_impl,
+        inference,
+    });
     let Some((api, exchange::Described { device, .. })) = described else {
         // No exchange table (a PyTorch without it, or one that failed its
         // checks): the alias exported by PyTorch's C code.
-        return via_dlpack(alias, None, sx, bump, h);
+        return via_dlpack(alias, None, sx, bump, h, read_only, write);
     };
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
@@ -705,11 +777,62 @@ pub(crate) fn prepare(
                 api,
                 original: obj.clone().unbind(),
                 stream,
+                read_only,
+                write,
             },
             bump,
         }),
-        None => via_dlpack(alias, Some(device), sx, bump, h),
+        None => via_dlpack(alias, Some(device), sx, bump, h, read_only, write),
     }
+}
+
+/// Whether `obj`'s class declares it read-only in a way dlcast's read of
+/// the alias would not see: through an exchange table of another producer
+/// (its `managed_tensor_from_py_object_no_sync` export carries DLPack's
+/// `READ_ONLY` flag), or through its own `__dlpack__` (its capsule does).
+/// PyTorch's own read-only table is recognised by the type alone
+/// ([`TypeFlags::declared_read_only`]). Each is asked only where the class
+/// has one of its own (an exact `torch.Tensor`, and a subclass that
+/// inherits `torch.Tensor`'s `__dlpack__`, have none), and only for a
+/// writable parameter; an answer can only add the mark: a class that
+/// claims writable undoes no declaration. Python code (phase 1); an error
+/// of the class's own code refuses the tensor.
+fn declared_by_class(obj: &Bound<'_, PyAny>) -> Result<bool, ImportError> {
+    let py = obj.py();
+    if exchange::is_exactly_torch_tensor(obj) {
+        return Ok(false);
+    }
+    let (table, _) = exchange::type_info(obj);
+    let pytorchs = |t: Option<&'static dlpack_rs::ffi::DLPackExchangeAPI>, a| {
+        t.is_some_and(|t| std::ptr::eq(t, a))
+    };
+    if let Some(api) = table.filter(|&a| {
+        !pytorchs(exchange::torch_table(py), a) && !pytorchs(exchange::torch_const_table(py), a)
+    }) {
+        if let Some(owner) = exchange::owning(obj, api)? {
+            if capsule::read(&owner, ImportPath::ExchangeApi)?.read_only {
+                return Ok(true);
+            }
+        }
+    }
+    let name = intern!(py, "__dlpack__");
+    let own = obj.get_type().getattr(name).ok();
+    let tensors = exchange::torch_tensor_class(py).and_then(|t| t.getattr(name).ok());
+    let inherited = match (&own, &tensors) {
+        (Some(own), Some(tensors)) => own.is(tensors),
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    if inherited {
+        return Ok(false);
+    }
+    // Memory on a device with streams is not synchronised for this look
+    // (`stream=-1`): only the flag is read.
+    let Some(cap) = capsule::call_dlpack(obj, Some(-1))? else {
+        return Ok(false);
+    };
+    let owner = capsule::take(&cap)?;
+    Ok(capsule::read(&owner, ImportPath::Dlpack)?.read_only)
 }
 
 /// The disabled regions, unless [`plain`] says they change nothing.
@@ -758,6 +881,8 @@ fn via_dlpack(
     sx: StreamCx,
     bump: Option<Py<PyAny>>,
     h: &'static Handles,
+    read_only: bool,
+    write: Option<WriteCheck>,
 ) -> Result<Prepared, ImportError> {
     let py = alias.py();
     let _off = NoTorchFunction::enter(py, h)?;
@@ -773,12 +898,14 @@ fn via_dlpack(
                 owner: capsule::take(&cap)?,
                 path: ImportPath::Dlpack,
                 stream: None,
-                immutable: false,
-                // The alias is PyTorch's own tensor (made by its C code),
-                // and PyTorch has no read-only tensors.
+                // A read-only declaration of the caller's class holds; the
+                // alias itself is PyTorch's own tensor (made by its C code),
+                // whose legacy exports are PyTorch's mutable memory.
+                immutable: read_only,
                 legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
                 said: device,
                 private: Some(alias.unbind()),
+                write,
             },
             bump,
         });
@@ -800,10 +927,11 @@ fn via_dlpack(
             owner,
             path: ImportPath::Dlpack,
             stream,
-            immutable: false,
+            immutable: read_only,
             legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
             said: device,
             private: Some(alias.unbind()),
+            write,
         },
         bump,
     })
@@ -829,42 +957,81 @@ fn py_dispatch_refusal() -> ImportError {
     )
 }
 
-/// Before a writable view: refuse a tensor that requires grad (autograd
-/// cannot see the write, PyTorch forbids untracked in-place changes) and an
-/// inference tensor outside `torch.inference_mode()` (PyTorch refuses
-/// in-place writes to it there). `Ok(false)` for an inference tensor, whose
-/// version PyTorch does not track.
-fn guard_write(
-    obj: &Bound<'_, PyAny>,
-    h: &Handles,
-    keys: Option<KeySet>,
-) -> Result<bool, ImportError> {
-    let py = obj.py();
-    let truthy = |v: PyResult<Bound<'_, PyAny>>, what: &'static str| {
-        v.and_then(|v| is_true(&v))
-            .map_err(|e| producer_error(what, e, py))
+/// What a writable parameter's tensor must still be when it is read
+/// (phase 2, [`check_write`]); noted in phase 1.
+pub(crate) struct WriteCheck {
+    /// The caller's tensor.
+    original: Py<PyAny>,
+    /// The address of the `TensorImpl` it held when the alias was made
+    /// (`_cdata`): the one whose storage the body writes, whose autograd
+    /// state and version counter cover it; `None` without PyTorch's own
+    /// getter.
+    tensor_impl: Option<usize>,
+    /// The alias is an inference tensor (no one can change that: see
+    /// [`prepare`]).
+    inference: bool,
+}
+
+/// Phase 2, in every read pass (the last one, after the version bumps,
+/// decides): refuses a tensor that requires grad (autograd cannot see the
+/// write, PyTorch forbids untracked in-place changes), an inference tensor
+/// outside `torch.inference_mode()` (PyTorch refuses in-place writes to it
+/// there), and a tensor whose `TensorImpl` was swapped for another since
+/// the alias was made (`torch.utils.swap_tensors`): `requires_grad` and the
+/// version counter of the caller's tensor would then be another tensor's,
+/// not those of the storage written. (`x.set_()` and `x.data = ...` keep
+/// the `TensorImpl`, with its autograd state and version counter, which
+/// also cover the views of the storage the alias holds.)
+///
+/// Runs no Python code and allocates no object the collector tracks: the
+/// getters are `TensorBase`'s own C functions, called directly, which
+/// consult `__torch_function__` only for a subclass or with a function mode
+/// on the stack; there they run inside [`FunctionOff`]. They answer
+/// `True`/`False` and an integer, and `torch.is_inference_mode_enabled`
+/// reads a thread-local flag; none releases the GIL.
+pub(crate) fn check_write(py: Python<'_>, w: &WriteCheck) -> Result<(), ImportError> {
+    let h = handles(py)?;
+    let x = w.original.bind(py);
+    if !is_tensor(x, h) {
+        // A tensor's class can only be changed to another tensor class.
+        return Err(ImportError::Invalid(format!(
+            "{} is not a tensor",
+            type_name(x)
+        )));
+    }
+    let ask = || -> Result<(Option<usize>, bool), ImportError> {
+        let grad = call_getter(h.requires_grad_def, x)
+            .and_then(|v| is_true(&v))
+            .map_err(|e| producer_error("x.requires_grad", e, py))?;
+        Ok((tensor_impl(x, h)?, grad))
     };
-    if truthy(get(&h.requires_grad, obj), "x.requires_grad")? {
+    let (tensor_impl, grad) = if exchange::is_exactly_torch_tensor(x) && no_function_modes(py, h)? {
+        ask()?
+    } else {
+        let _off = FunctionOff::enter(py, h)?;
+        ask()?
+    };
+    if tensor_impl != w.tensor_impl {
+        return Err(ImportError::Unreadable(
+            "Python code swapped the tensor for another (torch.utils.swap_tensors) while the \
+             call's arguments were taken, so the memory dlcast holds is no longer this \
+             tensor's and a write would escape its autograd state; the call is refused"
+                .into(),
+        ));
+    }
+    if grad {
         return Err(ImportError::Param(
             "the tensor requires grad, and autograd cannot see writes through a writable \
              parameter; pass x.detach() to write into its data"
                 .into(),
         ));
     }
-    // The key set where it was learnt (see `KeySet`), else the method,
-    // which releases the GIL.
-    let inference = match keys
-        .filter(|_| is_tensor(obj, h))
-        .and_then(|k| Some((k, k.read(obj)?)))
-    {
-        Some((k, set)) => k.inference(set),
-        None => truthy(h.is_inference.bind(py).call1((obj,)), "x.is_inference")?,
-    };
-    if inference {
-        let in_mode = truthy(
-            h.is_inference_mode_enabled.bind(py).call0(),
-            "torch.is_inference_mode_enabled",
-        )?;
+    if w.inference {
+        let in_mode = h
+            .inference_mode
+            .call(py)
+            .and_then(|v| is_true(&v))
+            .map_err(|e| producer_error("torch.is_inference_mode_enabled", e, py))?;
         if !in_mode {
             return Err(ImportError::Param(
                 "the tensor is an inference tensor, which PyTorch lets no one write in place \
@@ -873,9 +1040,163 @@ fn guard_write(
                     .into(),
             ));
         }
-        return Ok(false);
     }
-    Ok(true)
+    Ok(())
+}
+
+/// The address of `obj`'s `TensorImpl` (`TensorBase._cdata`'s getter,
+/// called directly: an integer, which the collector does not track); `None`
+/// where the getter is not PyTorch's own. No Python code where [`plain`]
+/// holds or inside the regions.
+fn tensor_impl(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Option<usize>, ImportError> {
+    let Some(def) = h.cdata_def else {
+        return Ok(None);
+    };
+    call_getter(def, obj)
+        .and_then(|v| v.extract::<usize>())
+        .map(Some)
+        .map_err(|e| producer_error("x._cdata", e, obj.py()))
+}
+
+/// Calls the C getter of a `getset_descriptor` checked in [`handles`] on
+/// `obj` (an instance of `TensorBase`: the caller checked), as the
+/// descriptor would, without making a bound method or an argument tuple.
+fn call_getter<'py>(
+    def: CDef<pyo3::ffi::PyGetSetDef>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let def = def.0;
+    let Some(get) = def.get else {
+        return Err(ImportFault::TorchMissing("a getter of torch._C.TensorBase").into());
+    };
+    // SAFETY: `get` is the C getter of one of `TensorBase`'s own getset
+    // descriptors (checked in `handles`), called with an instance of
+    // `TensorBase` (the descriptor's own type check, done by the caller)
+    // and the definition's closure, as CPython calls it; it returns a new
+    // reference, or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(obj.py(), get(obj.as_ptr(), def.closure)) }
+}
+
+/// `torch._C.DisableTorchFunction`'s `__enter__` and `__exit__` method
+/// definitions, checked, for [`FunctionOff`].
+struct FunctionOffDefs {
+    enter: CDef<pyo3::ffi::PyMethodDef>,
+    exit: CDef<pyo3::ffi::PyMethodDef>,
+}
+
+impl FunctionOffDefs {
+    /// The definitions, where `disable` (the static type, checked by the
+    /// caller) does not have its instances tracked by the collector and
+    /// `__enter__`/`__exit__` are its own C methods without arguments (or,
+    /// for `__exit__`, ignoring a tuple of them: PyTorch's takes `*args`).
+    fn find(disable: &Bound<'_, PyAny>) -> Option<Self> {
+        use pyo3::ffi;
+        // SAFETY: `disable` is a type object (a static type: checked by the
+        // caller); reading its flags.
+        let flags = unsafe { ffi::PyType_GetFlags(disable.as_ptr().cast()) };
+        if flags & ffi::Py_TPFLAGS_HAVE_GC != 0 {
+            return None;
+        }
+        let dict = disable.getattr(intern!(disable.py(), "__dict__")).ok()?;
+        let def = |name: &str, flags: &[std::ffi::c_int]| {
+            let entry = dict.get_item(name).ok()?;
+            if !crate::trust::is_own_descriptor(&entry, disable, name) {
+                return None;
+            }
+            crate::trust::method_def(&entry)
+                .filter(|d| flags.contains(&d.ml_flags))
+                .map(CDef)
+        };
+        Some(FunctionOffDefs {
+            enter: def("__enter__", &[ffi::METH_NOARGS])?,
+            exit: def("__exit__", &[ffi::METH_NOARGS, ffi::METH_VARARGS])?,
+        })
+    }
+}
+
+/// `torch._C.DisableTorchFunction` entered, for phase 2: no
+/// `__torch_function__`, of a mode or a subclass, runs inside (PyTorch's
+/// C getters then skip their lookup of it, which is Python code for a
+/// subclass). Entered and exited with no Python code and no object the
+/// collector tracks: an instance of the static type (untracked: checked)
+/// and its C methods called directly with no arguments (`__exit__` with the
+/// shared empty tuple). Torch-function state only: the getters phase 2
+/// asks dispatch no operator, so Python dispatch does not concern them.
+struct FunctionOff<'py> {
+    guard: Bound<'py, PyAny>,
+    exit: CDef<pyo3::ffi::PyMethodDef>,
+}
+
+impl<'py> FunctionOff<'py> {
+    fn enter(py: Python<'py>, h: &'static Handles) -> Result<Self, ImportError> {
+        let Some(defs) = &h.function_off else {
+            return Err(not_torchs_own("torch._C.DisableTorchFunction"));
+        };
+        // The type's own `tp_new` and `tp_init` (slots of a static type,
+        // which Python code cannot change).
+        let guard = h
+            .disable
+            .bind(py)
+            .call0()
+            .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))?;
+        call_method(defs.enter, &guard)
+            .map_err(|e| producer_error("torch._C.DisableTorchFunction", e, py))?;
+        Ok(FunctionOff {
+            guard,
+            exit: defs.exit,
+        })
+    }
+}
+
+impl Drop for FunctionOff<'_> {
+    fn drop(&mut self) {
+        // Restores the state saved by `__enter__`; cannot fail in PyTorch.
+        let _ = call_method(self.exit, &self.guard);
+    }
+}
+
+/// Calls a method definition checked by [`FunctionOffDefs::find`] on
+/// `obj`, an instance of its type, with no arguments.
+fn call_method<'py>(
+    def: CDef<pyo3::ffi::PyMethodDef>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (py, def) = (obj.py(), def.0);
+    // `PyTuple_New(0)`: the interpreter's shared empty tuple.
+    let empty = pyo3::types::PyTuple::empty(py);
+    let args = if def.ml_flags == pyo3::ffi::METH_NOARGS {
+        std::ptr::null_mut()
+    } else {
+        empty.as_ptr()
+    };
+    // SAFETY: `ml_meth` of a `METH_NOARGS` or `METH_VARARGS` definition
+    // (checked) is a `PyCFunction`; called as CPython calls it, with an
+    // instance of the method's type and NULL (no arguments) or a tuple; it
+    // returns a new reference, or NULL with an exception set.
+    unsafe {
+        let f = def.ml_meth.PyCFunction;
+        Bound::from_owned_ptr_or_err(py, f(obj.as_ptr(), args))
+    }
+}
+
+/// Runs `f` inside the disabled regions ([`NoTorchFunction`]: no
+/// `__torch_function__` or `__torch_dispatch__`, of a mode or a subclass,
+/// runs or answers inside), for PyTorch calls dlcast makes on its private
+/// alias outside the reads: the conversion of a read-only argument
+/// (`crate::convert`), which a mode would otherwise see, and could change
+/// (`x.set_()` on the alias) so that the copy reads memory dlcast never
+/// checked. Phase 1 only (entering the regions is Python-level work).
+pub(crate) fn in_disabled_regions<R>(
+    py: Python<'_>,
+    f: impl FnOnce() -> PyResult<R>,
+) -> PyResult<R> {
+    let to_err = |e: ImportError| match e {
+        ImportError::Producer(_, e) | ImportError::Propagate(e) => e,
+        _ => ImportFault::TorchMissing("torch._C.DisableTorchFunction").into(),
+    };
+    let h = handles(py).map_err(to_err)?;
+    let _off = NoTorchFunction::enter(py, h).map_err(to_err)?;
+    f()
 }
 
 /// Refuses a tensor with one of the lazy bits PyTorch keeps on a tensor
