@@ -7,7 +7,8 @@ The module is imported; every public function and class is described from
 the first line of its docstring, which `#[dlpack_fn]` writes as
 `name(x: ndarray[float32, (n, 3), cpu], k: int) -> float` (also for the
 other methods of a `#[pymethods]` block it marks, from their Rust types; the
-`#[new]` line is the class attribute `__dlcast_new__`). Array parameters
+`#[new]` line is the class attribute `__dlcast_new__`, a special method's
+`__dlcast_<name>__`). Array parameters
 become `Annotated[ArrayLike, "ndarray[...]"]`, where `ArrayLike` is any object
 with `__dlpack__` or a buffer (what dlcast accepts), and the constraint text
 stays readable in the stub. Returned arrays: the framework's array type;
@@ -333,10 +334,18 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
         lines.append("    " + init)
     for name, attr in sorted(vars(cls).items()):
         dunder = name.startswith("__") and name.endswith("__")
-        if name.startswith("_") and not (dunder and name not in SKIPPED_DUNDERS):
+        kept_line = name.startswith("__dlcast_")
+        if name.startswith("_") and not (dunder and name not in SKIPPED_DUNDERS and not kept_line):
             continue
         if dunder and isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
-            # Special methods (PyO3 slots): names from the text signature.
+            # Special methods (PyO3 slots): the line `#[dlpack_fn]` keeps in
+            # `__dlcast_<name>__` (Python gives a slot its own docstring),
+            # else names from the text signature.
+            kept = vars(cls).get(f"__dlcast_{name.strip('_')}__")
+            line = _signature_line(kept, name) if isinstance(kept, str) else None
+            if line is not None:
+                lines += ["    " + line for line in _from_line(line, rewrite)]
+                continue
             lines += ["    " + line.replace("-> Any", _dunder_return(name)) for line in _def(attr, name, rewrite)]
             continue
         if isinstance(attr, staticmethod):

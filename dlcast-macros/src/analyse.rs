@@ -121,6 +121,10 @@ pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analy
                 continue;
             }
         };
+        if let Some(e) = attrs.iter().find_map(annot::misspelled) {
+            combine(&mut errors, e);
+            continue;
+        }
         let Some((optional, inner, kind)) = view_kind_of(&pt.ty) else {
             if let Some(attr) = &annots.first {
                 combine(

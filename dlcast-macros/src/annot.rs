@@ -190,6 +190,44 @@ pub fn take(attrs: &mut Vec<Attribute>) -> syn::Result<Annotations> {
     }
 }
 
+/// The error for an attribute spelled like one of dlcast's annotations
+/// (`#[shap(n)]`, `#[devices(cpu)]`): rustc would only say that it cannot
+/// find it.
+pub fn misspelled(attr: &Attribute) -> Option<Error> {
+    let written = attr.path().get_ident()?.to_string();
+    let lower = written.to_lowercase();
+    let near = NAMES
+        .iter()
+        .chain(&["stream"])
+        .find(|n| lower == **n || lower.len() >= 3 && distance(&lower, n) <= 2)?;
+    let args = if ["noconvert", "stream"].contains(near) {
+        ""
+    } else {
+        "(..)"
+    };
+    Some(Error::new_spanned(
+        attr.path(),
+        format!("unknown annotation `#[{written}]`; did you mean `#[{near}{args}]`?"),
+    ))
+}
+
+/// The edit distance of two short ASCII names (insertions, deletions,
+/// substitutions).
+fn distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 fn duplicate(attr: &Attribute, name: &str) -> Error {
     let args = if name == "noconvert" { "" } else { "(..)" };
     Error::new(

@@ -11,8 +11,8 @@ use crate::analyse::{analyze, Analysis, ViewParam};
 use crate::annot::{self, Dim};
 use crate::facts::DTYPES;
 use crate::parse::{
-    body_value_type, element_type, has_attr, return_holds, returns_result, returns_unit, FnOptions,
-    Holds, Returns, ViewKind,
+    body_value_type, element_type, find_nd_view, has_attr, return_holds, returns_result,
+    returns_unit, FnOptions, Holds, Returns, ViewKind,
 };
 use crate::{pysig, stream, stubhint};
 
@@ -74,9 +74,11 @@ pub(crate) struct Generated {
     pub(crate) wrapper: TokenStream2,
     /// For methods: the body, an associated function for the plain impl.
     pub(crate) body: TokenStream2,
-    /// For `#[new]`: its signature line as `__init__` (see
-    /// [`pysig::init_line`]).
-    pub(crate) init_line: Option<String>,
+    /// A class attribute that keeps what Python does not show: the
+    /// `#[new]` line as `__init__` in `__dlcast_new__` (see
+    /// [`pysig::init_line`]), a special method's line and doc comment in
+    /// `__dlcast_<name>__` (see [`pysig::special_attr`]).
+    pub(crate) class_attr: Option<(String, String)>,
     /// With the `inspect` feature: the marker types of the hints PyO3's
     /// introspection reads (items beside the function or `impl` block).
     pub(crate) hint_items: TokenStream2,
@@ -94,6 +96,16 @@ pub(crate) fn expand_callable(
     let pyo3 = quote!(#rt::pyo3);
     let a = analyze(attrs, sig)?;
     let views = &a.views;
+    if let syn::ReturnType::Type(_, ty) = &sig.output {
+        if let Some(nd) = find_nd_view(ty) {
+            return Err(Error::new_spanned(
+                nd,
+                "an ndarray view cannot be returned to Python: take the parameter as a \
+                 `TensorRef<'_, T, N>` and return it (zero-copy), or return an owned \
+                 `Tensor<T>` (`Tensor::from(x.to_owned())`)",
+            ));
+        }
+    }
 
     // Named extents, numbered in order of first use.
     let mut dim_names: Vec<String> = Vec::new();
@@ -241,12 +253,19 @@ pub(crate) fn expand_callable(
     } else {
         body_call
     };
-    // Special methods (`__iadd__`, `__contains__`, ...) and setters need the
-    // body's own return type (PyO3 checks it) and no extra argument: they
-    // return it as is, without `returns = ...`.
+    // Special methods whose result Python's slot fixes (`__iadd__`,
+    // `__contains__`, `__len__`, ...) and setters need the body's own return
+    // type (PyO3 checks it) and no extra argument: they return it as is, and
+    // `returns = ...` is refused on them. The ones that return any object
+    // (`__call__`, `__getitem__`, the operators) are converted as any method.
+    let special = matches!(ctx, Ctx::Method(_)) && is_dunder(&fn_name);
     let plain_return = matches!(ctx, Ctx::Method(_))
-        && (has_attr(attrs, "setter")
-            || (sig.ident.to_string().starts_with("__") && sig.ident.to_string().ends_with("__")));
+        && (has_attr(attrs, "setter") || special && !returns_any_object(&fn_name));
+    if plain_return {
+        if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
+            return Err(returns_on_fixed_result(r, &fn_name, sig));
+        }
+    }
     let holds = return_holds(&sig.output);
     // `like(param)` reads the argument's framework before it is imported;
     // so does the default, with the first array parameter (the first
@@ -387,7 +406,7 @@ pub(crate) fn expand_callable(
     } else {
         ""
     };
-    let init_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
+    let new_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
     let params_text = pysig::with_receiver(receiver, &params_text);
     let ret = pysig::return_annotation(&sig.output, &array_type, self_name(ctx))
         .unwrap_or_else(|| "...".into());
@@ -395,6 +414,15 @@ pub(crate) fn expand_callable(
     // shows it, and the stub generator parses it. (`__text_signature__`
     // stays PyO3's, without annotations, which `inspect.signature` refuses.)
     let doc_line = format!(" {fn_name}({params_text}) -> {ret}");
+    // Python shows its own docstring for a special method (a slot): the
+    // line, and the doc comment, are kept in a class attribute.
+    let class_attr = match new_line {
+        Some(line) => Some(("__dlcast_new__".to_string(), line)),
+        None if special && keeps_line(&fn_name) => {
+            Some(pysig::special_attr(&fn_name, &doc_line, attrs))
+        }
+        None => None,
+    };
     let has_doc = attrs.iter().any(|a| a.path().is_ident("doc"));
     let doc_sep = has_doc.then(|| quote!(#[doc = ""]));
 
@@ -510,9 +538,85 @@ pub(crate) fn expand_callable(
     Ok(Generated {
         wrapper,
         body: body_fn,
-        init_line,
+        class_attr,
         hint_items,
     })
+}
+
+/// Whether `name` is spelled as a special method's (`__call__`).
+pub(crate) fn is_dunder(name: &str) -> bool {
+    name.len() > 4 && name.starts_with("__") && name.ends_with("__")
+}
+
+/// Whether a special method's signature line says what Python sees: not for
+/// in-place operators (Python gets `self` back, whatever the body returns),
+/// iterator steps (an `Option` ends the iteration) and PyO3's hooks.
+pub(crate) fn keeps_line(name: &str) -> bool {
+    let bare = &name[2..name.len() - 2];
+    let in_place = bare.starts_with('i')
+        && !["int", "index", "iter", "init", "invert"].contains(&bare)
+        || bare.starts_with("inplace_");
+    !in_place
+        && ![
+            "next",
+            "anext",
+            "iter",
+            "aiter",
+            "await",
+            "traverse",
+            "clear",
+            "getbuffer",
+            "releasebuffer",
+            "init",
+            "new",
+        ]
+        .contains(&bare)
+}
+
+/// The special methods whose result PyO3 converts as any method's (its
+/// slot returns any object), so that dlcast converts it too: the default
+/// framework, `returns = ..`, a typed signature line.
+fn returns_any_object(name: &str) -> bool {
+    const BINARY: &[&str] = &[
+        "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow", "lshift",
+        "rshift", "and", "xor", "or",
+    ];
+    let bare = &name[2..name.len() - 2];
+    matches!(
+        bare,
+        "call"
+            | "getitem"
+            | "pos"
+            | "neg"
+            | "abs"
+            | "invert"
+            | "lt"
+            | "le"
+            | "eq"
+            | "ne"
+            | "gt"
+            | "ge"
+            | "richcmp"
+    ) || BINARY.contains(&bare)
+        || bare.strip_prefix('r').is_some_and(|b| BINARY.contains(&b))
+}
+
+/// The error for `returns = ..` on a special method whose result Python's
+/// slot fixes (or a setter): PyO3 passes it on as it is.
+fn returns_on_fixed_result(r: &Returns, name: &str, sig: &Signature) -> Error {
+    let span = match r {
+        Returns::Framework(_, span) => *span,
+        Returns::Like(p) => p.span(),
+        Returns::Dlcast => sig.ident.span(),
+    };
+    Error::new(
+        span,
+        format!(
+            "`returns` does not apply to `{name}`: PyO3 hands its result to Python as it \
+             is (a setter, or a special method whose result type Python fixes); drop \
+             `returns` here (`__call__`, `__getitem__` and the operators take it)"
+        ),
+    )
 }
 
 /// The dispatch of a dtype-generic function: one `match` per type

@@ -15,6 +15,7 @@ mod emit;
 // `dlcast-runtime/src/facts.rs`); the macro reads only some columns.
 #[allow(dead_code)]
 mod facts;
+mod handle;
 mod parse;
 mod pysig;
 mod stream;
@@ -99,9 +100,50 @@ pub fn pyfunction(attr: TokenStream, item: TokenStream) -> TokenStream {
         let pyo3_opts = (!pyo3_opts.is_empty()).then(|| quote!((#pyo3_opts)));
         let attr = syn::parse_quote!(#[::dlcast_runtime::__private::pyo3::pyfunction #pyo3_opts]);
         func.attrs.insert(0, attr);
-        expand_fn(&opts, func)
+        let probe = module_probe(&func.sig.ident);
+        expand_fn(&opts, func).map(|f| quote!(#f #probe))
     });
     or_fallback(out, Item::Fn(func))
+}
+
+/// A compile error where `#[dlcast::pyfunction]` stands inside a
+/// `#[pymodule] mod`: PyO3's attribute on the module expands first and
+/// registers the functions whose attribute it recognises by name
+/// (`#[pyfunction]`, `#[pyo3::pyfunction]`), so this one would silently be
+/// left out of the module, and no later expansion can add it.
+///
+/// Only such a module declares the item `__PYO3_NAME` (PyO3's module
+/// name). The probe imports a stand-in of that name by a glob, which a
+/// declared item shadows, and requires the name to be the stand-in (an
+/// `f32`; PyO3's is a `&CStr`). Every probe's glob brings the same item
+/// (`core::f32::consts::PI`), so several in one module are not ambiguous.
+fn module_probe(ident: &syn::Ident) -> TokenStream2 {
+    let module = quote::format_ident!("__dlcast_probe_{}", syn::ext::IdentExt::unraw(ident));
+    let check = quote::quote_spanned!(ident.span()=> __dlcast_outside_pymodule_mod(__PYO3_NAME));
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        mod #module {
+            #[allow(unused_imports, unreachable_pub)]
+            pub use ::core::f32::consts::PI as __PYO3_NAME;
+        }
+        #[allow(unused_imports)]
+        use #module::*;
+        const _: () = {
+            #[diagnostic::on_unimplemented(
+                message = "`#[dlcast::pyfunction]` inside a `#[pymodule] mod` is left out of the module: write `#[dlpack_fn]` above `#[pyfunction]` here",
+                label = "not added to the module",
+                note = "PyO3 adds the functions of a `#[pymodule] mod` that carry `#[pyfunction]`, read before dlcast's attribute expands; `#[dlpack_fn]` above `#[pyfunction]` makes the same function, and PyO3 sees it"
+            )]
+            trait OutsidePymoduleMod {}
+            impl OutsidePymoduleMod for f32 {}
+            fn __dlcast_outside_pymodule_mod<T: OutsidePymoduleMod>(_: T) {}
+            #[allow(dead_code)]
+            fn probe() {
+                #check;
+            }
+        };
+    }
 }
 
 /// `#[pymethods]` and `#[dlpack_fn]` in one, on an `impl` block: its
@@ -200,12 +242,17 @@ fn expand_fn(opts: &FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
     let ItemFn {
         attrs,
         vis,
-        sig,
+        mut sig,
         block,
     } = func;
+    let name = pysig::scan_pyo3_attrs(&attrs)
+        .name
+        .unwrap_or_else(|| syn::ext::IdentExt::unraw(&sig.ident).to_string());
+    let base = syn::ext::IdentExt::unraw(&sig.ident).to_string();
+    let handles = handle::rewrite(&mut sig, &name, &base)?;
     let g = expand_callable(opts, &attrs, &vis, &sig, &block, &Ctx::Free)?;
     let (body, wrapper, hints) = (g.body, g.wrapper, g.hint_items);
-    Ok(quote!(#body #hints #wrapper))
+    Ok(quote!(#body #hints #handles #wrapper))
 }
 
 fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2> {
@@ -223,10 +270,31 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
         _ => None,
     };
-    let mut init_line: Option<String> = None;
+    // The `#[new]` line and special methods' lines, kept in class
+    // attributes (see `Generated::class_attr`).
+    let mut class_attrs: Vec<(String, String)> = Vec::new();
     let mut hints = TokenStream2::new();
     for item in imp.items.iter_mut() {
         let ImplItem::Fn(m) = item else { continue };
+        let name = pysig::scan_pyo3_attrs(&m.attrs)
+            .name
+            .unwrap_or_else(|| syn::ext::IdentExt::unraw(&m.sig.ident).to_string());
+        // Annotated `ArrayHandle` parameters: errors name the class for
+        // `#[new]`, else `Class.method`.
+        let class_name = class.as_deref().unwrap_or("...");
+        let py_name = if has_attr(&m.attrs, "new") {
+            class_name.to_string()
+        } else {
+            format!("{class_name}.{name}")
+        };
+        let base = format!("{class_name}__{}", syn::ext::IdentExt::unraw(&m.sig.ident));
+        match handle::rewrite(&mut m.sig, &py_name, &base) {
+            Ok(items) => hints.extend(items),
+            Err(e) => {
+                combine(&mut errors, e);
+                continue;
+            }
+        }
         let own = match take_method_options(&mut m.attrs) {
             Ok(o) => o,
             Err(e) => {
@@ -238,7 +306,13 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
             // Its signature line, for help() and the stub generator.
             let class = class.as_deref().unwrap_or("...");
             match pysig::plain_method_line(&m.attrs, &m.sig, class) {
-                Some((_, Some(init))) => init_line = Some(init),
+                Some((_, Some(init))) => class_attrs.push(("__dlcast_new__".into(), init)),
+                Some((line, None)) if emit::is_dunder(&name) => {
+                    if !emit::keeps_line(&name) {
+                        continue;
+                    }
+                    class_attrs.push(pysig::special_attr(&name, &line, &m.attrs));
+                }
                 Some((line, None)) => {
                     if m.attrs.iter().any(|a| a.path().is_ident("doc")) {
                         m.attrs.insert(0, syn::parse_quote!(#[doc = ""]));
@@ -261,7 +335,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         let ctx = Ctx::Method(class.clone().unwrap_or_else(|| "...".into()));
         match expand_callable(&mopts, &m.attrs, &m.vis, &m.sig, &m.block, &ctx) {
             Ok(g) => {
-                init_line = init_line.take().or(g.init_line);
+                class_attrs.extend(g.class_attr);
                 *m = syn::parse2(g.wrapper)?;
                 bodies.push(g.body);
                 hints.extend(g.hint_items);
@@ -272,13 +346,14 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
     if let Some(e) = errors {
         return Err(e);
     }
-    if let Some(line) = init_line {
-        // The `#[new]` line, where the stub generator finds it.
+    for (name, text) in class_attrs {
+        // Where the stub generator finds the line.
+        let name = syn::Ident::new(&name, proc_macro2::Span::call_site());
         imp.items.push(syn::parse_quote! {
             #[classattr]
             #[allow(non_snake_case)]
-            fn __dlcast_new__() -> &'static str {
-                #line
+            fn #name() -> &'static str {
+                #text
             }
         });
     }

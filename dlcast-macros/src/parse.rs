@@ -183,6 +183,30 @@ fn dim_rank(dim: &Type) -> Option<Option<usize>> {
     None
 }
 
+/// An `ndarray` view (`ArrayView2<'_, f32>`, ...) anywhere in `ty`
+/// (inside `PyResult`, `Option`, tuples, `Vec`): it cannot be returned.
+pub(crate) fn find_nd_view(ty: &Type) -> Option<&Type> {
+    match ungroup(ty) {
+        Type::Tuple(t) => t.elems.iter().find_map(find_nd_view),
+        Type::Array(a) => find_nd_view(&a.elem),
+        Type::Slice(s) => find_nd_view(&s.elem),
+        Type::Reference(r) => find_nd_view(&r.elem),
+        t @ Type::Path(p) => {
+            if matches!(ViewKind::of(t), Some(ViewKind::Nd | ViewKind::NdMut)) {
+                return Some(t);
+            }
+            p.path.segments.iter().find_map(|s| match &s.arguments {
+                PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
+                    GenericArgument::Type(t) => find_nd_view(t),
+                    _ => None,
+                }),
+                _ => None,
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The type inside `Option<..>`, if `ty` is spelled as an `Option`.
 pub(crate) fn option_inner(ty: &Type) -> Option<&Type> {
     let Type::Path(p) = ungroup(ty) else {

@@ -362,6 +362,38 @@ pub fn init_line(params_text: &str) -> String {
     format!("__init__({}) -> None", with_receiver("self", params_text))
 }
 
+/// The class attribute `__dlcast_<name>__` of a special method `__<name>__`
+/// and its text: the signature line (without its leading space), then the
+/// doc comment. Python gives a special method (a slot) a docstring of its
+/// own; the stub generator reads this one instead.
+pub fn special_attr(name: &str, line: &str, attrs: &[Attribute]) -> (String, String) {
+    let bare = name.trim_start_matches('_').trim_end_matches('_');
+    let mut text = line.trim_start().to_string();
+    let doc: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if !doc.is_empty() {
+        // Doc comments keep the space after `///`.
+        let body: Vec<&str> = doc
+            .iter()
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        text = format!("{text}\n\n{}", body.join("\n"));
+    }
+    (format!("__dlcast_{bare}__"), text)
+}
+
 /// The signature line and the `#[new]` line (if it is one) of a method of a
 /// `#[pymethods]` block that takes no arrays, from its Rust types: what a
 /// `#[dlpack_fn]` function's line says, so that the stub types the whole

@@ -243,6 +243,30 @@ def test_spec_with_named_extents_checks_them():
         ext.sum_with_spec(np.ones((2, 3), np.float32), "square")
 
 
+def test_annotated_handle_parameter_is_checked_at_each_borrow():
+    # `#[shape(n, 2)] weights: Option<ArrayHandle<f32>>` of `#[new]`: taken
+    # as it is, checked (and named by the class) when borrowed.
+    w = np.ones((4, 2), np.float32)
+    layer = ext.FhLayer(1.0, w)
+    assert layer.weights_sum() == 8.0
+    w.resize((4, 3), refcheck=False)
+    with pytest.raises(TypeError, match=r"FhLayer\(\): argument 'weights': expected shape \(n, 2\), got \(4, 3\)"):
+        layer.weights_sum()
+    assert ext.FhLayer(1.0).weights_sum() == 0.0
+    # `#[shape(_, 2)] #[order(c)]` on a method's handle.
+    layer.store(torch.ones(3, 2))
+    assert layer.weights_sum() == 6.0
+    layer.store(np.ones((2, 2), np.float32).T)
+    with pytest.raises(TypeError, match=r"FhLayer.store\(\): argument 'weights': expected a C-contiguous"):
+        layer.weights_sum()
+    with pytest.raises(TypeError, match=r"FhLayer.store\(\): argument 'weights': expected an array .*got None"):
+        layer.store(None)
+    # A free function's: `#[shape(3)] w: ArrayHandle<f64>`.
+    assert ext.fh_handle_sum(np.ones(3)) == 3.0
+    with pytest.raises(TypeError, match=r"fh_handle_sum\(\): argument 'w': expected shape \(3,\), got \(4,\)"):
+        ext.fh_handle_sum(np.ones(4))
+
+
 @pytest.mark.hostile
 def test_careless_spec_raises_never_panics():
     # A spec written by hand for `ArrayHandle::with_spec` that names an

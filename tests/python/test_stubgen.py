@@ -114,3 +114,15 @@ def test_plain_methods_and_new_are_typed(stub_text):
     assert "    def __init__(self, k: float=...) -> None: ..." in body
     assert "    def scale(self, v: float) -> float: ..." in body
     assert "    def k(self) -> float: ..." in body
+
+
+def test_special_methods_are_typed_from_their_kept_line(stub_text):
+    lines = stub_text.splitlines()
+    start = lines.index("class FhLayer:")
+    body = lines[start + 1 : lines.index("", start)]
+    assert "    def __call__(self, x: _Like) -> _Like: ...  # type: ignore[overload-overlap, unused-ignore]" in body
+    assert (
+        "    def __matmul__(self, x: Annotated[ArrayLike, 'ndarray[float32, cpu]'])"
+        " -> numpy.typing.NDArray[numpy.float32]: ..."
+    ) in body
+    assert "    def __contains__(self, x: Annotated[ArrayLike, 'ndarray[float32, cpu]']) -> bool: ..." in body

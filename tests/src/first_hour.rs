@@ -100,7 +100,76 @@ fn fh_callback_result_numpy(x: TensorRef<'_, f64>, f: &Bound<'_, PyAny>) -> PyRe
     Ok(f.call0()?.unbind())
 }
 
+/// A layer, as a class is written for it: `__call__` and the operators are
+/// converted as any method (tests/python/test_special_methods.py), and the
+/// weights, kept as an `ArrayHandle` with annotations, are checked at each
+/// borrow (tests/python/test_stored_arrays.py).
+#[pyclass]
+struct FhLayer {
+    k: f32,
+    weights: Option<ArrayHandle<f32>>,
+}
+
+#[dlcast::pymethods]
+impl FhLayer {
+    #[new]
+    #[pyo3(signature = (k, weights = None))]
+    fn new(k: f32, #[shape(n, 2)] weights: Option<ArrayHandle<f32>>) -> Self {
+        FhLayer { k, weights }
+    }
+
+    /// The input itself, exported zero-copy: like the input.
+    fn __call__<'a>(&self, x: TensorRef<'a, f32>) -> TensorRef<'a, f32> {
+        x
+    }
+
+    /// `x * k`, always NumPy.
+    #[dlcast(returns = numpy)]
+    fn __matmul__(&self, x: TensorRef<'_, f32>) -> PyResult<Tensor<f32>> {
+        Ok(Tensor::from(
+            x.to_vec()?.iter().map(|v| v * self.k).collect::<Vec<_>>(),
+        ))
+    }
+
+    /// `x * k`, like `x`.
+    fn __rmul__(&self, x: TensorRef<'_, f32>) -> PyResult<Tensor<f32>> {
+        self.__matmul___rs(x)
+    }
+
+    /// Whether `x` has as many elements as `k` says: a result Python fixes.
+    fn __contains__(&self, x: TensorRef<'_, f32>) -> bool {
+        x.len() == self.k as usize
+    }
+
+    /// The sum of the stored weights, as they are now.
+    fn weights_sum(&self, py: Python<'_>) -> PyResult<f32> {
+        match &self.weights {
+            Some(w) => Ok(w.borrow(py)?.iter()?.sum()),
+            None => Ok(0.0),
+        }
+    }
+
+    /// Stores other weights: any number of rows of 2, on the CPU, C order.
+    fn store(
+        &mut self,
+        #[shape(_, 2)]
+        #[order(c)]
+        weights: ArrayHandle<f32>,
+    ) {
+        self.weights = Some(weights);
+    }
+}
+
+/// The sum of the array `w` names, checked as `#[shape(3)]` when it is
+/// borrowed, not when it is passed (a free function's annotated handle).
+#[dlcast::pyfunction]
+fn fh_handle_sum(py: Python<'_>, #[shape(3)] w: ArrayHandle<f64>) -> PyResult<f64> {
+    Ok(w.borrow(py)?.iter()?.sum())
+}
+
 pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FhLayer>()?;
+    m.add_function(wrap_pyfunction!(fh_handle_sum, m)?)?;
     m.add_function(wrap_pyfunction!(fh_total, m)?)?;
     m.add_function(wrap_pyfunction!(fh_head, m)?)?;
     m.add_function(wrap_pyfunction!(fh_view, m)?)?;

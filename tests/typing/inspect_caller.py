@@ -33,3 +33,16 @@ def sums(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 def scaler(x: npt.NDArray[np.float64]) -> float:
     s = ext.Scaler(2.0)
     return s.scale(1.0) + s.apply(x)
+
+
+def call(x: npt.NDArray[np.float64]) -> int:
+    # `__call__` returning a view, `returns = numpy`: 1-d float64 NumPy.
+    same: "np.ndarray[tuple[int], np.dtype[np.float64]]" = ext.Scaler(2.0)(x)
+    (n,) = same.shape
+    return n
+
+
+def doubled(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    # `#[dlcast::pyfunction]` exported into the module by `#[pymodule_export] use`.
+    d: npt.NDArray[np.float32] = ext.doubled(x)
+    return d

@@ -3,13 +3,25 @@
 //! stub from PyO3's introspection, which reads the hints `#[dlpack_fn]`
 //! gives (tests/typing/check.py type-checks that stub, and dlcast's own).
 
+use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
+
+/// The sum of a float32 array: `#[dlcast::pyfunction]` outside the module,
+/// exported into it by `#[pymodule_export] use` (inside a `#[pymodule] mod`
+/// PyO3 would not see it, and dlcast refuses it there).
+#[dlcast::pyfunction(returns = numpy)]
+fn doubled(x: TensorRef<'_, f32, 1>) -> PyResult<Tensor<f32>> {
+    Ok(Tensor::from(x.iter()?.map(|v| 2.0 * v).collect::<Vec<_>>()))
+}
 
 #[pymodule]
 mod dlcast_inspect_ext {
     use dlcast_runtime::ndarray::ArrayView2;
     use dlcast_runtime::prelude::*;
     use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use super::doubled;
 
     /// The sum of the rows of `points` weighted by `weights`.
     #[dlpack_fn]
@@ -72,6 +84,13 @@ mod dlcast_inspect_ext {
         /// `k` times `v`.
         fn scale(&self, v: f64) -> f64 {
             self.k * v
+        }
+
+        /// The 1-d input itself, as NumPy: a layer's call, typed in both
+        /// stubs.
+        #[dlcast(returns = numpy)]
+        fn __call__<'a>(&self, x: TensorRef<'a, f64, 1>) -> TensorRef<'a, f64, 1> {
+            x
         }
     }
 }
