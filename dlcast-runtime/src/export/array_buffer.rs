@@ -265,18 +265,12 @@ impl<T: Element> ArrayBuffer<T> {
     /// exported array passed as `TensorMut` to a call still running);
     /// `MemoryError` if the registry cannot grow.
     pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
+        let blind = Self::rust_numpy(py)?;
         let borrow = self.register(py, false, "read")?;
         // A rust-numpy `PyReadwriteArray` (`&mut`) of a writable export is
         // invisible here when rust-numpy keeps its own registry (see
         // `register_write`).
-        let writers = self.writable_exports();
-        if writers != 0 && borrow::rnp::foreign().is_some() {
-            return Err(ExportError::RustNumpyBlind {
-                what: "read the buffer",
-                exports: writers,
-            }
-            .into());
-        }
+        Self::refuse_blind(blind, self.writable_exports(), "read the buffer")?;
         self.check_values()?;
         let s = &*self.storage;
         // SAFETY: the storage holds `len` initialised, aligned elements and
@@ -305,7 +299,10 @@ impl<T: Element> ArrayBuffer<T> {
     /// view of the memory is live.
     pub fn get(&self, py: Python<'_>, index: &[usize]) -> PyResult<T> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
+        let blind = Self::rust_numpy(py)?;
         let _borrow = self.register(py, false, "read the buffer")?;
+        // As in `read`: a rust-numpy `&mut` of a writable export.
+        Self::refuse_blind(blind, self.writable_exports(), "read the buffer")?;
         let ptr = self.storage.ptr.as_ptr().wrapping_add(at);
         // SAFETY: `at < len`: `ptr` is inside the live allocation (this
         // `Arc`); `is_valid_at` reads its bytes without forming a `T`.
@@ -564,14 +561,38 @@ impl<T: Element> ArrayBuffer<T> {
     /// In dlcast's registry (dlcast came first, the usual case) they are
     /// entered by address and `register` sees them.
     fn register_write(&self, py: Python<'_>, what: &'static str) -> PyResult<Option<Borrow>> {
+        let blind = Self::rust_numpy(py)?;
         let borrow = self.register(py, true, what)?;
-        // `register` set the registry up (and with it adopted rust-numpy's
-        // table, if one was published first).
-        let exports = self.exports();
-        if exports != 0 && borrow::rnp::foreign().is_some() {
-            return Err(ExportError::RustNumpyBlind { what, exports }.into());
-        }
+        Self::refuse_blind(blind, self.exports(), what)?;
         Ok(borrow)
+    }
+
+    /// Before an access registers its borrow: where rust-numpy's borrows of
+    /// NumPy arrays are, as `borrow::rnp::foreign_in_use` says after
+    /// checking rust-numpy's table (Python code may have deleted dlcast's
+    /// table since the last dlcast call, and a rust-numpy extension
+    /// published its own: it is adopted now, or NumPy arrays refused).
+    /// That check is the access's last step that may run Python code (the
+    /// registry is set up first: its set-up may too); what follows
+    /// (`register`, the count of exports, the access) runs none. An error
+    /// is kept for `refuse_blind`, which needs it only while exports live.
+    fn rust_numpy(py: Python<'_>) -> PyResult<PyResult<bool>> {
+        borrow::api(py)?;
+        Ok(borrow::rnp::foreign_in_use(py))
+    }
+
+    /// Refuses the access while `exports` arrays that rust-numpy could be
+    /// borrowing live, and rust-numpy's borrows are not all in dlcast's
+    /// registry (`blind`, from `rust_numpy`).
+    fn refuse_blind(blind: PyResult<bool>, exports: usize, what: &'static str) -> PyResult<()> {
+        if exports == 0 {
+            return Ok(());
+        }
+        match blind {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(ExportError::RustNumpyBlind { what, exports }.into()),
+            Err(e) => Err(e),
+        }
     }
 
     fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {
