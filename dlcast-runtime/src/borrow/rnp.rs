@@ -267,6 +267,21 @@ pub(crate) fn foreign_in_use(py: Python<'_>) -> PyResult<bool> {
     Ok(foreign().is_some())
 }
 
+/// Phase 1 and phase 2 of a call with nothing in between (the NumPy
+/// fast path's straight-line call, on an earlier call's check): whether
+/// rust-numpy's table is in place. With version tags, [`in_place`] alone
+/// (`false` when a dictionary changed: the general path then checks and
+/// reports); without them [`check`] first, which in abi3 builds also looks
+/// for a shadowing descriptor with a plain attribute look-up (Python code,
+/// see [`shadowed`]), and [`in_place`] after it.
+#[inline(always)]
+pub(crate) fn ready(py: Python<'_>) -> bool {
+    if !seen::AVAILABLE && check(py).is_err() {
+        return false;
+    }
+    in_place(py)
+}
+
 /// Phase 2 (no Python code): whether everything [`check`] established
 /// still holds, re-established after the last step of the call that could
 /// run Python code. With version tags (see `seen`), a few loads and
@@ -401,11 +416,14 @@ unsafe fn look(
     // (`PyDict_GetItemWithError`: no saving and restoring of the error
     // state around the look-up, as `PyDict_GetItem` does.)
     unsafe {
-        if modules.is_null()
+        // `shadowed` first: in abi3 builds (phase 1) its attribute look-up
+        // may run Python code, which the look-ups below then see the
+        // effects of.
+        if shadowed(place, expected, phase2)
+            || modules.is_null()
             || ffi::PyDict_CheckExact(modules) == 0
             || ffi::PyDict_GetItemWithError(modules, place.name.as_ptr()) != module
             || ffi::PyDict_GetItemWithError(place.dict, key) != expected
-            || shadowed(place, expected, phase2)
         {
             return None;
         }

@@ -88,11 +88,11 @@ impl<'a, const N: usize> FastCx<'a, N> {
         let api = crate::borrow::api(py).ok()?;
         // rust-numpy's table where phase 1 of an earlier call left it,
         // checked after the last step here that may run Python code (the
-        // line above, the first time) and without running any (see
-        // `borrow::rnp::in_place`); otherwise the general path checks it
-        // (`borrow::rnp::check`, which may run Python code) and reports.
-        // And views of NumPy arrays are dlcast's registry's alone.
-        if !crate::borrow::rnp::in_place(py) || crate::borrow::rnp::foreign().is_some() {
+        // line above, the first time) and without running any, where the
+        // build has version tags (see `borrow::rnp::ready`); otherwise the
+        // general path checks it (`borrow::rnp::check`) and reports. And
+        // views of NumPy arrays are dlcast's registry's alone.
+        if !crate::borrow::rnp::ready(py) || crate::borrow::rnp::foreign().is_some() {
             return None;
         }
         #[cfg(Py_GIL_DISABLED)]
