@@ -263,7 +263,9 @@ impl<T: Element> ArrayBuffer<T> {
     /// # Errors
     /// `BufferError` if a writable dlcast view of the memory is live (an
     /// exported array passed as `TensorMut` to a call still running);
-    /// `MemoryError` if the registry cannot grow.
+    /// `MemoryError` if the registry cannot grow; `RuntimeError` while exports
+    /// that rust-numpy could borrow live and its borrows cannot be followed
+    /// (the type's documentation).
     pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
         let blind = Self::rust_numpy(py)?;
         let borrow = self.register(py, false, "read")?;
@@ -295,8 +297,10 @@ impl<T: Element> ArrayBuffer<T> {
     /// Rust reference, also while arrays are exported.
     ///
     /// # Errors
-    /// `IndexError` out of bounds; `BufferError` while a writable dlcast
-    /// view of the memory is live.
+    /// `IndexError` out of bounds; `BufferError` while a writable dlcast view
+    /// of the memory is live; `RuntimeError` while exports that rust-numpy
+    /// could borrow live and its borrows cannot be followed (the type's
+    /// documentation).
     pub fn get(&self, py: Python<'_>, index: &[usize]) -> PyResult<T> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
         let blind = Self::rust_numpy(py)?;
@@ -325,7 +329,9 @@ impl<T: Element> ArrayBuffer<T> {
     /// still running).
     ///
     /// # Errors
-    /// `IndexError` out of bounds; `BufferError` while such a borrow lives.
+    /// `IndexError` out of bounds; `BufferError` while such a borrow lives;
+    /// `RuntimeError` while exports that rust-numpy could borrow live and its
+    /// borrows cannot be followed (the type's documentation).
     pub fn set(&self, py: Python<'_>, index: &[usize], value: T) -> PyResult<()> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
         let _borrow = self.register_write(py, "write the buffer")?;
@@ -368,8 +374,10 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `ValueError` if `src.len()` is not [`ArrayBuffer::len`] (nothing is
-    /// written); `BufferError` while such a borrow lives; `MemoryError` if
-    /// the registry cannot grow.
+    /// written); `BufferError` while such a borrow lives; `MemoryError` if the
+    /// registry cannot grow; `RuntimeError` while exports that rust-numpy could
+    /// borrow live and its borrows cannot be followed (the type's
+    /// documentation).
     pub fn copy_from_slice(&self, py: Python<'_>, src: &[T]) -> PyResult<()> {
         let len = self.storage.len;
         if src.len() != len {
@@ -399,7 +407,9 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `BufferError` while a Rust or dlcast borrow of the memory is live;
-    /// `MemoryError` if the registry cannot grow.
+    /// `MemoryError` if the registry cannot grow; `RuntimeError` while exports
+    /// that rust-numpy could borrow live and its borrows cannot be followed
+    /// (the type's documentation).
     pub fn fill(&self, py: Python<'_>, value: T) -> PyResult<()> {
         let _borrow = self.register_write(py, "write the buffer")?;
         let base = self.storage.ptr.as_ptr();
@@ -452,9 +462,11 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `BufferError` while a writable export lives, or a dlcast view of an
-    /// exported array in a call still running; `ValueError` for a `bool`
-    /// buffer holding a byte other than 0 or 1 (written by Python);
-    /// `MemoryError` if the registry cannot grow. `f` does not run then.
+    /// exported array in a call still running; `ValueError` for a `bool` buffer
+    /// holding a byte other than 0 or 1 (written by Python); `MemoryError` if
+    /// the registry cannot grow; `RuntimeError` while exports that rust-numpy
+    /// could borrow live and its borrows cannot be followed (the type's
+    /// documentation). `f` does not run then.
     pub fn with_mut<R>(&mut self, py: Python<'_>, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
         // `Arc::get_mut`, not a count of `strong_count` (a relaxed load):
         // its acquire makes everything a writable export's holder did
