@@ -260,3 +260,191 @@ def test_buffer_writes_from_rust_never_change_a_rust_numpy_borrow(order):
     """
     p = run_py(code)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
+
+
+# rust-numpy's table is checked in phase 1 of a call; Python code that runs
+# afterwards can delete the table dlcast published and have a rust-numpy
+# extension (on its first borrow) publish one of its own, which that
+# extension then keeps. A dlcast view must then be acquired there too (or
+# refused): else a rust-numpy `&mut` and a dlcast `&mut` of one array live
+# at once. Each scenario runs in a fresh interpreter: `dlcast_rnp` must not
+# have borrowed an array before.
+TABLE_SWAP = """
+import sys
+import numpy as np
+import dlcast_rnp as rnp
+import dlcast_testext as ext
+
+ATTR = "_RUST_NUMPY_BORROW_CHECKING_API"
+core = sys.modules[("numpy.core" if np.__version__.startswith("1.") else "numpy._core")
+                   + ".multiarray"]
+noop = lambda: None
+ext.hold_ref_and_call(np.zeros(3), noop)  # dlcast publishes its table
+assert hasattr(core, ATTR)
+
+
+def rust_numpy_publishes_its_own():
+    delattr(core, ATTR)
+    # dlcast_rnp's first borrow: no table, so it publishes (and keeps) its own.
+    rnp.hold_ref_and_call(np.zeros(1), noop)
+    assert hasattr(core, ATTR)
+
+
+a = np.zeros(4)
+seen = []
+
+
+def rust_numpy_mut():
+    try:
+        rnp.hold_mut_and_call(a, noop)
+        seen.append("allowed")
+    except TypeError as e:
+        assert "already borrowed" in str(e), e
+        seen.append("refused")
+"""
+
+
+@pytest.mark.hostile
+def test_rust_numpy_table_replaced_by_a_later_arguments_dlpack_is_followed():
+    # The second argument's `__dlpack__` (phase 1, after the first argument's
+    # check) replaces the table; the body then lets rust-numpy borrow the
+    # first argument writable.
+    r = run_py(TABLE_SWAP + """
+class Later:
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        rust_numpy_publishes_its_own()
+        return np.zeros(2).__dlpack__(**kwargs)
+
+
+# (4.0, 2): rust-numpy's `&mut` would have written 2.0 under dlcast's.
+seen.append(ext.hold_mut_with_and_call(a, Later(), rust_numpy_mut))
+# And the reverse, later: rust-numpy's borrow is seen by dlcast.
+refused = []
+def dlcast_mut():
+    try:
+        ext.hold_mut_and_call(a, noop)
+    except BufferError as e:
+        refused.append(str(e))
+assert rnp.hold_mut_and_call(a, dlcast_mut) == 8.0
+assert len(refused) == 1 and "rust-numpy" in refused[0], refused
+print(seen)
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "['refused', (4.0, 2)]", r.stdout
+
+
+@pytest.mark.hostile
+def test_rust_numpy_table_replaced_between_calls_is_followed():
+    # Between two dlcast calls (the NumPy fast path's straight-line call).
+    r = run_py(TABLE_SWAP + """
+rust_numpy_publishes_its_own()
+assert ext.hold_mut_and_call(a, rust_numpy_mut) == 4.0
+print(seen)
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "['refused']", r.stdout
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("method", ["fill", "fill_mut"])
+def test_buffer_writes_from_rust_follow_a_replaced_rust_numpy_table(method):
+    # An ArrayBuffer's Rust write (`fill`, `with_mut`) while rust-numpy
+    # holds a `&` to the elements of its exported array, in the table
+    # rust-numpy published after dlcast's was deleted (no dlcast call in
+    # between: the buffer's own access must check).
+    r = run_py(TABLE_SWAP + f"""
+b = ext.RoF64Buf(4)
+v = b.view_ro()
+delattr(core, ATTR)
+errors = []
+def write():
+    try:
+        getattr(b, {method!r})(1.0)
+    except BufferError as e:
+        errors.append(str(e))
+# dlcast_rnp's first borrow publishes its own table, then holds `v`.
+print(rnp.hold_ref_and_call(v, write), len(errors))
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "(0.0, 0.0) 1", r.stdout
+
+
+# rust-numpy chooses its module from `numpy.__version__` when an extension
+# first uses NumPy: a 1.x version under NumPy 2 sends it to the
+# `numpy.core.multiarray` shim, whose `__getattr__` forwards to
+# `numpy._core.multiarray` (so it joins dlcast's table), but which gets a
+# table of rust-numpy's own when the forwarded look-up fails (the table
+# deleted, or warnings raised as errors). dlcast looks there too. (NumPy 2,
+# as the suite runs it: under NumPy 1 the other module is `numpy._core`'s.)
+FAKED_VERSION = """
+import sys, warnings
+import numpy as np
+import dlcast_rnp as rnp
+import dlcast_testext as ext
+
+noop = lambda: None
+ext.hold_ref_and_call(np.zeros(3), noop)  # dlcast publishes its table
+how = sys.argv[1]
+if how == "table deleted":
+    delattr(sys.modules["numpy._core.multiarray"], "_RUST_NUMPY_BORROW_CHECKING_API")
+elif how == "warnings are errors":
+    warnings.simplefilter("error", DeprecationWarning)
+np.__version__ = "1.26.0"
+
+a = np.zeros(4)
+seen = []
+def dlcast_mut():
+    try:
+        ext.hold_mut_and_call(a, noop)
+        seen.append("allowed")
+    except (BufferError, RuntimeError) as e:
+        seen.append(type(e).__name__)
+# dlcast_rnp's first use of NumPy: it reads the faked version.
+rnp.hold_mut_and_call(a, dlcast_mut)
+print(seen)
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("how", ["table deleted", "warnings are errors"])
+def test_rust_numpy_table_in_the_other_versions_module_is_not_trusted(how):
+    r = run_py(FAKED_VERSION.replace("sys.argv[1]", repr(how)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # rust-numpy's writable borrow, in a table dlcast does not use: dlcast
+    # refuses NumPy arrays (for the rest of the process).
+    assert r.stdout.strip() == "['RuntimeError']", r.stdout
+
+
+def test_rust_numpy_that_read_a_faked_version_joins_dlcasts_table():
+    r = run_py(FAKED_VERSION.replace("sys.argv[1]", repr("forwarded")))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # Found through the shim's `__getattr__`: one registry, the conflict seen.
+    assert r.stdout.strip() == "['BufferError']", r.stdout
+
+
+@pytest.mark.hostile
+def test_rust_numpy_other_versions_module_replaced_is_not_trusted():
+    # Not a plain module where an extension that read the other major
+    # version looks: its class decides what rust-numpy's look-up returns.
+    r = run_py("""
+        import sys, types
+        import numpy as np
+        import dlcast_testext as ext
+        ext.hold_ref_and_call(np.zeros(3), lambda: None)
+        other = "numpy.core.multiarray" if np.__version__.startswith("2.") else "numpy._core.multiarray"
+        class Fake(types.ModuleType):
+            pass
+        sys.modules[other] = Fake(other)
+        try:
+            ext.hold_ref_and_call(np.zeros(3), lambda: None)
+            print("allowed")
+        except RuntimeError as e:
+            print("refused", other in str(e))
+        del sys.modules[other]
+        ext.hold_ref_and_call(np.zeros(3), lambda: None)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "refused True", r.stdout

@@ -93,6 +93,23 @@ fn sum_f64_and_len(x: TensorRef<'_, f64>, y: TensorRef<'_, f64>) -> PyResult<(f6
     Ok((x.to_vec()?.iter().sum(), y.len()))
 }
 
+/// `hold_mut_and_call` with a second array argument, prepared after `x`
+/// (for the tests where preparing it runs Python code: its `__dlpack__`).
+#[dlpack_fn]
+#[pyfunction]
+fn hold_mut_with_and_call(
+    #[order(c)] mut x: TensorMut<'_, f64>,
+    other: TensorDyn<'_>,
+    callback: &Bound<'_, PyAny>,
+) -> PyResult<(f64, usize)> {
+    let s = x
+        .as_slice_mut()
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a slice"))?;
+    s.fill(1.0);
+    callback.call0()?;
+    Ok((s.iter().sum(), other.len()))
+}
+
 /// The number of live borrows in the process-wide registry.
 #[pyfunction]
 fn live_borrows(py: Python<'_>) -> PyResult<usize> {
@@ -108,5 +125,6 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(copy_strided, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
     m.add_function(wrap_pyfunction!(sum_f64_and_len, m)?)?;
+    m.add_function(wrap_pyfunction!(hold_mut_with_and_call, m)?)?;
     Ok(())
 }

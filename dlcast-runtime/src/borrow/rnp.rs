@@ -14,14 +14,18 @@
 //! none, when it first borrows an array.
 //!
 //! dlcast looks there in phase 1 of every call that reads an exact
-//! `numpy.ndarray` from its fields ([`check`]: a look-up of the module in
-//! `sys.modules` and one of the attribute in the module's dictionary, each
-//! compared by identity, skipped while neither dictionary changed since
-//! the last look-up by its PEP 509 version tag; no Python code). The
+//! `numpy.ndarray` from its fields ([`check`]: look-ups in `sys.modules`,
+//! in the module's dictionary and in the classes `module` and `object`,
+//! each compared by identity, skipped while no dictionary changed since
+//! the last look-up by its PEP 509 version tag; no Python code), and again
+//! in phase 2, after the last step of the call that can run Python code
+//! ([`in_place`]: with version tags only loads and compares, and back to
+//! phase 1 when a dictionary changed), as every `ArrayBuffer` access does
+//! before it touches memory exported arrays share ([`foreign_in_use`]). The
 //! module is NumPy's `multiarray` of NumPy's ABI version, read from
 //! NumPy's verified C API table ([`crate::npapi::table`]), never from
 //! `numpy.__version__`, which also decides the dtype layout dlcast's table
-//! reads. The first time (already when the registry is set up, at the first
+//! //! reads. The first time (already when the registry is set up, at the first
 //! call of any dlcast function in the process, if NumPy is imported by
 //! then: [`set_up`]):
 //!
@@ -66,10 +70,24 @@
 //! adopts the new table, and from then on both see each other). dlcast
 //! cannot close it: nothing tells it when a module attribute is deleted,
 //! and rust-numpy looks its table up with plain Python attribute access.
-//! A rust-numpy extension whose own first use saw a faked `numpy.__version__`
-//! looks in the other NumPy version's module (rust-numpy reads it); NumPy 2's
-//! `numpy.core` shim forwards reads to `numpy._core`, so it finds dlcast's
-//! table if dlcast published first.
+//!
+//! **Where rust-numpy looks.** rust-numpy picks its module once per
+//! extension, at its first use of NumPy, from `numpy.__version__` (a
+//! Python attribute: a 1.x string under NumPy 2 sends it to the
+//! `numpy.core.multiarray` shim, whose `__getattr__` forwards a missing
+//! attribute to `numpy._core.multiarray`), imports it (the module is what
+//! `sys.modules` holds under that name then), and takes the table with a
+//! plain attribute look-up, publishing its own in that module if the
+//! look-up fails. dlcast also checks the other major version's module
+//! ([`recheck_other`]): while it is in `sys.modules` it must be a plain
+//! module whose attribute is missing (the shim then forwards to NumPy's
+//! module, where dlcast's table is) or a table dlcast uses; a valid table
+//! dlcast does not use there refuses NumPy arrays for the rest of the
+//! process. What stays unseen: a module swapped into `sys.modules` only
+//! around a rust-numpy extension's first borrow, and Python code that
+//! redirects the shim's forwarding (its `__getattr__`, or the `multiarray`
+//! attribute of `numpy._core` it reads) while that module's own attribute
+//! is missing (README, *Safety*).
 //!
 //! Not covered in the second case: subclasses of `numpy.ndarray`, arrays
 //! read through `__dlpack__`, and memory reached through other producers
@@ -139,12 +157,17 @@ static NUMPY2: AtomicBool = AtomicBool::new(true);
 
 /// Where rust-numpy looks for its table, learned once: NumPy's `multiarray`
 /// module (kept alive), its name as rust-numpy imports it, its `__dict__`
-/// (a module's dictionary cannot be replaced), and [`ATTR`] as a `str`.
+/// (a module's dictionary cannot be replaced), [`ATTR`] as a `str`, and
+/// the name of the other NumPy major version's `multiarray` module
+/// (`numpy.core.multiarray` under NumPy 2, `numpy._core.multiarray` under
+/// NumPy 1), where a rust-numpy extension looks that read the other major
+/// version from `numpy.__version__` (see [`OTHER_OK`]).
 struct Place {
     module: Py<PyAny>,
     name: Py<PyAny>,
     dict: *mut ffi::PyObject,
     key: Py<PyAny>,
+    other: Py<PyAny>,
 }
 
 // SAFETY: `dict` is the dictionary of `module`, which `Place` keeps alive;
@@ -159,6 +182,17 @@ static PLACE: PyOnceLock<Place> = PyOnceLock::new();
 static EXPECTED: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
 /// The capsule of the table this build published, if it did (kept alive).
 static PUBLISHED: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+/// A capsule found in the other major version's module ([`Place`]'s
+/// `other`) whose table dlcast uses (its own registry's, or one it adopted),
+/// kept alive for the process; NULL if none was found there. That module's
+/// entry must be missing, [`EXPECTED`] or this: anything else is a table a
+/// rust-numpy extension may use where dlcast does not look.
+static OTHER_OK: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+/// Set for the rest of the process once a valid rust-numpy table that
+/// dlcast does not use was found in the other major version's module: a
+/// rust-numpy extension that published it keeps using it even if it is
+/// deleted again, so NumPy arrays stay refused.
+static OTHER_TABLE: AtomicBool = AtomicBool::new(false);
 
 /// rust-numpy's own registries, if views of NumPy arrays must be acquired
 /// there too (one atomic load).
@@ -172,60 +206,252 @@ pub(crate) fn foreign() -> Option<&'static Foreign> {
 
 /// Checks, in phase 1 of every call that reads an exact `numpy.ndarray`
 /// from its fields, that rust-numpy's table is still the one dlcast
-/// published or adopted: the module rust-numpy imports is still NumPy's
-/// `multiarray`, of the plain module type, and its attribute [`ATTR`]
-/// still holds the same capsule (one look-up in `sys.modules`, one in the
-/// module's dictionary, no Python code; none while both dictionaries keep
-/// the version tags they had at the last check that passed, see `seen`).
-/// Otherwise (and the first time)
-/// [`recheck`] decides: the table is put back where it was deleted, a
-/// valid table rust-numpy published in its place is adopted (views are
-/// acquired there too), and anything else refuses the argument.
+/// published or adopted, wherever a rust-numpy extension may look for it
+/// ([`look`]); otherwise (and the first time) [`recheck`] decides: the
+/// table is put back where it was deleted, a valid table rust-numpy
+/// published in its place is adopted (views are acquired there too), and
+/// anything else refuses the argument.
+///
+/// On `Ok`, the last step was [`look`]'s C-level look-ups, after any Python
+/// code this ran. Phase 2, which must not trust what Python code ran since
+/// (a later argument's `__dlpack__`, say), asks [`in_place`] again.
 #[inline(always)]
 pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
-    let expected = EXPECTED.load(Ordering::Acquire);
-    if let (Some(place), false) = (PLACE.get(py), expected.is_null()) {
-        let module = place.module.as_ptr();
-        // The interpreter's module dictionary, where `PyImport_GetModule`
-        // looks (which `recheck` calls; here without its check that the
-        // module finished initialising, which reads attributes of the
-        // module's `__spec__` and costs more than the rest of a call).
-        // SAFETY: the GIL is held: a borrowed reference to the interpreter's
-        // dictionary (C-level state; rebinding `sys.modules` does not change
-        // it), alive as long as the interpreter.
-        let modules = unsafe { ffi::PyImport_GetModuleDict() };
-        // Unchanged since the last check that found everything in place
-        // (see `seen`): only the module's type, which its dictionary does
-        // not hold, is compared again.
-        // SAFETY: `module` is live (kept by `PLACE`); its type pointer is
-        // only compared.
-        let plain_module =
-            || unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type);
-        if seen::unchanged(modules, place.dict) && plain_module() {
-            return Ok(());
-        }
-        // SAFETY: the pointers are only compared, never read through, but
-        // for the type checks of live objects (`modules`, and `module`, kept
-        // by `PLACE`). In an exact dict, with an exact str key (its hash
-        // cached), a look-up runs no Python code, cannot fail, and returns a
-        // borrowed reference or NULL (with an error set only on a failure,
-        // cleared below); `dict` is `module`'s dictionary and `key` an exact
-        // str. (`PyDict_GetItemWithError`: no saving and restoring of the
-        // error state around the look-up, as `PyDict_GetItem` does.)
-        let same = unsafe {
-            !modules.is_null()
-                && ffi::PyDict_CheckExact(modules) != 0
-                && ffi::PyDict_GetItemWithError(modules, place.name.as_ptr()) == module
-                && ffi::Py_TYPE(module) == std::ptr::addr_of_mut!(ffi::PyModule_Type)
-                && ffi::PyDict_GetItemWithError(place.dict, place.key.as_ptr()) == expected
-        };
-        if same && !shadowed(place, expected) {
-            seen::record(modules, place.dict);
-            return Ok(());
-        }
-        drop(PyErr::take(py));
+    if unchanged(py) {
+        return Ok(());
     }
-    recheck(py)
+    check_slow(py)
+}
+
+/// [`check`] when the dictionaries changed since the last look-up (or
+/// where the build has no version tags to tell).
+#[cold]
+#[inline(never)]
+fn check_slow(py: Python<'_>) -> PyResult<()> {
+    if settle(py) {
+        return Ok(());
+    }
+    recheck(py)?;
+    // `recheck` may have run Python code (the first time, or an import
+    // hook): the look-ups again, after it.
+    if settle(py) {
+        return Ok(());
+    }
+    Err(refusal(format_args!(
+        "rust-numpy's table kept changing while dlcast checked it"
+    )))
+}
+
+/// For Rust code about to touch memory that NumPy arrays may share (an
+/// `ArrayBuffer`'s exports), before it registers its borrow: `Ok(false)`
+/// when every rust-numpy borrow of a NumPy array is entered in dlcast's
+/// registry (or NumPy is not imported, and dlcast never met it: no
+/// rust-numpy borrow of a NumPy array exists), `Ok(true)` when rust-numpy
+/// extensions keep registries of their own too ([`foreign`]), `Err` when
+/// rust-numpy's table cannot be followed. May run Python code ([`check`]);
+/// on `Ok` its last step was [`check`]'s C-level look-ups.
+pub(crate) fn foreign_in_use(py: Python<'_>) -> PyResult<bool> {
+    if PLACE.get(py).is_none() {
+        let name = pyo3::types::PyString::new(py, "numpy");
+        // SAFETY: the GIL is held; a look-up in the interpreter's module
+        // dictionary: a new reference or NULL (Python code may run).
+        let numpy = unsafe { ffi::PyImport_GetModule(name.as_ptr()) };
+        if numpy.is_null() {
+            drop(PyErr::take(py));
+            return Ok(false);
+        }
+        // SAFETY: the new reference just taken.
+        unsafe { ffi::Py_DecRef(numpy) };
+    }
+    check(py)?;
+    Ok(foreign().is_some())
+}
+
+/// Phase 1 and phase 2 of a call with nothing in between (the NumPy
+/// fast path's straight-line call, on an earlier call's check): whether
+/// rust-numpy's table is in place. With version tags, [`in_place`] alone
+/// (`false` when a dictionary changed: the general path then checks and
+/// reports); without them [`check`] first, which in abi3 builds also looks
+/// for a shadowing descriptor with a plain attribute look-up (Python code,
+/// see [`shadowed`]), and [`in_place`] after it.
+#[inline(always)]
+pub(crate) fn ready(py: Python<'_>) -> bool {
+    if !seen::AVAILABLE && check(py).is_err() {
+        return false;
+    }
+    in_place(py)
+}
+
+/// Phase 2 (no Python code): whether everything [`check`] established
+/// still holds, re-established after the last step of the call that could
+/// run Python code. With version tags (see `seen`), a few loads and
+/// compares, and `false` (phase 1 then looks up, [`check`]) whenever one
+/// of the dictionaries changed: phase 2 never looks anything up in a
+/// dictionary there. Without them, [`look`]'s look-ups (see it for the
+/// one thing they cannot rule out).
+#[inline(always)]
+pub(crate) fn in_place(py: Python<'_>) -> bool {
+    if unchanged(py) {
+        return true;
+    }
+    if seen::AVAILABLE {
+        return false;
+    }
+    let expected = EXPECTED.load(Ordering::Acquire);
+    match PLACE.get(py) {
+        // SAFETY: the GIL is held; the interpreter's module dictionary.
+        Some(place) if !expected.is_null() => unsafe {
+            let ok = look(place, ffi::PyImport_GetModuleDict(), expected, true).is_some();
+            if !ffi::PyErr_Occurred().is_null() {
+                ffi::PyErr_Clear();
+            }
+            ok
+        },
+        _ => false,
+    }
+}
+
+/// Whether nothing changed since the last [`look`] that found everything
+/// in place (`seen`: the version tags of every dictionary looked in, the
+/// module types compared again). Always `false` without version tags.
+#[inline(always)]
+fn unchanged(py: Python<'_>) -> bool {
+    let expected = EXPECTED.load(Ordering::Acquire);
+    let Some(place) = PLACE.get(py) else {
+        return false;
+    };
+    if expected.is_null() {
+        return false;
+    }
+    let module = place.module.as_ptr();
+    // The interpreter's module dictionary, where `PyImport_Import` (which
+    // rust-numpy's `PyModule::import` calls) takes the module from after
+    // the import.
+    // SAFETY: the GIL is held: a borrowed reference to the interpreter's
+    // dictionary (C-level state; rebinding `sys.modules` does not change
+    // it), alive as long as the interpreter.
+    let modules = unsafe { ffi::PyImport_GetModuleDict() };
+    // SAFETY: `module` is live (kept by `PLACE`); its type pointer is only
+    // compared (the module's dictionary does not hold its class).
+    seen::unchanged(modules, place.dict)
+        && unsafe { ffi::Py_TYPE(module) } == std::ptr::addr_of_mut!(ffi::PyModule_Type)
+}
+
+/// Phase 1: [`look`], and on success the record that lets [`unchanged`]
+/// skip the look-ups until a dictionary changes.
+fn settle(py: Python<'_>) -> bool {
+    let expected = EXPECTED.load(Ordering::Acquire);
+    let Some(place) = PLACE.get(py) else {
+        return false;
+    };
+    if expected.is_null() {
+        return false;
+    }
+    // SAFETY: the GIL is held; the interpreter's module dictionary.
+    let modules = unsafe { ffi::PyImport_GetModuleDict() };
+    // The tags before the look-ups: recorded only if no dictionary changed
+    // while they ran (a key's `__eq__` may run Python code, see `look`),
+    // so what is recorded is what was found.
+    let before = seen::snapshot(modules, place.dict);
+    // SAFETY: as above.
+    let found = unsafe { look(place, modules, expected, false) };
+    // SAFETY: the GIL is held.
+    unsafe {
+        if !ffi::PyErr_Occurred().is_null() {
+            ffi::PyErr_Clear();
+        }
+    }
+    match found {
+        Some(other) => {
+            seen::record(before, modules, place.dict, other);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The look-ups: every place a rust-numpy extension may take its table
+/// from holds one dlcast uses. That is:
+///
+/// - `sys.modules[name]` (the interpreter's dictionary) is NumPy's
+///   `multiarray` module, of the plain module type, and its dictionary's
+///   [`ATTR`] is [`EXPECTED`];
+/// - no attribute of that name on the classes `module` or `object`
+///   shadows the dictionary's entry ([`shadowed`]; in abi3 builds only in
+///   phase 1, `phase2` false);
+/// - the other major version's module (where an extension that read the
+///   other major version from `numpy.__version__` looks) is not in
+///   `sys.modules`, or is a plain module whose [`ATTR`] is missing,
+///   [`EXPECTED`] or [`OTHER_OK`] (its `__getattr__` forwards a missing
+///   one to NumPy's module);
+/// - no table dlcast does not use was ever found there ([`OTHER_TABLE`]).
+///
+/// Returns that other module (NULL when absent) when all holds. No Python
+/// code runs, but for one case no C API can rule out: a dictionary
+/// look-up compares keys of the same hash with `__eq__`, so a key Python
+/// code put in `sys.modules` or a module's dictionary with the hash of one
+/// of these names runs its `__eq__`. [`settle`] records only when no
+/// dictionary changed meanwhile; phase 2 looks up only in builds without
+/// version tags ([`in_place`]). An error the look-ups set (none is
+/// expected) is left for the caller to clear.
+///
+/// # Safety
+/// The GIL is held and `modules` is the interpreter's module dictionary.
+unsafe fn look(
+    place: &Place,
+    modules: *mut ffi::PyObject,
+    expected: *mut ffi::PyObject,
+    phase2: bool,
+) -> Option<*mut ffi::PyObject> {
+    let module = place.module.as_ptr();
+    let module_type = std::ptr::addr_of_mut!(ffi::PyModule_Type);
+    let key = place.key.as_ptr();
+    // SAFETY: (caller) the GIL is held. The pointers found are only
+    // compared, never read through, but for the type checks of live
+    // objects: `modules`, `module` (kept by `PLACE`), and `other` right
+    // after its look-up returned it (a borrowed reference the dictionary
+    // holds). In an exact dict, with an exact str key (its hash cached), a
+    // look-up returns a borrowed reference or NULL (see above for `__eq__`);
+    // `place.dict` is `module`'s dictionary and the keys are exact strs.
+    // (`PyDict_GetItemWithError`: no saving and restoring of the error
+    // state around the look-up, as `PyDict_GetItem` does.)
+    unsafe {
+        // `shadowed` first: in abi3 builds (phase 1) its attribute look-up
+        // may run Python code, which the look-ups below then see the
+        // effects of.
+        if shadowed(place, expected, phase2)
+            || modules.is_null()
+            || ffi::PyDict_CheckExact(modules) == 0
+            || ffi::PyDict_GetItemWithError(modules, place.name.as_ptr()) != module
+            || ffi::PyDict_GetItemWithError(place.dict, key) != expected
+        {
+            return None;
+        }
+        let other = ffi::PyDict_GetItemWithError(modules, place.other.as_ptr());
+        if !other.is_null() {
+            // Not a plain module: its class decides what an attribute
+            // look-up returns.
+            if ffi::Py_TYPE(other) != module_type {
+                return None;
+            }
+            let dict = ffi::PyModule_GetDict(other);
+            if dict.is_null() {
+                return None;
+            }
+            // (`other` is not read after this look-up.)
+            let entry = ffi::PyDict_GetItemWithError(dict, key);
+            if !(entry.is_null() || entry == expected || entry == OTHER_OK.load(Ordering::Acquire))
+            {
+                return None;
+            }
+        }
+        // The module's class last, after any `__eq__`; the other module's
+        // is compared again where the look-ups are recorded (`seen`).
+        if ffi::Py_TYPE(module) != module_type || OTHER_TABLE.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(other)
+    }
 }
 
 /// Whether rust-numpy's attribute look-up on NumPy's module could give
@@ -237,16 +463,18 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
 /// dlcast would never see. Where the build can read those classes'
 /// dictionaries at C level, any entry of that name counts; in abi3 builds,
 /// the look-up itself must give `entry` (the dictionary's entry, or
-/// nothing when it is NULL; Python code may run: phase 1).
+/// nothing when it is NULL; Python code may run: phase 1 only, `phase2`
+/// false; in phase 2 nothing is looked up there).
 ///
 /// A descriptor removed again before dlcast's next call, after rust-numpy
 /// took a table of its own through it, cannot be seen: the README's Safety
-/// section lists this limit.
-fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
+/// section lists this limit (as it does one added between an abi3 build's
+/// phase 1 and phase 2).
+fn shadowed(place: &Place, entry: *mut ffi::PyObject, phase2: bool) -> bool {
     let key = place.key.as_ptr();
     #[cfg(not(Py_LIMITED_API))]
     {
-        let _ = entry;
+        let _ = (entry, phase2);
         let classes = [
             std::ptr::addr_of_mut!(ffi::PyModule_Type),
             std::ptr::addr_of_mut!(ffi::PyBaseObject_Type),
@@ -254,9 +482,11 @@ fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
         classes.into_iter().any(|tp| {
             // SAFETY: the GIL is held; static built-in types, whose
             // dictionary (an exact dict: `tp_dict` before 3.12, a new
-            // reference from `PyType_GetDict` since) a look-up with an
-            // exact str key reads without running Python code; an error
-            // (none is expected) counts as shadowed, and is cleared.
+            // reference from `PyType_GetDict` since, which the interpreter
+            // also holds, so dropping it frees nothing) a look-up with an
+            // exact str key reads without running Python code (see `look`
+            // for `__eq__`); an error (none is expected) counts as
+            // shadowed, and is cleared.
             unsafe {
                 #[cfg(not(Py_3_12))]
                 let dict = (*tp).tp_dict;
@@ -274,6 +504,9 @@ fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
     }
     #[cfg(Py_LIMITED_API)]
     {
+        if phase2 {
+            return false;
+        }
         // SAFETY: the GIL is held; `module` is live; a new reference or
         // NULL with an error (cleared), compared by address only.
         unsafe {
@@ -289,14 +522,13 @@ fn shadowed(place: &Place, entry: *mut ffi::PyObject) -> bool {
     }
 }
 
-/// The state of the dictionaries [`check`] looks in (and of those where
-/// [`shadowed`] looks) when it last found them as expected, by their version tags (PEP 509: CPython gives a dict a
-/// new tag, never handed out before, at every change of its contents; C-level
-/// state no Python code can set), so that a check between changes is two
-/// comparisons, not two look-ups. Where the interpreter has no such tags
-/// (abi3 builds, which cannot read the dict's fields; CPython 3.14 removed
-/// them; free-threaded builds, which dlcast refuses), nothing is recorded
-/// and every check looks up.
+/// The state of the dictionaries [`look`] looks in (and of those where
+/// [`shadowed`] looks) when it last found them as expected, by their version
+/// tags (PEP 509: CPython gives a dict a new tag whenever an entry is added,
+/// removed or replaced). While every tag is the same, so is every entry,
+/// and [`unchanged`] skips the look-ups. The tag field is deprecated in
+/// CPython 3.12 (it stays until 3.14, which removes it) and absent from the
+/// limited API and from other interpreters: there every call looks up.
 mod seen {
     use pyo3::ffi;
 
@@ -305,14 +537,23 @@ mod seen {
         use super::ffi;
         use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-        /// The interpreter's module dictionary, and the tags of it, of
-        /// NumPy's module dictionary and of the dictionaries of the classes
-        /// `module` and `object` (where a shadowing attribute would sit, see
-        /// `shadowed`), when `VALID`. (Atomics for `static`s: only read and
-        /// written with the GIL held, which orders them.)
+        /// The interpreter's module dictionary, the other major version's
+        /// module found in it (NULL if none) and that module's dictionary,
+        /// and the tags of the module dictionary, of NumPy's module
+        /// dictionary, of the dictionaries of the classes `module` and
+        /// `object` (where a shadowing attribute would sit, see `shadowed`)
+        /// and of the other module's dictionary, when `VALID`. (Atomics for
+        /// `static`s: only read and written with the GIL held, which orders
+        /// them.) `OTHER` is a borrowed reference: it is only read while
+        /// the module dictionary, which holds it, keeps its tag.
         static MODULES: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
-        static TAGS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+        static OTHER: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+        static OTHER_DICT: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
+        static TAGS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
         static VALID: AtomicBool = AtomicBool::new(false);
+
+        /// Version tags are read here.
+        pub(in super::super) const AVAILABLE: bool = true;
 
         /// A dict's version tag.
         ///
@@ -354,7 +595,7 @@ mod seen {
             })
         }
 
-        /// The four tags (see `TAGS`), or `None` if a class has no
+        /// The first four tags (see `TAGS`), or `None` if a class has no
         /// dictionary.
         #[inline(always)]
         fn tags(modules: *mut ffi::PyObject, attrs: *mut ffi::PyObject) -> Option<[u64; 4]> {
@@ -362,30 +603,84 @@ mod seen {
             if m.is_null() || o.is_null() {
                 return None;
             }
-            // SAFETY: live exact dicts (see `record` and `class_dicts`),
-            // with the GIL held.
+            // SAFETY: live exact dicts (the callers pass the interpreter's
+            // module dictionary, tested by `look`, and NumPy's module
+            // dictionary, which `PLACE` keeps; see `class_dicts`), with the
+            // GIL held.
             Some(unsafe { [tag(modules), tag(attrs), tag(m), tag(o)] })
         }
 
-        /// Records the dicts' tags (`modules`: the interpreter's module
-        /// dictionary, an exact dict; `attrs`: NumPy's module dictionary).
+        /// The tags before `look` (see `record`).
         #[inline(always)]
-        pub(in super::super) fn record(modules: *mut ffi::PyObject, attrs: *mut ffi::PyObject) {
-            // The callers pass live exact dicts (`check` tested `modules`; a
-            // module's dictionary is an exact dict it keeps, and `PLACE`
-            // keeps the module), with the GIL held.
-            let Some(now) = tags(modules, attrs) else {
-                return forget();
+        pub(in super::super) fn snapshot(
+            modules: *mut ffi::PyObject,
+            attrs: *mut ffi::PyObject,
+        ) -> Option<[u64; 4]> {
+            // (`modules` may not be an exact dict: `look` then fails, and
+            // nothing is recorded.)
+            // SAFETY: `modules` is live (the interpreter's); only its type
+            // is read here.
+            if modules.is_null() || unsafe { ffi::PyDict_CheckExact(modules) } == 0 {
+                return None;
+            }
+            tags(modules, attrs)
+        }
+
+        /// Records the tags after a `look` that found everything in place
+        /// (`modules`: the interpreter's module dictionary; `attrs`:
+        /// NumPy's module dictionary; `other`: what `look` returned), if
+        /// they are still `before`, the tags from before the look-ups: no
+        /// dictionary changed while they ran.
+        #[inline(always)]
+        pub(in super::super) fn record(
+            before: Option<[u64; 4]>,
+            modules: *mut ffi::PyObject,
+            attrs: *mut ffi::PyObject,
+            other: *mut ffi::PyObject,
+        ) {
+            forget();
+            let (Some(before), Some(now)) = (before, tags(modules, attrs)) else {
+                return;
+            };
+            if before != now {
+                return;
+            }
+            // The module dictionary kept its tag since before the look-ups,
+            // so it still holds `other` (alive), whose class `look`
+            // compared and is compared again.
+            let other_dict = if other.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // SAFETY: `other` is alive (above); its type pointer is
+                // read, and for a plain module its dictionary, borrowed,
+                // alive with it.
+                unsafe {
+                    if ffi::Py_TYPE(other) != std::ptr::addr_of_mut!(ffi::PyModule_Type) {
+                        return;
+                    }
+                    ffi::PyModule_GetDict(other)
+                }
+            };
+            let other_tag = if other_dict.is_null() {
+                0
+            } else {
+                // SAFETY: a module's dictionary, an exact dict, alive with
+                // the module; the GIL is held.
+                unsafe { tag(other_dict) }
             };
             MODULES.store(modules, Ordering::Relaxed);
-            for (t, v) in TAGS.iter().zip(now) {
+            OTHER.store(other, Ordering::Relaxed);
+            OTHER_DICT.store(other_dict, Ordering::Relaxed);
+            for (t, v) in TAGS.iter().zip(now.into_iter().chain([other_tag])) {
                 t.store(v, Ordering::Relaxed);
             }
             VALID.store(true, Ordering::Relaxed);
         }
 
         /// Whether no dict changed since the last `record` (the same
-        /// module dictionary, all with the tags recorded).
+        /// module dictionary, all with the tags recorded) and the other
+        /// major version's module, if there was one, is still a plain
+        /// module.
         #[inline(always)]
         pub(in super::super) fn unchanged(
             modules: *mut ffi::PyObject,
@@ -393,13 +688,27 @@ mod seen {
         ) -> bool {
             // (`modules` is the pointer recorded, the interpreter's module
             // dictionary, which lives as long as the interpreter.)
-            VALID.load(Ordering::Relaxed)
+            if !(VALID.load(Ordering::Relaxed)
                 && MODULES.load(Ordering::Relaxed) == modules
                 && tags(modules, attrs).is_some_and(|now| {
                     TAGS.iter()
                         .zip(now)
                         .all(|(t, v)| t.load(Ordering::Relaxed) == v)
-                })
+                }))
+            {
+                return false;
+            }
+            let other = OTHER.load(Ordering::Relaxed);
+            if other.is_null() {
+                return true;
+            }
+            // SAFETY: the module dictionary kept its tag since `record`, so
+            // it still holds `other`, and `other` its dictionary (a
+            // module's dictionary cannot be replaced); the GIL is held.
+            unsafe {
+                ffi::Py_TYPE(other) == std::ptr::addr_of_mut!(ffi::PyModule_Type)
+                    && tag(OTHER_DICT.load(Ordering::Relaxed)) == TAGS[4].load(Ordering::Relaxed)
+            }
         }
 
         /// Forgets the record (the expected table changed).
@@ -408,12 +717,32 @@ mod seen {
         }
     }
     #[cfg(not(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy)))]
-    pub(super) use tags::{forget, record, unchanged};
+    pub(super) use tags::{forget, record, snapshot, unchanged, AVAILABLE};
+
+    /// Without version tags: every check looks up.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    pub(super) const AVAILABLE: bool = false;
+
+    /// Without version tags: nothing to take.
+    #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
+    #[inline(always)]
+    pub(super) fn snapshot(
+        _modules: *mut ffi::PyObject,
+        _attrs: *mut ffi::PyObject,
+    ) -> Option<[u64; 4]> {
+        None
+    }
 
     /// Without version tags: nothing recorded.
     #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
     #[inline(always)]
-    pub(super) fn record(_modules: *mut ffi::PyObject, _attrs: *mut ffi::PyObject) {}
+    pub(super) fn record(
+        _before: Option<[u64; 4]>,
+        _modules: *mut ffi::PyObject,
+        _attrs: *mut ffi::PyObject,
+        _other: *mut ffi::PyObject,
+    ) {
+    }
 
     /// Without version tags: always looked up.
     #[cfg(any(Py_LIMITED_API, Py_3_14, Py_GIL_DISABLED, PyPy, GraalPy))]
@@ -451,7 +780,7 @@ pub(crate) fn set_up(py: Python<'_>) {
     }
     // SAFETY: the new reference just taken.
     unsafe { ffi::Py_DecRef(numpy) };
-    if let Err(e) = recheck(py) {
+    if let Err(e) = check(py) {
         drop(e);
     }
 }
@@ -468,7 +797,10 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
     let registry = super::api(py)?;
     let place = PLACE.get_or_try_init(py, || learn_place(py))?;
     let module = place.module.bind(py);
-    // SAFETY: as in `check`.
+    // SAFETY: the GIL is held; a look-up in the interpreter's module
+    // dictionary that returns a new reference or NULL (with an error only
+    // if the look-up failed). It may run Python code (the module's
+    // `__spec__` is read): `check` looks again after this.
     let current = unsafe { ffi::PyImport_GetModule(place.name.as_ptr()) };
     let current = if current.is_null() {
         drop(PyErr::take(py));
@@ -491,10 +823,10 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
         )));
     }
     let key = place.key.as_ptr();
-    // SAFETY: as in `check`: a borrowed reference or NULL, no Python code.
+    // SAFETY: as in `look`: a borrowed reference or NULL.
     let found = unsafe { ffi::PyDict_GetItem(place.dict, key) };
     let expected = EXPECTED.load(Ordering::Acquire);
-    if shadowed(place, found) {
+    if shadowed(place, found, false) {
         return Err(refusal(format_args!(
             "an attribute {ATTR_NAME} of the class `module` or `object` shadows the entry of \
              {:?}'s dictionary that rust-numpy looks up (Python code put it there)",
@@ -516,10 +848,10 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
         }
         EXPECTED.store(table, Ordering::Release);
         seen::forget();
-        return Ok(());
+        return recheck_other(py, place, registry);
     }
     if found == expected {
-        return Ok(());
+        return recheck_other(py, place, registry);
     }
     // SAFETY: a borrowed reference from the dictionary; a new strong one
     // (no Python code).
@@ -537,6 +869,82 @@ fn recheck(py: Python<'_>) -> PyResult<()> {
     // Kept for the process, as rust-numpy does: the table stays valid.
     EXPECTED.store(found.into_ptr(), Ordering::Release);
     seen::forget();
+    recheck_other(py, place, registry)
+}
+
+/// [`recheck`] for the other NumPy major version's `multiarray` module
+/// (phase 1). rust-numpy chooses its module from `numpy.__version__` (a
+/// Python attribute: a 1.x string under NumPy 2 sends it to the
+/// `numpy.core` shim), once per extension, and takes its table from that
+/// module with a plain attribute look-up, publishing its own there if the
+/// look-up fails (the shim's `__getattr__` forwards to NumPy's module, and
+/// fails when the table is missing there or warnings are errors). A table
+/// found there is accepted only if dlcast uses it (dlcast's registry's, or
+/// one adopted); any other valid table refuses NumPy arrays for the rest
+/// of the process ([`OTHER_TABLE`]: its extension keeps it even if it is
+/// deleted), and anything else that is no table refuses them until it is
+/// gone. The module itself must be a plain module, if present.
+fn recheck_other(py: Python<'_>, place: &Place, registry: &'static BorrowApi) -> PyResult<()> {
+    let name = place.other.bind(py);
+    let unseen = || {
+        refusal(format_args!(
+            "{name}.{ATTR_NAME} holds a rust-numpy table that dlcast does not use (a rust-numpy \
+             extension that read a NumPy version of the other major version from \
+             `numpy.__version__` published it there); NumPy arrays stay refused in this process"
+        ))
+    };
+    if OTHER_TABLE.load(Ordering::Relaxed) {
+        return Err(unseen());
+    }
+    // SAFETY: as in `recheck`: a new reference or NULL (Python code may run).
+    let other = unsafe { ffi::PyImport_GetModule(name.as_ptr()) };
+    if other.is_null() {
+        drop(PyErr::take(py));
+        return Ok(());
+    }
+    // SAFETY: a new reference.
+    let other = unsafe { Bound::from_owned_ptr(py, other) };
+    // SAFETY: `other` is live; its type pointer is only compared.
+    if unsafe { ffi::Py_TYPE(other.as_ptr()) } != std::ptr::addr_of_mut!(ffi::PyModule_Type) {
+        return Err(refusal(format_args!(
+            "sys.modules[{name:?}] is not a plain module (a rust-numpy extension that read a \
+             NumPy version of the other major version from `numpy.__version__` looks for its \
+             table there)"
+        )));
+    }
+    // SAFETY: a plain module: its dictionary, borrowed (alive with
+    // `other`); then a look-up as in `look`, a borrowed reference or NULL.
+    let entry = unsafe {
+        let dict = ffi::PyModule_GetDict(other.as_ptr());
+        if dict.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        ffi::PyDict_GetItem(dict, place.key.as_ptr())
+    };
+    if entry.is_null()
+        || entry == EXPECTED.load(Ordering::Acquire)
+        || entry == OTHER_OK.load(Ordering::Acquire)
+    {
+        return Ok(());
+    }
+    // SAFETY: a borrowed reference from the dictionary: a new strong one.
+    let entry = unsafe { Bound::from_borrowed_ptr(py, entry) };
+    let Some(shared) = verify(&entry) else {
+        return Err(refusal(format_args!(
+            "{name}.{ATTR_NAME} is not rust-numpy's borrow-checking table (a rust-numpy \
+             extension that read a NumPy version of the other major version from \
+             `numpy.__version__` looks for its table there)"
+        )));
+    };
+    let ours = std::ptr::eq(shared.flags.cast_const().cast::<BorrowApi>(), registry);
+    let adopted = foreign().is_some_and(|f| f.tables().iter().any(|&t| std::ptr::eq(t, shared)));
+    if !(ours || adopted) {
+        OTHER_TABLE.store(true, Ordering::Relaxed);
+        return Err(unseen());
+    }
+    // Kept for the process (the previous one, if any, stays kept too).
+    OTHER_OK.store(entry.into_ptr(), Ordering::Release);
+    seen::forget();
     Ok(())
 }
 
@@ -549,10 +957,10 @@ fn learn_place(py: Python<'_>) -> PyResult<Place> {
         )));
     };
     NUMPY2.store(table.numpy2(), Ordering::Relaxed);
-    let name = if table.numpy2() {
-        "numpy._core.multiarray"
+    let (name, other) = if table.numpy2() {
+        ("numpy._core.multiarray", "numpy.core.multiarray")
     } else {
-        "numpy.core.multiarray"
+        ("numpy.core.multiarray", "numpy._core.multiarray")
     };
     let module = py.import(name)?.into_any();
     // SAFETY: `module` is a live module object; its dictionary is borrowed,
@@ -572,6 +980,7 @@ fn learn_place(py: Python<'_>) -> PyResult<Place> {
         key: pyo3::types::PyString::intern(py, ATTR_NAME)
             .into_any()
             .unbind(),
+        other: pyo3::types::PyString::intern(py, other).into_any().unbind(),
     })
 }
 

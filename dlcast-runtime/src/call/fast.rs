@@ -5,7 +5,8 @@
 //! array argument is an exact `numpy.ndarray` the call driver's fast path
 //! reads as it is (see [`CallCx`](super::CallCx)'s `fast_pass`), with the
 //! same steps in the same order — phase 1 (the registry found, rust-numpy's
-//! table checked, once per call rather than once per argument), then the
+//! table found as the last call left it, once per call rather than once
+//! per argument), then the
 //! reads, checks and registry entries with no Python code — but without the
 //! call context's per-argument state (sources, reads, conversions, holds in
 //! rust-numpy's registries) that only the general path uses: the arguments
@@ -85,9 +86,13 @@ impl<'a, const N: usize> FastCx<'a, N> {
         }
         let py = args[0].obj.py();
         let api = crate::borrow::api(py).ok()?;
-        crate::borrow::rnp::check(py).ok()?;
-        // Views of NumPy arrays are dlcast's registry's alone.
-        if crate::borrow::rnp::foreign().is_some() {
+        // rust-numpy's table where phase 1 of an earlier call left it,
+        // checked after the last step here that may run Python code (the
+        // line above, the first time) and without running any, where the
+        // build has version tags (see `borrow::rnp::ready`); otherwise the
+        // general path checks it (`borrow::rnp::check`) and reports. And
+        // views of NumPy arrays are dlcast's registry's alone.
+        if !crate::borrow::rnp::ready(py) || crate::borrow::rnp::foreign().is_some() {
             return None;
         }
         #[cfg(Py_GIL_DISABLED)]

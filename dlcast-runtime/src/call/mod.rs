@@ -146,6 +146,11 @@ enum Work {
     /// An exact `numpy.ndarray` whose holds in rust-numpy's registries do
     /// not describe it as read: acquire them again.
     Rehold,
+    /// rust-numpy's table is not as phase 1 left it (Python code ran since:
+    /// a later argument's phase 1, a conversion): check it again
+    /// (`borrow::rnp::check`, which adopts a table rust-numpy published
+    /// meanwhile, or refuses NumPy arrays).
+    Recheck,
 }
 
 /// Why a phase-2 pass stopped.
@@ -462,9 +467,10 @@ impl<const N: usize> CallCx<N> {
         }
         // Each round runs one step of Python code that a pass asked for; each
         // step happens at most twice per argument (`Dlpack`, then `Convert`)
-        // plus one round of version bumps, so the bound is never reached
-        // by a call that ends.
-        let bound = 2 * self.slots.len() + 2;
+        // plus one round of version bumps and one of `Recheck` (Python code
+        // that keeps changing rust-numpy's table is refused), so the bound
+        // is never reached by a call that ends.
+        let bound = 2 * self.slots.len() + 3;
         for _ in 0..bound {
             match self.read_pass() {
                 Ok(()) if self.bump.is_empty() || self.bumped => {
@@ -544,8 +550,9 @@ impl<const N: usize> CallCx<N> {
         let py = self.py();
         #[cfg(debug_assertions)]
         let _reads = tripwire::Reads::enter();
-        // rust-numpy may have published a table of its own since phase 1
-        // (Python code of a later argument's phase 1).
+        // Views of NumPy arrays are dlcast's registry's alone (and, once
+        // every read passed, rust-numpy's table is still as phase 1 checked
+        // it: below).
         if crate::borrow::rnp::foreign().is_some() {
             return false;
         }
@@ -577,7 +584,13 @@ impl<const N: usize> CallCx<N> {
             slot.held.set(Some(borrow));
             slot.np = Some(read);
         }
-        true
+        // rust-numpy's table as phase 1 checked it, re-established in phase
+        // 2, after the last Python code of the call (a later argument's
+        // phase 1 may have deleted it, and a rust-numpy extension published
+        // its own). Checked once the reads passed (none runs Python code),
+        // so that calls the fast path gives up on do not pay it twice.
+        // Else the general path checks again (`Work::Recheck`).
+        crate::borrow::rnp::in_place(py)
     }
 
     /// The `Python` token (`attach` is not used: it may run PyO3's deferred
@@ -710,6 +723,21 @@ impl<const N: usize> CallCx<N> {
                 }
             }
         }
+        // rust-numpy's table, which phase 1 checked for every exact
+        // `numpy.ndarray` read from its fields, re-established in phase 2,
+        // after the last Python code of the call (no Python code: see
+        // `borrow::rnp::in_place`); else back to phase 1, which adopts a
+        // table rust-numpy published meanwhile (the next pass then acquires
+        // the views there: `Work::Rehold`) or refuses.
+        if let Some(index) = self
+            .slots
+            .iter()
+            .position(|s| matches!(s.source, Source::Numpy(_)))
+        {
+            if !crate::borrow::rnp::in_place(py) {
+                return Err(Stop::Work(index, Work::Recheck));
+            }
+        }
         Ok(())
     }
 
@@ -718,6 +746,9 @@ impl<const N: usize> CallCx<N> {
     #[inline(never)]
     fn work(&mut self, index: usize, work: Work) -> PyResult<()> {
         let py = self.py();
+        if let Work::Recheck = work {
+            return crate::borrow::rnp::check(py);
+        }
         let Some(obj) = self.slots[index].obj.as_ref().map(|o| o.clone_ref(py)) else {
             return Ok(());
         };
@@ -732,6 +763,7 @@ impl<const N: usize> CallCx<N> {
             }
             Work::ViaNumpy(e) => self.convert_via_numpy(index, obj, e),
             Work::Rehold => self.pre_hold(index),
+            Work::Recheck => Ok(()),
             Work::Convert {
                 target,
                 what,

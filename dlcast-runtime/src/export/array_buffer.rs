@@ -263,20 +263,16 @@ impl<T: Element> ArrayBuffer<T> {
     /// # Errors
     /// `BufferError` if a writable dlcast view of the memory is live (an
     /// exported array passed as `TensorMut` to a call still running);
-    /// `MemoryError` if the registry cannot grow.
+    /// `MemoryError` if the registry cannot grow; `RuntimeError` while exports
+    /// that rust-numpy could borrow live and its borrows cannot be followed
+    /// (the type's documentation).
     pub fn read(&self, py: Python<'_>) -> PyResult<BufferRef<'_, T>> {
+        let blind = Self::rust_numpy(py)?;
         let borrow = self.register(py, false, "read")?;
         // A rust-numpy `PyReadwriteArray` (`&mut`) of a writable export is
         // invisible here when rust-numpy keeps its own registry (see
         // `register_write`).
-        let writers = self.writable_exports();
-        if writers != 0 && borrow::rnp::foreign().is_some() {
-            return Err(ExportError::RustNumpyBlind {
-                what: "read the buffer",
-                exports: writers,
-            }
-            .into());
-        }
+        Self::refuse_blind(blind, self.writable_exports(), "read the buffer")?;
         self.check_values()?;
         let s = &*self.storage;
         // SAFETY: the storage holds `len` initialised, aligned elements and
@@ -301,11 +297,16 @@ impl<T: Element> ArrayBuffer<T> {
     /// Rust reference, also while arrays are exported.
     ///
     /// # Errors
-    /// `IndexError` out of bounds; `BufferError` while a writable dlcast
-    /// view of the memory is live.
+    /// `IndexError` out of bounds; `BufferError` while a writable dlcast view
+    /// of the memory is live; `RuntimeError` while exports that rust-numpy
+    /// could borrow live and its borrows cannot be followed (the type's
+    /// documentation).
     pub fn get(&self, py: Python<'_>, index: &[usize]) -> PyResult<T> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
+        let blind = Self::rust_numpy(py)?;
         let _borrow = self.register(py, false, "read the buffer")?;
+        // As in `read`: a rust-numpy `&mut` of a writable export.
+        Self::refuse_blind(blind, self.writable_exports(), "read the buffer")?;
         let ptr = self.storage.ptr.as_ptr().wrapping_add(at);
         // SAFETY: `at < len`: `ptr` is inside the live allocation (this
         // `Arc`); `is_valid_at` reads its bytes without forming a `T`.
@@ -328,7 +329,9 @@ impl<T: Element> ArrayBuffer<T> {
     /// still running).
     ///
     /// # Errors
-    /// `IndexError` out of bounds; `BufferError` while such a borrow lives.
+    /// `IndexError` out of bounds; `BufferError` while such a borrow lives;
+    /// `RuntimeError` while exports that rust-numpy could borrow live and its
+    /// borrows cannot be followed (the type's documentation).
     pub fn set(&self, py: Python<'_>, index: &[usize], value: T) -> PyResult<()> {
         let at = self.flat(index).ok_or_else(|| self.index_error(index))?;
         let _borrow = self.register_write(py, "write the buffer")?;
@@ -371,8 +374,10 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `ValueError` if `src.len()` is not [`ArrayBuffer::len`] (nothing is
-    /// written); `BufferError` while such a borrow lives; `MemoryError` if
-    /// the registry cannot grow.
+    /// written); `BufferError` while such a borrow lives; `MemoryError` if the
+    /// registry cannot grow; `RuntimeError` while exports that rust-numpy could
+    /// borrow live and its borrows cannot be followed (the type's
+    /// documentation).
     pub fn copy_from_slice(&self, py: Python<'_>, src: &[T]) -> PyResult<()> {
         let len = self.storage.len;
         if src.len() != len {
@@ -402,7 +407,9 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `BufferError` while a Rust or dlcast borrow of the memory is live;
-    /// `MemoryError` if the registry cannot grow.
+    /// `MemoryError` if the registry cannot grow; `RuntimeError` while exports
+    /// that rust-numpy could borrow live and its borrows cannot be followed
+    /// (the type's documentation).
     pub fn fill(&self, py: Python<'_>, value: T) -> PyResult<()> {
         let _borrow = self.register_write(py, "write the buffer")?;
         let base = self.storage.ptr.as_ptr();
@@ -455,9 +462,11 @@ impl<T: Element> ArrayBuffer<T> {
     ///
     /// # Errors
     /// `BufferError` while a writable export lives, or a dlcast view of an
-    /// exported array in a call still running; `ValueError` for a `bool`
-    /// buffer holding a byte other than 0 or 1 (written by Python);
-    /// `MemoryError` if the registry cannot grow. `f` does not run then.
+    /// exported array in a call still running; `ValueError` for a `bool` buffer
+    /// holding a byte other than 0 or 1 (written by Python); `MemoryError` if
+    /// the registry cannot grow; `RuntimeError` while exports that rust-numpy
+    /// could borrow live and its borrows cannot be followed (the type's
+    /// documentation). `f` does not run then.
     pub fn with_mut<R>(&mut self, py: Python<'_>, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
         // `Arc::get_mut`, not a count of `strong_count` (a relaxed load):
         // its acquire makes everything a writable export's holder did
@@ -564,14 +573,38 @@ impl<T: Element> ArrayBuffer<T> {
     /// In dlcast's registry (dlcast came first, the usual case) they are
     /// entered by address and `register` sees them.
     fn register_write(&self, py: Python<'_>, what: &'static str) -> PyResult<Option<Borrow>> {
+        let blind = Self::rust_numpy(py)?;
         let borrow = self.register(py, true, what)?;
-        // `register` set the registry up (and with it adopted rust-numpy's
-        // table, if one was published first).
-        let exports = self.exports();
-        if exports != 0 && borrow::rnp::foreign().is_some() {
-            return Err(ExportError::RustNumpyBlind { what, exports }.into());
-        }
+        Self::refuse_blind(blind, self.exports(), what)?;
         Ok(borrow)
+    }
+
+    /// Before an access registers its borrow: where rust-numpy's borrows of
+    /// NumPy arrays are, as `borrow::rnp::foreign_in_use` says after
+    /// checking rust-numpy's table (Python code may have deleted dlcast's
+    /// table since the last dlcast call, and a rust-numpy extension
+    /// published its own: it is adopted now, or NumPy arrays refused).
+    /// That check is the access's last step that may run Python code (the
+    /// registry is set up first: its set-up may too); what follows
+    /// (`register`, the count of exports, the access) runs none. An error
+    /// is kept for `refuse_blind`, which needs it only while exports live.
+    fn rust_numpy(py: Python<'_>) -> PyResult<PyResult<bool>> {
+        borrow::api(py)?;
+        Ok(borrow::rnp::foreign_in_use(py))
+    }
+
+    /// Refuses the access while `exports` arrays that rust-numpy could be
+    /// borrowing live, and rust-numpy's borrows are not all in dlcast's
+    /// registry (`blind`, from `rust_numpy`).
+    fn refuse_blind(blind: PyResult<bool>, exports: usize, what: &'static str) -> PyResult<()> {
+        if exports == 0 {
+            return Ok(());
+        }
+        match blind {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(ExportError::RustNumpyBlind { what, exports }.into()),
+            Err(e) => Err(e),
+        }
     }
 
     fn export(&self, owner: Py<PyAny>, read_only: bool) -> PyResult<Tensor<T>> {
