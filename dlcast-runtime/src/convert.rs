@@ -18,10 +18,10 @@
 //!
 //! What is converted is what phase 2 read, never the argument asked again:
 //! host memory in a dtype NumPy has goes through a private NumPy array over
-//! exactly that read ([`numpy_view`]; a capsule's, a buffer's, another
+//! exactly that read (`numpy_view`; a capsule's, a buffer's, another
 //! producer's memory, and a NumPy array's own), a PyTorch tensor through
 //! dlcast's private alias; only device memory and dtypes NumPy lacks are
-//! converted by the argument's own framework ([`convert`]). The driver
+//! converted by the argument's own framework (`convert`). The driver
 //! holds the read in the borrow registry until the copy has finished.
 
 use crate::dtype::DType;
