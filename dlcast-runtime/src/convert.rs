@@ -153,9 +153,10 @@ fn numpy_like_astype<'py>(
     obj.call_method(intern!(py, "astype"), (name,), Some(&kwargs))
 }
 
-/// `x.detach().to(torch.<name>)` (with `copy=True` where asked), then `.contiguous()` for C order, or the
-/// same under a reversed permutation for F order (which really yields
-/// column-major strides).
+/// `x.detach().to(torch.<name>)` (with `copy=True` where asked), then
+/// `.contiguous()` for C order, or the same under a reversed permutation for
+/// F order (which really yields column-major strides), through
+/// `TensorBase`'s own methods (see `import::torch::methods`).
 fn torch_convert<'py>(
     obj: &Bound<'py, PyAny>,
     name: &str,
@@ -170,19 +171,18 @@ fn torch_convert<'py>(
     if copy {
         kwargs.set_item(intern!(py, "copy"), true)?;
     }
-    let t = obj.call_method0(intern!(py, "detach"))?.call_method(
-        intern!(py, "to"),
-        (dtype,),
-        Some(&kwargs),
-    )?;
+    // `TensorBase`'s own C methods, never `torch.Tensor`'s attributes.
+    let m = crate::import::torch::methods(py)?;
+    let detached = m.detach.bind(py).call1((obj,))?;
+    let t = m.to.bind(py).call((detached, dtype), Some(&kwargs))?;
     match order {
         Order::Any => Ok(t),
-        Order::C | Order::Contiguous => t.call_method0(intern!(py, "contiguous")),
+        Order::C | Order::Contiguous => m.contiguous.bind(py).call1((t,)),
         Order::F => {
             let rev: Vec<usize> = (0..ndim).rev().collect();
-            t.call_method1(intern!(py, "permute"), (rev.clone(),))?
-                .call_method0(intern!(py, "contiguous"))?
-                .call_method1(intern!(py, "permute"), (rev,))
+            let t = m.permute.bind(py).call1((t, rev.clone()))?;
+            let t = m.contiguous.bind(py).call1((t,))?;
+            m.permute.bind(py).call1((t, rev))
         }
     }
 }

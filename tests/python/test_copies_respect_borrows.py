@@ -164,22 +164,24 @@ def test_conversion_probe_ignores_a_replaced_byte_bounds(lie):
 
 @pytest.mark.hostile
 def test_conversion_holds_its_read_while_its_python_code_runs():
-    # A float32 tensor for a float64 parameter: PyTorch converts it. Python
-    # code the conversion runs before it copies (here an import hook, as
-    # `import torch` inside the conversion calls `__import__`) starts another
-    # thread's writable view of the same memory: refused, since the
-    # conversion holds its read from before the copy until it has finished.
+    # A bfloat16 tensor for a float32 parameter: PyTorch converts it (NumPy
+    # has no bfloat16). Python code the conversion runs before it copies
+    # (here an import hook, as `import torch` inside the conversion calls
+    # `__import__`) starts another thread's writable view of the same memory
+    # (a float32 view of it): refused, since the conversion holds its read
+    # from before the copy until it has finished.
     r = run_py("""
         import builtins, threading, time
         import torch
         import dlcast_testext as ext
-        t = torch.arange(8, dtype=torch.float32)
+        t = torch.arange(8, dtype=torch.bfloat16)
+        w32 = t.view(torch.float32)
         real_import = builtins.__import__
         outcome = []
 
         def writer():
             try:
-                ext.a2_hold_mut(t)
+                ext.a2_hold_mut(w32)
                 outcome.append("wrote")
             except BufferError as e:
                 outcome.append("BufferError " + str(e))
@@ -198,10 +200,10 @@ def test_conversion_holds_its_read_while_its_python_code_runs():
                 w.join(30)
             return real_import(name, *args, **kw)
 
-        ext.seen_c(t)  # PyTorch's handles found once, outside the hook
+        ext.seen_f32(t)  # PyTorch's handles found once, outside the hook
         armed = True
         builtins.__import__ = hook
-        seen = ext.seen_c(t)
+        seen = ext.seen_f32(t)
         builtins.__import__ = real_import
         print(outcome)
         print(seen[3])
@@ -210,7 +212,7 @@ def test_conversion_holds_its_read_while_its_python_code_runs():
     outcome, seen = r.stdout.splitlines()
     # The writer was refused (and said so before it ended), never held it.
     assert outcome.startswith("[\"BufferError a2_hold_mut(): argument 'x'"), outcome
-    assert "argument 'x' of seen_c(), a read-only view" in outcome
+    assert "argument 'x' of seen_f32(), a read-only view" in outcome
     assert outcome.endswith("'refused']"), outcome
     assert seen == str([float(i) for i in range(8)])
 

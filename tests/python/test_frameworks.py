@@ -198,18 +198,22 @@ def test_legacy_capsules_of_immutable_frameworks_stay_read_only():
         ext.add_one_f32(legacy_producer("jax", x))
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("module", ["numpy", "cupy", "paddle", "array_api_strict"])
-def test_legacy_capsules_of_frameworks_without_read_only_legacy_exports_are_writable(module):
+def test_legacy_capsules_of_classes_python_code_made_are_read_only(module):
     """NumPy (and array_api_strict, whose `__dlpack__` is NumPy's) refuses
-    to export a read-only array through a legacy capsule; PyTorch, CuPy and
+    to export a read-only array through a legacy capsule; CuPy and
     PaddlePaddle have no read-only arrays: a legacy capsule from their own
-    `__dlpack__` is memory they may write (the `legacy_writable` column), and
-    a writable parameter takes it. A stand-in of each (their own arrays
-    answer versioned requests with versioned capsules here; a stand-in of
-    PyTorch is refused as a tensor type, whose own path reads tensors)."""
+    `__dlpack__` may be written (the `legacy_writable` column), but only
+    where the array's type is a static type, made by C code, whose
+    `__dlpack__` and package Python code cannot replace. A class Python
+    code made that claims one of these packages is read-only: it could
+    forward any memory (an immutable framework's, a read-only array's)."""
     x = np.zeros(3)
-    ext.fill_f64(legacy_producer(module, x), 4.0)
-    assert x.tolist() == [4.0] * 3
+    with pytest.raises(TypeError, match=LEGACY_REFUSED.format(
+            "exported by its producer as a legacy DLPack capsule")):
+        ext.fill_f64(legacy_producer(module, x), 4.0)
+    assert x.tolist() == [0.0] * 3
 
 
 def test_jax_is_zero_copy():

@@ -796,10 +796,11 @@ impl<const N: usize> CallCx<N> {
     /// kept until the copy has finished (NumPy's casts and PyTorch's ops
     /// release the GIL while they copy, and the conversion's own Python
     /// code may run first: no writable view may begin meanwhile). The
-    /// copy is made from what was read: a PyTorch tensor's private alias,
-    /// host memory through a NumPy array over exactly that read (see
-    /// [`crate::convert::numpy_view`]), and only device memory or dtypes
-    /// NumPy lacks by the argument's own framework, from the argument.
+    /// copy is made from what was read: host memory through a NumPy array
+    /// over exactly that read (see [`crate::convert::numpy_view`]), whoever
+    /// produced it; device memory and dtypes NumPy lacks from a PyTorch
+    /// tensor's private alias (by `TensorBase`'s own methods), else by the
+    /// argument's own framework, from the argument.
     #[cold]
     #[allow(clippy::type_complexity)]
     fn convert_read<'py>(
@@ -822,13 +823,8 @@ impl<const N: usize> CallCx<N> {
             None => None,
         };
         let from = match &self.slots[index].source {
-            // The alias that was read (the caller's tensor may have changed
-            // since), which no one else can reach.
-            Source::Torch { tensor, .. }
-            | Source::Managed {
-                private: Some(tensor),
-                ..
-            } => tensor.clone_ref(py).into_bound(py),
+            // Host memory NumPy can view, whoever produced it (a PyTorch
+            // tensor's alias too): no producer code runs on the way.
             _ if crate::convert::numpy_can_convert(py, &raw, target.dtype) => {
                 let owner = import::into_owner(&mut self.slots[index].source);
                 match crate::convert::numpy_view(py, &raw, owner)? {
@@ -844,6 +840,13 @@ impl<const N: usize> CallCx<N> {
                     }
                 }
             }
+            // The alias that was read (the caller's tensor may have changed
+            // since), which no one else can reach.
+            Source::Torch { tensor, .. }
+            | Source::Managed {
+                private: Some(tensor),
+                ..
+            } => tensor.clone_ref(py).into_bound(py),
             _ => obj.clone(),
         };
         // The framework's conversion may run the argument's Python code (a

@@ -601,9 +601,14 @@ pub(crate) fn prepare(
     if let Some(cap) = capsule::call_dlpack(obj, stream)? {
         let owner = capsule::take(&cap)?;
         // Asked only of a legacy answer (the rare case): the producer's
-        // framework, by its array type, as it is once `__dlpack__` ran.
+        // framework, by its array type, as it is once `__dlpack__` ran, and
+        // only of a static type (made by C code in a loaded library), whose
+        // `__dlpack__` and module name Python code cannot replace: a class
+        // Python code made can claim any package and forward any memory
+        // (an immutable framework's, a read-only array's).
         let legacy_writable = matches!(owner, Owner::Legacy(_))
             && !flags.immutable()
+            && crate::trust::is_static_type(obj.get_type().as_any(), std::ptr::null())
             && crate::framework::Framework::of(obj).is_some_and(|f| f.facts().legacy_writable);
         return Ok(Source::Managed {
             owner,

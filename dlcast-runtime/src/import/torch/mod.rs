@@ -1237,3 +1237,41 @@ pub(crate) fn bump_versions(py: Python<'_>, tensors: &[Py<PyAny>]) -> PyResult<(
     h.increment_version.bind(py).call1((tensors,))?;
     Ok(())
 }
+
+/// `TensorBase`'s own `detach`, `to`, `contiguous` and `permute`: method
+/// descriptors from its immutable `__dict__`, each checked to be its own C
+/// method of that name (as [`handles`] checks its getters), for dlcast's
+/// conversions of tensors. Called with the tensor as first argument, never
+/// looked up on `torch.Tensor`, whose attributes Python code can replace
+/// (a replaced `detach` would receive the private alias, and could point it
+/// at memory the conversion then copies without holding it).
+pub(crate) struct Methods {
+    pub(crate) detach: Py<PyAny>,
+    pub(crate) to: Py<PyAny>,
+    pub(crate) contiguous: Py<PyAny>,
+    pub(crate) permute: Py<PyAny>,
+}
+
+/// The checked [`Methods`], found once.
+pub(crate) fn methods(py: Python<'_>) -> PyResult<&'static Methods> {
+    static METHODS: pyo3::sync::PyOnceLock<Methods> = pyo3::sync::PyOnceLock::new();
+    METHODS.get_or_try_init(py, || {
+        let missing = |_| PyErr::from(ImportFault::TorchMissing("torch._C.TensorBase"));
+        let base = handles(py).map_err(missing)?.base.bind(py);
+        let dict = base.getattr(intern!(py, "__dict__"))?;
+        let get = |name: &'static str| -> PyResult<Py<PyAny>> {
+            let entry = dict.get_item(name)?;
+            if crate::trust::is_own_descriptor(&entry, base, name) {
+                Ok(entry.unbind())
+            } else {
+                Err(ImportFault::TorchMissing("torch._C.TensorBase's conversion methods").into())
+            }
+        };
+        Ok(Methods {
+            detach: get("detach")?,
+            to: get("to")?,
+            contiguous: get("contiguous")?,
+            permute: get("permute")?,
+        })
+    })
+}
