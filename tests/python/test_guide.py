@@ -168,3 +168,14 @@ def test_session_gives_the_output_shown(name, first, body):
 def test_python_blocks_that_are_not_sessions_parse(path, line, body):
     # Stub excerpts and scripts: no output to compare, but valid Python.
     compile(body, f"{rel(path)}:{line}", "exec")
+
+
+def test_the_benchmark_headline_has_its_place_in_the_performance_chapter():
+    # bench/run.py writes its headline between these markers, in the file it
+    # names; without them it only warns.
+    run = (ROOT / "bench" / "run.py").read_text()
+    start = re.search(r'^README_START = "(.+)"$', run, re.M).group(1)
+    end = re.search(r'^README_END = "(.+)"$', run, re.M).group(1)
+    assert 'HEADLINE_PATH = ROOT / "guide" / "src" / "performance.md"' in run
+    text = (GUIDE / "performance.md").read_text()
+    assert text.count(start) == 1 and text.count(end) == 1 and text.index(start) < text.index(end)
