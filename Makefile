@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint doc rust-test free-threaded abi3-check abi3 py-test typecheck demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint doc guide rust-test free-threaded abi3-check abi3 py-test typecheck demo demo-ext bench fuzz sanitize clean
 
 all: test
 
@@ -19,7 +19,7 @@ venv:
 # The PyO3 test extension, built once into the virtualenv, and a second
 # extension built separately (the cross-module borrow tests), one built
 # with rust-numpy instead (tests/python/test_rust_numpy.py), and the
-# README's quick start (tests/python/test_quickstart.py).
+# README's quick start (tests/python/test_quickstart.py, test_guide.py).
 ext: venv
 	maturin develop -q -m tests/Cargo.toml
 	maturin develop -q -m tests/second/Cargo.toml
@@ -33,23 +33,38 @@ lint:
 ## The API documentation of the two published crates as docs.rs builds it
 ## (every feature), warnings (broken or private intra-doc links) as
 ## errors. Their doc examples and every Rust block of the README (the
-## runtime's crate documentation) run in rust-test.
+## runtime's crate documentation) and of the guide (guide/src, a doctest
+## module per chapter) run in rust-test.
 doc:
 	RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p dlcast-macros -p dlcast-runtime --all-features
+
+## The guide as a book (guide/, mdBook) in target/guide/index.html. Not part
+## of `make test`: its blocks are checked there already (rust-test, and
+## tests/python/test_guide.py). mdBook, a crates.io binary, is installed
+## into target/tools on first use (a few minutes' build; no server or
+## watcher features, which `mdbook build` does not use).
+MDBOOK_VERSION := 0.5.4
+MDBOOK := target/tools/bin/mdbook
+guide:
+	@$(MDBOOK) --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || \
+		cargo install mdbook --locked --version $(MDBOOK_VERSION) --no-default-features --features search \
+			--root $(abspath target/tools)
+	$(MDBOOK) build guide
+	@echo "the guide: target/guide/index.html"
 
 rust-test:
 	cargo test --workspace
 
 ## The runtime and both test extensions type-check against a free-threaded
 ## CPython (3.14t, Py_GIL_DISABLED) through a PyO3 config file: there,
-## #[dlpack_fn] functions refuse to run unless the GIL is on (README,
+## #[dlpack_fn] functions refuse to run unless the GIL is on (guide,
 ## Safety). A target dir of its own, kept between runs.
 free-threaded:
 	PYO3_CONFIG_FILE=$(abspath scripts/pyo3-free-threaded.cfg) CARGO_TARGET_DIR=target/free-threaded \
 		cargo check -q -p dlcast-runtime -p dlcast-testext -p dlcast-second
 
 ## Every abi3 level PyO3 0.30 offers: the runtime and the test extension
-## type-check at each (README, Supported versions), against a CPython 3.15
+## type-check at each (guide, Supported versions), against a CPython 3.15
 ## config file so that no interpreter of each version is needed. One target
 ## dir for all levels, kept between runs (each level is cached apart).
 ABI3_LEVELS := abi3-py39 abi3-py310 abi3-py311 abi3-py312 abi3-py313 abi3-py314 abi3-py315 abi3
@@ -97,7 +112,7 @@ typecheck: ext
 	$(PY) tests/typing/check.py
 
 ## Run every test: formatting, clippy, the API documentation, Rust
-## unit/property tests and doc examples (the README's included), ui-tests,
+## unit/property tests and doc examples (the README's and the guide's included), ui-tests,
 ## the free-threaded and abi3 type checks, the pytest suite against NumPy,
 ## PyTorch, JAX and array-api-strict (also against an abi3-py39 build), and
 ## the generated stubs under mypy --strict.

@@ -21,11 +21,12 @@ The modules are built by bench/build.sh into bench/target/py. Writes the
 tables to stdout and to BENCHMARKS.md (repository root, with bench/
 callgrind.md, the instruction counts of bench/callgrind.py --table, and
 bench/ANALYSIS.md appended), the headline ratios against the
-targets into README.md (between the `bench:headline` comment markers), the
+targets into the guide's guide/src/performance.md (between the
+`bench:headline` comment markers), the
 chart to bench/bench.png and the raw figures to bench/target/results.json.
 
     python bench/run.py            # the full run (about 3-4 minutes)
-    python bench/run.py --quick    # a fast smoke run (noisier; README untouched)
+    python bench/run.py --quick    # a fast smoke run (noisier; the guide untouched)
 """
 
 from __future__ import annotations
@@ -685,7 +686,7 @@ def verdict(st, thr: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="a fast smoke run, noisier figures; README.md is left alone")
+                    help="a fast smoke run, noisier figures; the guide is left alone")
     ap.add_argument("--passes", type=int, default=PASSES, help="times the whole table is timed")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--png", default=str(HERE / "bench.png"))
@@ -1219,19 +1220,21 @@ def main() -> None:
         print(f"warning: load average {load_start:.2f} / {load_end:.2f}: the machine was busy, "
               "figures are inflated", file=sys.stderr)
     print(f"wrote {Path(args.out).relative_to(ROOT) if Path(args.out).is_relative_to(ROOT) else args.out}, "
-          f"{args.png}, {json_path}{'' if args.quick else ', README.md'} ({elapsed:.0f} s)")
+          f"{args.png}, {json_path}{'' if args.quick else ', ' + HEADLINE_PATH.relative_to(ROOT).as_posix()} ({elapsed:.0f} s)")
 
 
 README_START = "<!-- bench:headline:start (written by bench/run.py; edits here are replaced) -->"
 README_END = "<!-- bench:headline:end -->"
+# The headline sits in the guide's Performance chapter (the README links it).
+HEADLINE_PATH = ROOT / "guide" / "src" / "performance.md"
 
 
 def write_readme(block: list[str]) -> None:
-    """Replaces the text between README.md's bench:headline markers."""
-    path = ROOT / "README.md"
+    """Replaces the text between the Performance chapter's bench:headline markers."""
+    path = HEADLINE_PATH
     text = path.read_text()
     if README_START not in text or README_END not in text:
-        print(f"warning: README.md has no {README_START!r} ... {README_END!r} block; "
+        print(f"warning: {path.relative_to(ROOT)} has no {README_START!r} ... {README_END!r} block; "
               "headline not written", file=sys.stderr)
         return
     pre, rest = text.split(README_START, 1)

@@ -243,3 +243,42 @@ pub mod __private {
     pub use crate::inspect::{Hint, In, Out};
     pub use pyo3;
 }
+
+// The guide's chapters (`guide/src/*.md`, the book `make guide` builds) as
+// doctests: `cargo test` compiles every Rust block of the guide, as it does
+// the README's (the crate documentation above). Doctest builds only: they
+// are no part of the API documentation, and a packaged crate has no guide.
+// tests/python/test_guide.py checks that every chapter is listed here.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../guide/src/introduction.md")]
+    mod introduction {}
+    #[doc = include_str!("../../guide/src/parameter-types.md")]
+    mod parameter_types {}
+    #[doc = include_str!("../../guide/src/annotations.md")]
+    mod annotations {}
+    #[doc = include_str!("../../guide/src/methods.md")]
+    mod methods {}
+    #[doc = include_str!("../../guide/src/returning-arrays.md")]
+    mod returning_arrays {}
+    #[doc = include_str!("../../guide/src/ownership.md")]
+    mod ownership {}
+    #[doc = include_str!("../../guide/src/gpu-and-streams.md")]
+    mod gpu_and_streams {}
+    #[doc = include_str!("../../guide/src/types-and-stubs.md")]
+    mod types_and_stubs {}
+    #[doc = include_str!("../../guide/src/calls.md")]
+    mod calls {}
+    #[doc = include_str!("../../guide/src/safety.md")]
+    mod safety {}
+    #[doc = include_str!("../../guide/src/performance.md")]
+    mod performance {}
+    #[doc = include_str!("../../guide/src/robustness.md")]
+    mod robustness {}
+    #[doc = include_str!("../../guide/src/troubleshooting.md")]
+    mod troubleshooting {}
+    #[doc = include_str!("../../guide/src/versions.md")]
+    mod versions {}
+    #[doc = include_str!("../../guide/src/contributing.md")]
+    mod contributing {}
+}

@@ -366,11 +366,10 @@ def test_buffer_object_collected_while_torch_tensor_lives():
 def test_only_the_documented_cycles_through_an_own_buffer_leak():
     # An object holding a PyTorch tensor or JAX array over its own buffer
     # (`m.attached = m.data_torch()`) is never collected, like the NumPy
-    # case the README documents: neither framework reports its DLPack
-    # owner to the garbage collector. The README (Ownership) names NumPy
-    # only. Expected: the README names every framework whose arrays leak
+    # case the guide documents: neither framework reports its DLPack
+    # owner to the garbage collector. The guide (Ownership) names NumPy
+    # only. Expected: the guide names every framework whose arrays leak
     # such a cycle (checked below against the behaviour).
-    import pathlib
     import weakref
 
     leaked = []
@@ -386,8 +385,9 @@ def test_only_the_documented_cycles_through_an_own_buffer_leak():
     # JAX now gets a copy of an object's buffer (its arrays are immutable),
     # so only the PyTorch cycle remains.
     assert leaked == ["data_torch"]
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Ownership") : readme.index("## Annotations")]
+    from doc_text import chapter
+
+    section = chapter("ownership")
     cycles = section[section.index("reference cycle") if "reference cycle" in section else section.index("a cycle") :]
     cycles = cycles[: cycles.index("\n\n")]
     assert "PyTorch" in cycles, cycles

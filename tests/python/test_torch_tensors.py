@@ -243,24 +243,23 @@ def test_inference_tensors_are_not_written_outside_inference_mode():
     assert t.tolist() == [1.0, 1.0, 1.0]
 
 
-# A residual the README documents: memory moved or freed by
+# A residual the guide (Safety) documents: memory moved or freed by
 # ordinary, flag-free APIs while a body holds a view. import/torch promises a
 # PyTorch view "stays valid whatever Python code does to the caller's
 # tensor during the call ... with one exception: resizing the storage";
 # `share_memory_()` (also run implicitly by torch.multiprocessing when a
 # tensor is sent to another process) swaps the storage's data pointer and
 # frees the old memory. NumPy's `__setstate__` frees an array's data with
-# no refcheck at all (the README names only `resize(refcheck=False)`).
+# no refcheck at all (the guide names only `resize(refcheck=False)`).
 
 @pytest.mark.hostile
 def test_shared_memory_tensors_are_documented_as_a_residual():
     # Neither can be prevented by holding references (PyTorch and NumPy free
-    # the memory under every view of it, their own included): the README's
-    # safety section names both, next to resize(refcheck=False).
-    import pathlib
+    # the memory under every view of it, their own included): the guide's
+    # safety chapter names both, next to resize(refcheck=False).
+    from doc_text import chapter
 
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    safety = readme[readme.index("## Safety"):readme.index("## Performance")]
+    safety = chapter("safety")
     assert "share_memory_()" in safety and "__setstate__" in safety
 
 

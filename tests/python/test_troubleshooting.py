@@ -1,18 +1,19 @@
-"""The README's troubleshooting section quotes the compiler's words: every
-quoted error (a code span starting with `error`) appears in the ui case's
-`.stderr` its paragraph names, and that file exists."""
+"""The guide's troubleshooting chapter (guide/src/troubleshooting.md) quotes
+the compiler's words: every quoted error (a code span starting with `error`)
+appears in the ui case's `.stderr` its paragraph names, and that file
+exists."""
 
 import pathlib
 import re
+
+from doc_text import chapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UI = ROOT / "ui-tests" / "tests" / "ui" / "fail"
 
 
 def section():
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("\n## Troubleshooting\n")
-    return readme[start:readme.index("\n## ", start + 1)]
+    return chapter("troubleshooting")
 
 
 def test_every_quoted_error_is_in_its_stderr():
