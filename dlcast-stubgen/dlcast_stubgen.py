@@ -19,9 +19,12 @@ variable bound to a protocol every DLPack array meets (`__dlpack__` and
 `__dlpack_device__`), so that the caller's array type comes back (an
 overload for any other argument returns `dlcast.Array`). The bound names no
 framework: a checker run where one is not installed takes its type as `Any`,
-and `Any` in the bound would let every argument through. Functions without such a line (plain PyO3 functions) get
-their parameter names from `__text_signature__`, typed `Any`. The result
-passes `mypy --strict`. Standard library only.
+and `Any` in the bound would let every argument through. A special method
+is typed from its kept line; the other halves of its slot (`__mul__` beside
+`__rmul__`), which Python shows but which answer `NotImplemented`, are left
+out. Functions without such a line (plain PyO3 functions) get their
+parameter names from `__text_signature__`, typed `Any`. The result passes
+`mypy --strict`. Standard library only.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ ArrayLike: typing_extensions.TypeAlias = (
 _Shape = typing.TypeVar("_Shape", bound=tuple[int, ...], covariant=True)
 
 class _DLCastArray(Protocol[_Shape]):
-    """dlcast.Array, the array `returns = dlcast` gives; `_Shape` is the rank
-    the Rust type fixes (`tuple[int, int]`), else `tuple[int, ...]`."""
+    """dlcast.Array, dlcast's own array (`returns = dlcast`; `like(x)` for an
+    argument it does not recognise); `_Shape` is the rank the Rust type
+    fixes (`tuple[int, int]`), else `tuple[int, ...]`."""
 
     @property
     def shape(self) -> _Shape: ...
