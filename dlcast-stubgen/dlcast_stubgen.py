@@ -13,12 +13,18 @@ become `Annotated[ArrayLike, "ndarray[...]"]`, where `ArrayLike` is any object
 with `__dlpack__` or a buffer (what dlcast accepts), and the constraint text
 stays readable in the stub. Returned arrays: the framework's array type;
 NumPy's with the dtype and rank the Rust type fixes
-(`numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]`); `like(x)` a
-type variable bound to the array types `like` recognises, so that the
-caller's array type comes back (an overload for any other producer returns
-`dlcast.Array`). Functions without such a line (plain PyO3 functions) get
-their parameter names from `__text_signature__`, typed `Any`. The result
-passes `mypy --strict`. Standard library only.
+(`numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]`), and
+`dlcast.Array` with the rank (`shape: tuple[int, int]`); `like(x)` a type
+variable bound to a protocol every DLPack array meets (`__dlpack__` and
+`__dlpack_device__`), so that the caller's array type comes back (an
+overload for any other argument returns `dlcast.Array`). The bound names no
+framework: a checker run where one is not installed takes its type as `Any`,
+and `Any` in the bound would let every argument through. A special method
+is typed from its kept line; the other halves of its slot (`__mul__` beside
+`__rmul__`), which Python shows but which answer `NotImplemented`, are left
+out. Functions without such a line (plain PyO3 functions) get their
+parameter names from `__text_signature__`, typed `Any`. The result passes
+`mypy --strict`. Standard library only.
 """
 
 from __future__ import annotations
@@ -50,11 +56,15 @@ ArrayLike: typing_extensions.TypeAlias = (
 )
 """An array dlcast accepts: any `__dlpack__` producer, buffer object or DLPack capsule."""
 
-class _DLCastArray(Protocol):
-    """dlcast.Array, the array a function returns without `returns = ...`."""
+_Shape = typing.TypeVar("_Shape", bound=tuple[int, ...], covariant=True)
+
+class _DLCastArray(Protocol[_Shape]):
+    """dlcast.Array, dlcast's own array (`returns = dlcast`; `like(x)` for an
+    argument it does not recognise); `_Shape` is the rank the Rust type
+    fixes (`tuple[int, int]`), else `tuple[int, ...]`."""
 
     @property
-    def shape(self) -> tuple[int, ...]: ...
+    def shape(self) -> _Shape: ...
     @property
     def ndim(self) -> int: ...
     @property
@@ -64,9 +74,21 @@ class _DLCastArray(Protocol):
     def __len__(self) -> int: ...
 {like}'''
 
-# The type variable of `returns = like(x)`, where the module has one.
+# The type variable of `returns = like(x)`, where the module has one. Its
+# bound is a protocol, not the frameworks' array types: a stub is checked
+# where some frameworks are missing, a missing one's type is `Any` there, and
+# a bound that names `Any` would accept `None`, lists, strings, numbers.
+# Every framework `like` recognises has both methods; so does any other
+# DLPack array, which the overload then types as itself though the call
+# returns a `dlcast.Array` for it (the one thing this bound cannot say).
 LIKE_TYPEVAR = '''
-_Like = typing.TypeVar("_Like", bound={bound})
+class _DLPackArray(Protocol):
+    """A DLPack array: what `returns = like(x)` can hand back in its own framework."""
+
+    def __dlpack__(self) -> object: ...
+    def __dlpack_device__(self) -> object: ...
+
+_Like = typing.TypeVar("_Like", bound=_DLPackArray)
 """`returns = like(x)`: the array type of the argument `x`, which the result keeps."""
 '''
 
@@ -102,22 +124,20 @@ UNTYPED_IMPORT = "  # type: ignore[import-not-found, import-untyped, unused-igno
 # takes its arrays as `Any` rather than failing on the stub itself.
 TYPED_IMPORT = "  # type: ignore[import-not-found, unused-ignore]"
 
+# A shape of any rank.
+ANY_RANK = "tuple[int, ...]"
+
 # Return types the signature line names, and what the stub writes for them
 # (with the imports it needs). A dtype and rank the Rust type fixes
 # (`numpy.ndarray[float32, (_, _)]`) go into NumPy's generic type; other
 # frameworks' array types are not generic, so they are dropped for them.
 KNOWN_TYPES: dict[str, tuple[str, list[str]]] = {
-    "dlcast.Array": ("_DLCastArray", []),
+    "dlcast.Array": (f"_DLCastArray[{ANY_RANK}]", []),
     **{
         name: (stub, [f"import {m}" + (TYPED_IMPORT if typed else UNTYPED_IMPORT) for m in modules])
         for name, (stub, modules, typed, _like) in FRAMEWORK_TYPES.items()
     },
 }
-
-# The bound of `_Like`: the array types `like(x)` returns in, where the
-# checker knows them (an untyped package's type is `Any`, which would let
-# every argument through).
-LIKE_BOUND = [name for name, (_stub, _m, typed, like) in FRAMEWORK_TYPES.items() if typed and like]
 
 
 def _expr(text: str) -> ast.expr:
@@ -147,23 +167,45 @@ def _like_param(node: ast.AST | None) -> str | None:
     return None
 
 
-def _numpy_type(parts: list[ast.expr]) -> str | None:
-    """NumPy's array type for `numpy.ndarray[<dtype>, <shape>]`, either part
-    optional: `numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]`."""
-    dtype, rank = "typing.Any", None
+def _parts(node: ast.Subscript) -> list[ast.expr]:
+    """The dtype and shape of `numpy.ndarray[float32, (_, _)]`, `like(x)[float32]`."""
+    return list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+
+
+def _shape_type(parts: list[ast.expr]) -> str | None:
+    """The shape type of the rank the parts fix (`(_, _)`: `tuple[int, int]`,
+    `()`: `tuple[()]`), `None` where they fix none."""
     for part in parts:
-        if isinstance(part, ast.Name) and part.id in NUMPY_DTYPES:
-            dtype = f"numpy.{part.id}"
-        elif isinstance(part, ast.Tuple) and not any(
+        if isinstance(part, ast.Tuple) and not any(
             isinstance(e, ast.Constant) and e.value is Ellipsis for e in part.elts
         ):
             rank = len(part.elts)
+            return "tuple[()]" if rank == 0 else f"tuple[{', '.join(['int'] * rank)}]"
+    return None
+
+
+def _numpy_type(parts: list[ast.expr]) -> str | None:
+    """NumPy's array type for `numpy.ndarray[<dtype>, <shape>]`, either part
+    optional: `numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]`."""
+    dtype = "typing.Any"
+    for part in parts:
+        if isinstance(part, ast.Name) and part.id in NUMPY_DTYPES:
+            dtype = f"numpy.{part.id}"
         elif isinstance(part, ast.Name):
             return None  # a dtype NumPy has no scalar type for (bfloat16)
-    if rank is None:
+    shape = _shape_type(parts)
+    if shape is None:
         return f"numpy.typing.NDArray[{dtype}]"
-    shape = "tuple[()]" if rank == 0 else f"tuple[{', '.join(['int'] * rank)}]"
     return f"numpy.ndarray[{shape}, numpy.dtype[{dtype}]]"
+
+
+def _dlcast_type(parts: list[ast.expr]) -> str:
+    """dlcast.Array's type with the rank the parts fix."""
+    return f"_DLCastArray[{_shape_type(parts) or ANY_RANK}]"
+
+
+# `like(x)` for an argument `like` does not recognise.
+DLCAST = KNOWN_TYPES["dlcast.Array"][0]
 
 
 class _Rewrite(ast.NodeTransformer):
@@ -172,11 +214,13 @@ class _Rewrite(ast.NodeTransformer):
 
     def __init__(self) -> None:
         self.imports: set[str] = set()
-        self.like = "_DLCastArray"
+        self.like = DLCAST
         self.uses_like = False
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         if _is_like(node):
+            if self.like == DLCAST:  # any other producer: a dlcast.Array of that rank
+                return _expr(_dlcast_type(_parts(node)))
             return self.visit_Call(node.value)  # type: ignore[arg-type]
         if isinstance(node.value, ast.Name) and node.value.id == "ndarray":
             text = ast.unparse(node)
@@ -184,7 +228,9 @@ class _Rewrite(ast.NodeTransformer):
         if isinstance(node.value, ast.Attribute) and ast.unparse(node.value) in KNOWN_TYPES:
             # A returned array with its dtype and rank: `numpy.ndarray[float32, (_, _)]`.
             framework = ast.unparse(node.value)
-            parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+            parts = _parts(node)
+            if framework == "dlcast.Array":
+                return _expr(_dlcast_type(parts))
             if framework == "numpy.ndarray":
                 numpy_type = _numpy_type(parts)
                 if numpy_type is not None:
@@ -279,7 +325,7 @@ def _typed(fn: ast.FunctionDef, rewrite: _Rewrite, like: str | None) -> str:
     """The stub line of a parsed signature line; with `like`, the overload
     where that parameter is `_Like` and so is the result."""
     a = fn.args
-    rewrite.like = "_Like" if like is not None else "_DLCastArray"
+    rewrite.like = "_Like" if like is not None else DLCAST
     for arg in a.posonlyargs + a.args + a.kwonlyargs:
         if arg.arg == like:
             arg.annotation = _expr("_Like")
@@ -341,10 +387,11 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
             # Special methods (PyO3 slots): the line `#[dlpack_fn]` keeps in
             # `__dlcast_<name>__` (Python gives a slot its own docstring),
             # else names from the text signature.
-            kept = vars(cls).get(f"__dlcast_{name.strip('_')}__")
-            line = _signature_line(kept, name) if isinstance(kept, str) else None
+            line = _kept_line(cls, name)
             if line is not None:
                 lines += ["    " + line for line in _from_line(line, rewrite)]
+                continue
+            if _other_half_of_a_slot(cls, name):
                 continue
             lines += ["    " + line.replace("-> Any", _dunder_return(name)) for line in _def(attr, name, rewrite)]
             continue
@@ -363,6 +410,39 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
     if len(lines) == 1:
         lines.append("    pass")
     return "\n".join(lines)
+
+
+def _kept_line(cls: type, name: str) -> str | None:
+    """The signature line `#[dlpack_fn]` keeps for the special method `name`."""
+    kept = vars(cls).get(f"__dlcast_{name.strip('_')}__")
+    return _signature_line(kept, name) if isinstance(kept, str) else None
+
+
+# Special methods that share one slot: where a class defines one of them,
+# Python shows them all (PyO3's slot answers `NotImplemented` for the others).
+SLOT_GROUPS = [
+    *({f"__{op}__", f"__r{op}__"} for op in (
+        "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod",
+        "pow", "lshift", "rshift", "and", "xor", "or",
+    )),
+    {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"},
+    {"__setitem__", "__delitem__"},
+    {"__setattr__", "__delattr__"},
+    {"__set__", "__delete__"},
+]
+
+
+def _other_half_of_a_slot(cls: type, name: str) -> bool:
+    """Whether the special method `name`, which has no kept line, is only
+    there because the class defines another of its slot with `#[dlpack_fn]`
+    (every special method of a `#[dlcast::pymethods]` block keeps its line):
+    `__mul__` beside `__rmul__`. Typed `Any`, it would let `layer * x`
+    through, which Python refuses; left out, the checker refuses it too
+    (`__eq__` and `__ne__` are then `object`'s, what Python falls back to)."""
+    return any(
+        name in group and any(_kept_line(cls, other) is not None for other in group - {name})
+        for group in SLOT_GROUPS
+    )
 
 
 # Class attributes that are not methods a caller uses.
@@ -391,14 +471,7 @@ def stub(module_name: str) -> str:
             body.append("\n".join(_def(obj, name, rewrite)))
         elif isinstance(obj, type):
             body.append(_class(obj, rewrite))
-    like = ""
-    if rewrite.uses_like:
-        bound = []
-        for framework in LIKE_BOUND:
-            stub_type, imports = KNOWN_TYPES[framework]
-            rewrite.imports.update(imports)
-            bound.append(stub_type)
-        like = LIKE_TYPEVAR.format(bound=repr(" | ".join(bound)))
+    like = LIKE_TYPEVAR if rewrite.uses_like else ""
     imports = "\n".join(sorted(rewrite.imports))
     return HEADER.format(module=module_name, imports=imports, like=like) + "\n" + "\n\n".join(body) + "\n"
 

@@ -1,8 +1,9 @@
 //! Functions and a class whose stubs say what the call enforces (the
 //! generated stub's `mypy --strict` check, tests/typing, and
 //! tests/python/test_stubgen.py): the rank a parameter's type fixes, a
-//! `like(x)` return, a NumPy return of fixed rank and dtype, and the plain
-//! methods and `#[new]` of a class with dlcast methods.
+//! `like(x)` return, a NumPy return of fixed rank and dtype, a `dlcast.Array`
+//! return of fixed rank, and the plain methods and `#[new]` of a class with
+//! dlcast methods.
 
 use dlcast_runtime::ndarray::ArrayView2;
 use dlcast_runtime::prelude::*;
@@ -20,6 +21,22 @@ fn st_row_sums(x: ArrayView2<'_, f32>) -> PyResult<Tensor<f32>> {
 #[dlpack_fn(returns = numpy)]
 #[pyfunction]
 fn st_same_matrix(x: TensorRef<'_, f64, 2>) -> TensorRef<'_, f64, 2> {
+    x
+}
+
+/// The 2-d view `x` itself, as a `dlcast.Array`: its `shape` has two
+/// dimensions in the stub.
+#[dlpack_fn(returns = dlcast)]
+#[pyfunction]
+fn st_same_matrix_dlcast(x: TensorRef<'_, f64, 2>) -> TensorRef<'_, f64, 2> {
+    x
+}
+
+/// The 2-d view `x` itself, like `x`: an argument `like` does not
+/// recognise (a buffer) gets a `dlcast.Array` with two dimensions.
+#[dlpack_fn]
+#[pyfunction]
+fn st_same_matrix_like(x: TensorRef<'_, f64, 2>) -> TensorRef<'_, f64, 2> {
     x
 }
 
@@ -59,6 +76,8 @@ impl StScaler {
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(st_row_sums, m)?)?;
     m.add_function(wrap_pyfunction!(st_same_matrix, m)?)?;
+    m.add_function(wrap_pyfunction!(st_same_matrix_dlcast, m)?)?;
+    m.add_function(wrap_pyfunction!(st_same_matrix_like, m)?)?;
     m.add_class::<StScaler>()?;
     Ok(())
 }

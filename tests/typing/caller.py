@@ -87,3 +87,15 @@ def scaler(x: npt.NDArray[np.float64]) -> float:
     s = ext.StScaler(2.0)
     k: float = s.k
     return s.scale(k) + s.apply(x) + ext.StScaler().scale(1.0)
+
+
+def layer(x: npt.NDArray[np.float32], t: torch.Tensor) -> int:
+    # Special methods typed from their kept lines; ranked dlcast.Array results.
+    fh = ext.FhLayer(2.0)
+    same: npt.NDArray[np.float32] = fh(x)
+    product: npt.NDArray[np.float32] = fh @ t
+    reflected: torch.Tensor = fh.__rmul__(t)
+    assert x in fh and same is x and len(product) == len(reflected)
+    rows, cols = ext.st_same_matrix_dlcast(np.ones((2, 2))).shape
+    (n,) = ext.fh_plain(x).shape[:1]
+    return rows + cols + n

@@ -8,7 +8,12 @@ on the lines marked `# E: <code>`):
   feature), from PyO3's introspection through `maturin generate-stubs`:
   inspect_caller.py, inspect_wrong.py (its `# E:` lines);
 - the same extension's from dlcast's generator: the same files, where the
-  `# E-dlcast:` lines, which PyO3's stubs cannot refuse, must fail too.
+  `# E-dlcast:` lines, which PyO3's stubs cannot refuse, must fail too;
+- the test extension's stub again where only NumPy and PyTorch are
+  installed (the usual case; the others' types are then `Any`):
+  numpy_torch_caller.py, numpy_torch_wrong.py, with mypy pointed at an
+  interpreter that sees those two only (checked first: it must fail to find
+  every other framework).
 
 The extensions must be installed (`make typecheck` does it)."""
 
@@ -27,24 +32,78 @@ OUT = ROOT / "out"
 GENERATOR = ROOT / "dlcast-stubgen" / "dlcast_stubgen.py"
 
 
-def mypy(stubs: pathlib.Path, *files: pathlib.Path) -> tuple[str, int]:
+def mypy(stubs: pathlib.Path, *files: pathlib.Path, python: pathlib.Path | None = None) -> tuple[str, int]:
+    """mypy --strict on `files`, finding installed packages where `python`
+    (default: this interpreter) finds them."""
     os.environ["MYPYPATH"] = str(stubs)
+    cache = ROOT / ".mypy_cache" / (stubs.name + ("" if python is None else "-" + python.parent.parent.name))
+    where = [] if python is None else ["--python-executable", str(python)]
     out, err, status = api.run(
-        ["--strict", "--cache-dir", str(ROOT / ".mypy_cache" / stubs.name), "--no-error-summary",
-         "--python-version", "3.11", *map(str, files)]
+        ["--strict", "--cache-dir", str(cache), "--no-error-summary",
+         "--python-version", "3.11", *where, *map(str, files)]
     )
     return out + err, status
 
 
-def check(name: str, stubs: pathlib.Path, stub: pathlib.Path, caller: str, wrong: str, markers: str) -> bool:
-    out, status = mypy(stubs, stub, HERE / caller)
+# The frameworks the reduced interpreter has, and those it must not find.
+NUMPY_TORCH = ("numpy", "torch")
+OTHER_FRAMEWORKS = ("jax", "paddle", "array_api_strict", "tensorflow", "mlx.core", "cupy")
+
+
+def numpy_torch_only() -> pathlib.Path:
+    """An interpreter whose packages are NumPy and PyTorch only: a venv
+    without the system's packages, whose `.pth` adds a folder of links to
+    this interpreter's `numpy` and `torch` (their metadata included)."""
+    import numpy
+    import torch
+
+    venv = OUT / "numpy-torch-venv"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    links = OUT / "numpy-torch-site"
+    links.mkdir(parents=True, exist_ok=True)
+    for old in links.iterdir():
+        old.unlink()
+    for package in (numpy, torch):
+        assert package.__file__ is not None
+        folder = pathlib.Path(package.__file__).parent
+        for path in [folder, *folder.parent.glob(f"{package.__name__}-*.dist-info")]:
+            (links / path.name).symlink_to(path)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "numpy_torch.pth").write_text(f"{links}\n")
+    return python
+
+
+def sees_only_numpy_and_torch(stubs: pathlib.Path, python: pathlib.Path) -> bool:
+    """mypy, run for `python`, finds NumPy and PyTorch and no other
+    framework (else the check with it would show nothing)."""
+    probe = OUT / "numpy_torch_probe.py"
+    probe.write_text("".join(f"import {m}\n" for m in NUMPY_TORCH + OTHER_FRAMEWORKS))
+    out, _ = mypy(stubs, probe, python=python)
+    missing = {
+        m.group(1)
+        for m in re.finditer(r'error: (?:Cannot find implementation or library stub for module named'
+                             r'|Library stubs not installed for) "([\w.]+)"', out)
+    }
+    if not set(OTHER_FRAMEWORKS) <= missing or missing & set(NUMPY_TORCH):
+        print(out)
+        print(f"{python}: mypy should find {NUMPY_TORCH} and none of {OTHER_FRAMEWORKS}; it missed {sorted(missing)}")
+        return False
+    print(f"{python}: mypy finds NumPy and PyTorch, no other framework")
+    return True
+
+
+def check(name: str, stubs: pathlib.Path, stub: pathlib.Path, caller: str, wrong: str, markers: str,
+          python: pathlib.Path | None = None) -> bool:
+    out, status = mypy(stubs, stub, HERE / caller, python=python)
     if status != 0:
         print(out)
         print(f"{name}: mypy --strict refused the stub or the typed caller")
         return False
     print(f"{name}: mypy --strict passes the stub and the typed caller")
 
-    out, _ = mypy(stubs, HERE / wrong)
+    out, _ = mypy(stubs, HERE / wrong, python=python)
     lines = (HERE / wrong).read_text().splitlines()
     expected = {
         (i + 1, m.group(2))
@@ -96,6 +155,11 @@ def main() -> int:
     stubs = OUT / "stubs"
     subprocess.run([sys.executable, str(GENERATOR), "dlcast_testext", "-o", str(stubs)], check=True)
     ok &= check("dlcast_testext (dlcast-stubgen)", stubs, stubs / "dlcast_testext.pyi", "caller.py", "wrong.py", "E")
+
+    python = numpy_torch_only()
+    ok &= sees_only_numpy_and_torch(stubs, python)
+    ok &= check("dlcast_testext (dlcast-stubgen), only NumPy and PyTorch installed", stubs,
+                stubs / "dlcast_testext.pyi", "numpy_torch_caller.py", "numpy_torch_wrong.py", "E", python=python)
 
     pyo3_stubs = OUT / "stubs-pyo3"
     subprocess.run(

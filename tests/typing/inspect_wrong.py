@@ -19,3 +19,5 @@ ext.weighted_total([[1.0, 2.0, 3.0]], np.ones(1, np.float32))  # E-dlcast: arg-t
 not_torch: torch.Tensor = ext.row_sums(np.ones((2, 2), np.float32))  # E-dlcast: assignment
 called_2d: "np.ndarray[tuple[int, int], np.dtype[np.float64]]" = ext.Scaler(1.0)(np.ones(2))  # E: assignment
 doubled_torch: torch.Tensor = ext.doubled(np.ones(2, np.float32))  # E: assignment
+ext.row_sums(None)  # E-dlcast: call-overload
+ext.row_sums("1 2 3")  # E-dlcast: call-overload

@@ -20,3 +20,15 @@ one_d: "np.ndarray[tuple[int], np.dtype[np.float64]]" = ext.st_same_matrix(np.on
 ext.StScaler("two")  # E: arg-type
 scaled: str = ext.StScaler().scale(1.0)  # E: assignment
 ext.StScaler().apply(np.ones(2), 3)  # E: call-arg
+ext.st_row_sums(None)  # E: call-overload
+ext.st_row_sums(3)  # E: call-overload
+ext.FhLayer(2.0)("x")  # E: call-overload
+ext.FhLayer(2.0) @ "x"  # E: operator
+"x" @ ext.FhLayer(2.0)  # E: operator
+ext.FhLayer(2.0) * np.ones(2, np.float32)  # E: operator
+2.0 * ext.FhLayer(2.0)  # E: operator
+"x" in ext.FhLayer(2.0)  # E: operator
+called: str = ext.Bag()(np.ones(2))  # E: assignment
+a, b, c = ext.rk_first_rows_flipped(np.ones((2, 2)), 1).shape  # E: misc
+p, q, r = ext.st_same_matrix_dlcast(np.ones((2, 2))).shape  # E: misc
+u, v, w = ext.st_same_matrix_like(b"\0" * 32).shape  # E: misc
