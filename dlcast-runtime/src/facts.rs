@@ -246,10 +246,9 @@ dtypes! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Handover {
     /// The `dlcast.Array` itself, to `module.func` (a `from_dlpack`), which
-    /// calls its `__dlpack__`; read-only data of a framework whose arrays
-    /// are immutable ([`ReadOnly::Immutable`]) through a consumer that
-    /// gives a legacy capsule of it as it is (the array's own `__dlpack__`
-    /// answers a legacy request for read-only data with a copy).
+    /// calls its `__dlpack__`; a copy made for the hand-over (read-only
+    /// data of a framework whose arrays are immutable, [`ReadOnly::Immutable`],
+    /// among others) through a consumer that gives it once.
     FromDlpack {
         module: &'static str,
         func: &'static str,
@@ -302,9 +301,10 @@ pub enum ReadOnly {
     /// It goes marked read-only (DLPack's `READ_ONLY` flag, NumPy's
     /// `writeable=False`, a read-only buffer).
     Marked,
-    /// The framework's arrays are immutable: it goes as it is, to a
-    /// consumer that never asks to write (through a legacy capsule, which
-    /// cannot say read-only).
+    /// The framework's arrays are immutable, and its importer takes only a
+    /// legacy capsule, which cannot say read-only: host memory goes as a
+    /// copy (made as a read in the borrow registry), given to the importer
+    /// alone; device memory is refused.
     Immutable,
     /// The framework has no read-only arrays (it ignores DLPack's
     /// `READ_ONLY`): it is refused before anything is handed over.

@@ -117,6 +117,30 @@ def test_legacy_capsule_copy_of_read_only_data_is_refused_while_another_call_wri
     assert jnp.from_dlpack(view).tolist() == [1.0] * 16
 
 
+@pytest.mark.hostile
+@pytest.mark.parametrize("func", ["cp_to_jax", "cp_to_mlx", "cp_to_tensorflow"])
+def test_read_only_data_to_an_immutable_framework_is_copied_as_a_read(func):
+    """Read-only data goes to JAX, MLX and TensorFlow as a copy (their
+    importers take only legacy capsules, which cannot say read-only), even
+    where its layout would let JAX take it as it is (64-byte aligned,
+    compact): the copy is a read of memory another call's `&mut` may hold
+    (a read-only view of a writable base), refused while it does."""
+    buf = np.zeros(32, np.float32)
+    start = (-buf.ctypes.data % 64) // 4
+    base = buf[start:start + 16]
+    ro = base.view()
+    ro.flags.writeable = False
+    view = ext.identity(ro)
+    option = func.removeprefix("cp_to_")
+    with writer_holding(base):
+        with pytest.raises(BufferError, match=rf"returns = {option}.*a2_hold_mut"):
+            getattr(ext, func)(view)
+    # Once the writer is done, the copy is made, and sees its writes.
+    out = getattr(ext, func)(view)
+    got = out.numpy() if option == "tensorflow" else np.asarray(out)
+    assert got.tolist() == [1.0] * 16
+
+
 def test_copies_are_made_while_other_calls_only_read():
     # A read-only view of another call does not stop a copy: both read.
     x = np.arange(4.0)

@@ -327,15 +327,18 @@ def test_legacy_capsule_of_read_only_array_is_never_the_original_memory(source, 
 def test_legacy_capsule_of_read_only_device_memory_is_refused_saying_why():
     """Read-only device memory asked for a legacy capsule: dlcast cannot
     copy it, and the capsule cannot say read-only, so it is refused
-    (BufferError), naming the request that works and `returns = jax`.
-    A fake CUDA capsule (its address is never read)."""
+    (BufferError), naming the request that works. `returns = jax` (whose
+    importer asks for a legacy capsule only) refuses it too, before JAX is
+    handed anything. A fake CUDA capsule (its address is never read)."""
     cap = ext.make_capsule(b"", [4], [1], device=(2, 0), null_data=True, byte_offset=2**40,
                            dtype=(2, 64, 1), flags=1)
     a = ext.identity(cap)
     assert a.read_only
-    with pytest.raises(BufferError, match=r"read-only and on cuda:0.*max_version=\(1, 0\).*returns = jax"):
+    with pytest.raises(BufferError, match=r"read-only and on cuda:0.*max_version=\(1, 0\).*cannot take it"):
         a.__dlpack__()
     assert capsule_name(a.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
+    with pytest.raises(BufferError, match=r"returns = jax: the array is read-only and on cuda:0.*legacy"):
+        ext.cp_to_jax(a)
 
 
 def test_copy_true_makes_a_real_copy_marked_copied():
@@ -565,3 +568,88 @@ def test_memory_handed_to_an_immutable_framework_is_never_handed_out_writable():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["caught"] == 1, got  # the attack reached the consumer
     assert got["before"] == got["after"] == got["ro"] == [0.0, 0.0, 0.0], got
+
+
+# The importer of each framework whose arrays are immutable, as a module
+# and attribute, and the function that hands a `dlcast.Array` to it.
+IMMUTABLE_IMPORTERS = {
+    "jax": ("jax.numpy", "from_dlpack", "cp_to_jax"),
+    "mlx": ("mlx.core", "from_dlpack", "cp_to_mlx"),
+    "tensorflow": ("tensorflow.experimental.dlpack", "from_dlpack", "cp_to_tensorflow"),
+}
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("framework", sorted(IMMUTABLE_IMPORTERS))
+def test_a_replaced_immutable_importer_gets_no_alias_of_read_only_memory(framework):
+    """Hostile: the importer of `returns = jax`, `mlx` or `tensorflow` is a
+    module attribute (looked up at the first hand-over, hence a fresh
+    interpreter). Replaced, it receives what dlcast hands over and writes
+    it through PyTorch before the framework sees it (taking the memory
+    first, as a legacy capsule: what these importers ask for), then asks
+    again. Read-only memory (a read-only NumPy array) goes over as a copy
+    that only the first request gets: the write lands in the copy, the
+    second request is refused, and the array never changes."""
+    from conftest import run_py
+
+    module, attr, func = IMMUTABLE_IMPORTERS[framework]
+    r = run_py(f"""
+        import importlib, json
+        import numpy as np, torch
+        import dlcast_testext as ext
+        mod = importlib.import_module({module!r})
+        ro = np.zeros(16, np.float32)
+        ro.flags.writeable = False
+        view = ext.identity(ro)
+        assert view.read_only
+        seen = []
+        real = getattr(mod, {attr!r})
+        def spy(x, *args, **kwargs):
+            cap = x if type(x).__name__ == "PyCapsule" else x.__dlpack__()
+            torch.from_dlpack(cap).fill_(5.0)
+            seen.append(type(x).__name__)
+            again = None
+            if cap is not x:
+                try:
+                    x.__dlpack__()
+                    again = "taken twice"
+                except BufferError as e:
+                    again = str(e)
+            seen.append(again)
+            return "the spy's result"
+        setattr(mod, {attr!r}, spy)
+        out = ext.{func}(view)
+        print(json.dumps(dict(seen=seen, out=out, ro=ro.tolist(),
+                              view=np.from_dlpack(view).tolist())))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["out"] == "the spy's result", got
+    assert got["ro"] == got["view"] == [0.0] * 16, got
+    if framework == "tensorflow":
+        assert got["seen"] == ["PyCapsule", None], got  # a capsule is taken once
+    else:
+        assert got["seen"][0] != "Array", got  # not the array: it would give more
+        assert "already handed over" in got["seen"][1], got
+
+
+@pytest.mark.parametrize("framework", sorted(IMMUTABLE_IMPORTERS))
+def test_read_only_data_goes_to_an_immutable_framework_as_a_copy(framework):
+    """Read-only data (here 64-byte aligned and compact, which JAX would
+    take as it is) goes to JAX, MLX and TensorFlow as a copy: whatever
+    their arrays are later re-exported as (legacy capsules), the read-only
+    memory is not behind them. The copy is what was read: writes to the
+    (writable) base afterwards do not show."""
+    *_, func = IMMUTABLE_IMPORTERS[framework]
+    buf = np.zeros(32, np.float32)
+    start = (-buf.ctypes.data % 64) // 4
+    base = buf[start:start + 16]
+    base[:] = np.arange(16)
+    ro = base.view()
+    ro.flags.writeable = False
+    out = getattr(ext, func)(ext.identity(ro))
+    base[0] = 7.0
+    got = np.asarray(out.numpy() if framework == "tensorflow" else out)
+    assert got.tolist() == list(range(16))
+    if framework == "jax":
+        assert out.unsafe_buffer_pointer() != ro.ctypes.data

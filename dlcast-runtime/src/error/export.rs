@@ -211,8 +211,9 @@ pub(crate) enum ExportError {
     #[error(
         "the array is read-only and on {0}; a legacy DLPack capsule cannot say so, and dlcast \
          copies only host memory. Ask for max_version=(1, 0) or later (READ_ONLY set); JAX's \
-         and MLX's from_dlpack ask for legacy capsules only: return the array with \
-         returns = jax or returns = mlx instead (their arrays are immutable)"
+         and MLX's from_dlpack ask for legacy capsules only, so they cannot take it: \
+         return a writable array to them, or a read-only one to a consumer that asks for \
+         max_version (e.g. cupy.from_dlpack)"
     )]
     ReadOnlyLegacyOnDevice(Device),
     /// `TypeError`: `len()` of a 0-d array.
@@ -300,6 +301,29 @@ pub(crate) enum ExportError {
         option: &'static str,
         name: &'static str,
     },
+    /// Read-only device memory, for a framework whose arrays are immutable
+    /// (its importer takes only a legacy capsule, which cannot say
+    /// read-only, and dlcast copies only host memory).
+    #[error(
+        "returns = {option}: the array is read-only and on {device}; {name} takes only a \
+         legacy DLPack capsule, which cannot say read-only, and dlcast copies only host \
+         memory, so a capsule of it as it is could be written by whatever code receives it. \
+         Return a writable array (e.g. a copy made on the device in Rust), or return it as \
+         a dlcast.Array (returns = dlcast) or with returns = cupy, which keep it read-only"
+    )]
+    ReadOnlyImmutableOnDevice {
+        option: &'static str,
+        name: &'static str,
+        device: Device,
+    },
+    /// `BufferError`: a second `__dlpack__` call on the consumer through
+    /// which a copy was handed to a framework's `from_dlpack`.
+    #[error(
+        "this copy was already handed over: the object that a returns = ... hand-over \
+         gives to a framework's from_dlpack hands out its copy once, to that framework \
+         (whose arrays are immutable); read the framework's array instead"
+    )]
+    HandedOnce,
     /// A negative stride, for a framework without them.
     #[error(
         "returns = {option}: the array has a negative stride ({stride}) in dimension {axis} \

@@ -35,8 +35,9 @@ impl Framework {
     /// framework table says: a dtype the framework lacks (the dtype
     /// table's `absent_from` column) refused; NumPy's C API first where
     /// the row's hand-over is through it; then its refusals (device memory,
-    /// read-only data, negative strides), then the copy its layout column
-    /// asks for, then the hand-over itself.
+    /// read-only data, negative strides), then the copy its `read_only` and
+    /// `layout` columns ask for, then the hand-over itself (a copy to a
+    /// `from_dlpack` through [`OneShotCopy`]).
     fn convert<'py>(self, arr: &Bound<'py, Array>) -> PyResult<Bound<'py, PyAny>> {
         let py = arr.py();
         let f = self.facts();
@@ -66,9 +67,10 @@ impl Framework {
             .into());
         }
         let importer = self.importer(py)?;
-        let array = layout_for(arr, f)?;
-        let read_only = array.get().inner.read_only;
+        let (array, fresh) = layout_for(arr, f)?;
         match f.handover {
+            // A capsule is taken once: read-only data reaches it only as a
+            // copy (`layout_for`), which the capsule alone then holds.
             Handover::LegacyCapsule { .. } => {
                 importer.call1((make_capsule(py, &array, false, None)?,))
             }
@@ -81,12 +83,14 @@ impl Framework {
                 let view = np.call_method1(pyo3::intern!(py, "asarray"), (array,))?;
                 importer.call1((view,))
             }
-            // An immutable framework's importer asks without `max_version`
-            // (JAX: a legacy capsule, which cannot carry `READ_ONLY`): its
-            // arrays never write, so read-only data goes through a consumer
-            // that gives one.
-            _ if read_only && f.read_only == ReadOnly::Immutable => {
-                importer.call1((Bound::new(py, ImmutableConsumer(array.unbind()))?,))
+            // A copy made for this hand-over (read-only data, memory an
+            // object may still write, a layout the framework cannot take)
+            // goes through a consumer that gives it once: the importer is a
+            // module attribute that Python code can replace, and whoever
+            // holds the consumer afterwards gets nothing of the memory the
+            // framework's array now owns.
+            Handover::FromDlpack { .. } if fresh => {
+                importer.call1((Bound::new(py, OneShotCopy::new(array))?,))
             }
             Handover::FromDlpack { .. } | Handover::NumpyCApi { .. } | Handover::Buffer { .. } => {
                 importer.call1((array,))
@@ -95,11 +99,31 @@ impl Framework {
     }
 }
 
+// A framework whose importer takes only a capsule (a legacy one, which
+// cannot say read-only) must have immutable arrays, whose read-only data
+// `layout_for` copies first: with read-only data marked (`ReadOnly::Marked`)
+// its capsule would be of the read-only memory itself.
+const _: () = {
+    let mut i = 0;
+    while i < crate::facts::FRAMEWORKS.len() {
+        let f = &crate::facts::FRAMEWORKS[i];
+        assert!(
+            !matches!(f.handover, Handover::LegacyCapsule { .. })
+                || matches!(f.read_only, ReadOnly::Immutable)
+        );
+        i += 1;
+    }
+};
+
 /// What the framework's `read_only` and `layout` columns make of `array`:
-/// refused (read-only data, negative strides), copied (into an aligned
-/// C-order buffer that the framework takes without a copy of its own), or
-/// handed over as it is.
-fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bound<'py, Array>> {
+/// refused (read-only data for a framework without read-only arrays, or
+/// in device memory for an immutable one; negative strides), copied (into
+/// an aligned C-order buffer that the framework takes without a copy of its
+/// own; then `true`), or handed over as it is (`false`).
+fn layout_for<'py>(
+    array: &Bound<'py, Array>,
+    f: &FrameworkFacts,
+) -> PyResult<(Bound<'py, Array>, bool)> {
     let py = array.py();
     let e = &array.get().inner;
     if f.read_only == ReadOnly::Refused && e.requires_grad {
@@ -117,12 +141,30 @@ fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bo
         .into());
     }
     let host = e.device.is_host_accessible();
+    let immutable = f.read_only == ReadOnly::Immutable;
+    // An immutable framework's importer asks for a legacy capsule, which
+    // cannot say read-only: read-only data goes to it as a copy (below), as
+    // a legacy request of a read-only `dlcast.Array` does. Device memory
+    // cannot be copied here, and a capsule of it as it is could be written
+    // by any code the importer (a module attribute) hands it to.
+    if immutable && e.read_only && !host {
+        return Err(ExportError::ReadOnlyImmutableOnDevice {
+            option: f.option,
+            name: f.name,
+            device: e.device,
+        }
+        .into());
+    }
     // An immutable framework's array must never change, and its re-exports
-    // (legacy capsules) carry no read-only mark: memory an object may
-    // still write (an `ArrayBuffer`'s, with `set`, `with_mut` or a writable
-    // view) goes as a copy, whatever the layout column says.
-    let owned_by_object = host && f.read_only == ReadOnly::Immutable && e.py_owner.is_some();
-    let copy = owned_by_object
+    // (legacy capsules) carry no read-only mark: read-only memory (which
+    // must not be written through them) and memory an object may still
+    // write (an `ArrayBuffer`'s, with `set`, `with_mut` or a writable view)
+    // go as a copy, whatever the layout column says. Whether read-only
+    // memory is the framework's own (a view of its input, which it already
+    // hands out in legacy capsules) is not known from anything Python code
+    // cannot fake (the input's type names its module), so it is copied too.
+    let must_copy = immutable && host && (e.read_only || e.py_owner.is_some());
+    let copy = must_copy
         || match f.layout {
             Layout::AsIs => false,
             Layout::NegativeStridesRefused => {
@@ -134,9 +176,9 @@ fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bo
             Layout::CompactCopy => host && !takes_as_is(e),
         };
     if !copy {
-        return Ok(array.clone());
+        return Ok((array.clone(), false));
     }
-    Array::new(py, e.aligned_copy(py, f.returns)?)
+    Ok((Array::new(py, e.aligned_copy(py, f.returns)?)?, true))
 }
 
 /// For [`Layout::CompactCopy`] (JAX, jaxlib 0.10, CPU): whether the
@@ -381,29 +423,58 @@ fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<Py
     Ok(map_arrays(&out, &mut hand)?.unwrap_or(out).unbind())
 }
 
-/// Hands a read-only [`Array`] to a consumer whose arrays are immutable
-/// (JAX, MLX) through a legacy capsule of its memory as it is, which the
-/// array itself gives only of a copy (any consumer may call it).
+/// A copy that [`Framework::convert`] made for the hand-over to a
+/// framework's `from_dlpack` (JAX, MLX: read-only data, memory an object
+/// may still write, a layout the framework cannot take), given to the
+/// first `__dlpack__` call only, as a legacy capsule (what those importers
+/// ask for; the copy is no one else's, so a consumer may even write it).
+/// Later calls get `BufferError`: the importer is a module attribute that
+/// Python code can replace, and code that keeps this object must get no
+/// alias of the memory the framework's (immutable) array owns.
 #[pyclass(module = "dlcast", frozen)]
-struct ImmutableConsumer(Py<Array>);
+struct OneShotCopy {
+    /// The copy, until the first `__dlpack__` takes it.
+    array: std::sync::Mutex<Option<Py<Array>>>,
+    device: Device,
+}
+
+impl OneShotCopy {
+    fn new(array: Bound<'_, Array>) -> Self {
+        let device = array.get().inner.device;
+        OneShotCopy {
+            array: std::sync::Mutex::new(Some(array.unbind())),
+            device,
+        }
+    }
+}
 
 #[pymethods]
-impl ImmutableConsumer {
+impl OneShotCopy {
+    /// The copy as a legacy capsule, once. The arguments are those of the
+    /// protocol, and change nothing: the copy is host memory (no stream to
+    /// wait for), already made (whatever `copy` asks), on its own device.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__(
         &self,
         py: Python<'_>,
         stream: Option<&Bound<'_, PyAny>>,
         max_version: Option<&Bound<'_, PyAny>>,
-        dl_device: Option<(i32, i32)>,
+        dl_device: Option<&Bound<'_, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let _ = (stream, max_version, dl_device, copy);
-        make_capsule(py, self.0.bind(py), false, None)
+        // Taken under the lock, which nothing else holds while it runs
+        // Python code (`take` runs none).
+        let taken = self
+            .array
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let array = taken.ok_or(ExportError::HandedOnce)?;
+        make_capsule(py, array.bind(py), false, None)
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
-        let d = self.0.get().inner.device;
-        (d.device_type, d.device_id)
+        (self.device.device_type, self.device.device_id)
     }
 }

@@ -343,8 +343,9 @@ impl<T: Element> Tensor<T> {
     /// The same tensor, exported read-only: DLPack consumers get the
     /// `READ_ONLY` flag (versioned capsules; a legacy capsule, which cannot
     /// say so, holds a copy), NumPy arrays have `writeable == False`, the buffer
-    /// protocol refuses writable requests, JAX and TensorFlow take it as
-    /// usual (their arrays are immutable), and `returns = torch` raises
+    /// protocol refuses writable requests, `returns = jax`, `mlx` and
+    /// `tensorflow` hand their importers (which take only legacy capsules) a
+    /// copy, given once, and `returns = torch` raises
     /// `BufferError` (PyTorch has no read-only tensors). Rust may still
     /// write it through [`Tensor::as_slice_mut`] until it is returned.
     ///
@@ -376,9 +377,9 @@ impl<T: Element> Tensor<T> {
     ///
     /// Where the shared copy goes, read-only: NumPy (`returns = numpy`,
     /// `numpy.asarray`: `writeable == False`, and NumPy refuses to make it
-    /// writable), `memoryview` (read-only), JAX and MLX (immutable; JAX
-    /// takes it without a copy, being 64-byte aligned), TensorFlow
-    /// (immutable). Copied instead: every consumer of
+    /// writable), `memoryview` (read-only). Copied instead: JAX, MLX and
+    /// TensorFlow (`returns = ...`: their importers take only legacy
+    /// capsules, which cannot say read-only; a copy each), every consumer of
     /// `dlcast.Array.__dlpack__` (CuPy, array_api_strict, a consumer
     /// calling it directly: a fresh copy each, since a DLPack consumer
     /// cannot be told apart from PyTorch; `copy=False` raises
