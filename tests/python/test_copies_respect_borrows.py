@@ -259,3 +259,39 @@ def test_conversion_under_a_writing_thread_is_never_torn():
     assert not errors, errors
     assert accepted > 0
     assert not torn, f"{len(torn)} of {accepted} conversions torn: {torn[:5]}"
+
+
+@pytest.mark.hostile
+def test_a_torch_conversion_copies_only_the_memory_it_holds():
+    """Hostile (review of #32): a PyTorch argument converts from dlcast's
+    private alias inside the disabled regions, which keep modes out, but
+    `torch_convert` calls `detach`, `to` and `contiguous` as attributes of
+    `torch.Tensor`, a heap type: a replaced `torch.Tensor.detach` receives
+    the private alias and `set_()`s it onto memory another call holds
+    `&mut` of. The copy then reads that memory under the writer, with no
+    read entry for it (a data race); it must read only `a`'s memory, which
+    it holds, or be refused."""
+    import torch
+
+    held = np.full(16, 3.0, np.float32)
+    a = torch.ones(16, dtype=torch.float32)  # float32 -> float64: converted
+    real = torch.Tensor.__dict__.get("detach")
+    inherited = torch.Tensor.detach
+
+    def detach(self):
+        self.set_(torch.from_numpy(held))
+        return inherited(self)
+
+    got = None
+    with writer_holding(held):
+        torch.Tensor.detach = detach
+        try:
+            got = ext.sum_f64(a)
+        except BufferError:
+            pass
+        finally:
+            if real is None:
+                del torch.Tensor.detach
+            else:
+                torch.Tensor.detach = real
+    assert got in (None, 16.0), got

@@ -4,6 +4,7 @@ keywords, zero-copy where the memory allows, read-only where it must be.
 """
 
 import ctypes
+import json
 import gc
 
 import array_api_strict as xp
@@ -523,3 +524,44 @@ def test_numpy_results_are_built_through_numpys_c_api():
     assert not echo.flags.writeable
     with pytest.raises(ValueError):
         echo.flags.writeable = True
+
+
+@pytest.mark.hostile
+def test_memory_handed_to_an_immutable_framework_is_never_handed_out_writable():
+    """Hostile (review of #32): `returns = jax` hands read-only data to
+    `jax.numpy.from_dlpack` wrapped in a `dlcast.ImmutableConsumer`, whose
+    `__dlpack__` answers any caller with a legacy capsule of the memory as
+    it is. The importer is a module attribute (looked up at the first
+    hand-over, hence a fresh interpreter): Python code that replaces it
+    receives the consumer, and a legacy capsule from it is written by
+    PyTorch, changing the JAX array the call returned (JAX arrays are
+    immutable)."""
+    from conftest import run_py
+
+    r = run_py("""
+        import json
+        import jax.numpy as jnp, numpy as np, torch
+        import dlcast_testext as ext
+        ro = np.zeros(3, np.float32)
+        ro.flags.writeable = False
+        caught = []
+        real = jnp.from_dlpack
+        def spy(x, *args, **kwargs):
+            caught.append(x)
+            return real(x, *args, **kwargs)
+        jnp.from_dlpack = spy
+        out = ext.identity_jax(ro)
+        jnp.from_dlpack = real
+        before = np.asarray(out).tolist()
+        for consumer in caught:
+            try:
+                torch.from_dlpack(consumer.__dlpack__()).fill_(5.0)
+            except BufferError:
+                pass
+        print(json.dumps(dict(caught=len(caught), before=before,
+                              after=np.asarray(out).tolist(), ro=ro.tolist())))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["caught"] == 1, got  # the attack reached the consumer
+    assert got["before"] == got["after"] == got["ro"] == [0.0, 0.0, 0.0], got

@@ -378,3 +378,46 @@ def test_returns_like_the_input(make, cls):
 def test_returns_like_an_optional_input():
     assert isinstance(ext.maybe_ones_like(torch.zeros(2)), torch.Tensor)
     assert type(ext.maybe_ones_like()).__name__ == "Array"
+
+
+def _jax_behind_array_api_attribute(j):
+    a = xp.asarray(np.zeros(3, np.float32))
+    a._array = j  # an instance attribute any Python code may set
+    return a, None
+
+
+def _jax_behind_array_api_class(j):
+    cls = type(xp.asarray(1.0))
+    saved = cls.__dict__["__dlpack__"]
+    cls.__dlpack__ = lambda self, **kw: j.__dlpack__()
+    return xp.asarray(np.zeros(3, np.float32)), lambda: setattr(cls, "__dlpack__", saved)
+
+
+def _jax_behind_a_claimed_module(j):
+    return legacy_producer("numpy", j), None
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("make", [
+    _jax_behind_array_api_attribute,
+    _jax_behind_array_api_class,
+    _jax_behind_a_claimed_module,
+], ids=["array_api _array replaced", "array_api __dlpack__ replaced", "__module__ claimed"])
+def test_immutable_memory_behind_a_legacy_capsule_is_never_written(make):
+    """Hostile (review of #32): whether a legacy capsule may be written
+    comes from the `legacy_writable` row of `Framework::of(obj)`, which is
+    the type's `__module__` string; what the object's `__dlpack__` then
+    hands out is decided by Python code (array_api_strict's `__dlpack__`
+    forwards to `self._array`, an instance attribute; the class attribute
+    itself can be replaced; any class can claim a module). Any of them
+    hands a JAX array's legacy capsule to a writable parameter, which
+    writes immutable JAX memory."""
+    j = jnp.zeros(3, jnp.float32)
+    arr, undo = make(j)
+    try:
+        with pytest.raises(TypeError, match="argument 'x'.*(read-only|legacy)"):
+            ext.add_one_f32(arr)
+    finally:
+        if undo:
+            undo()
+    assert np.asarray(j).tolist() == [0.0, 0.0, 0.0]

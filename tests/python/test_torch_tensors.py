@@ -692,3 +692,69 @@ def test_a_subclass_declaring_read_only_through_its_own_exchange_table_is_never_
     assert deleted == [True]
     # Read-only parameters still read the tensor through PyTorch's alias.
     assert ext.sum_f64(torch.ones(3, dtype=torch.float64).as_subclass(Foreign)) == 3.0
+
+
+@pytest.mark.hostile
+def test_a_subclass_of_a_read_only_wrapper_cannot_hide_the_declaration_behind_its_metaclass():
+    """Hostile (review of #32): `declares_read_only` walks the MRO as
+    `type(obj).__mro__` answers it, an attribute look-up that a metaclass
+    can answer with a property: a subclass of ReadOnlyTensorWrapper whose
+    metaclass leaves the wrapper out of `__mro__` undoes the declaration
+    (the real MRO, `tp_mro`, still has it)."""
+    ro = _read_only_wrapper()
+
+    class HidingMeta(type(torch.Tensor)):
+        @property
+        def __mro__(cls):
+            return (cls, torch.Tensor, torch._C.TensorBase, object)
+
+    class Writable(ro, metaclass=HidingMeta):
+        __dlpack_c_exchange_api__ = torch._C._dlpack_exchange_api()
+        __dlpack__ = torch.Tensor.__dlpack__
+
+    assert ro in type.__dict__["__mro__"].__get__(Writable)
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(Writable(x), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
+def test_a_tensor_swapped_for_one_at_the_same_address_is_not_written_unbumped():
+    """Hostile (review of #32): the swap check compares the `TensorImpl`'s
+    address noted in phase 1 with the one the caller's tensor has in
+    phase 2. A later argument swaps the tensor away, frees the TensorImpl
+    that was read, and swaps in a new tensor allocated at the same
+    address: the check passes, the body writes the storage read, and the
+    version bump goes to the new TensorImpl, not to the version counter of
+    that storage (shared with `x.detach()`, saved for backward here), so
+    backward silently uses the written values instead of raising."""
+    x = torch.zeros(3, dtype=torch.float64)
+    d = x.detach()  # shares x's version counter (not its TensorImpl)
+    w = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    loss = (w * d).sum()  # saves d for backward
+    reused = []
+
+    def swap_to_the_same_address():
+        address = x._cdata
+        other = torch.empty(3, dtype=torch.float64)
+        torch.utils.swap_tensors(x, other)
+        del other  # frees the TensorImpl dlcast read
+        keep = []
+        for _ in range(1000):
+            c = torch.empty(3, dtype=torch.float64)
+            if c._cdata == address:
+                torch.utils.swap_tensors(x, c)
+                reused.append(True)
+                return
+            keep.append(c)
+
+    try:
+        ext.fill_then_len(x, Exports(swap_to_the_same_address), 7.0)
+    except BufferError:
+        return  # refused: what the guarantee asks
+    assert reused, "the allocator did not reuse the address (the attack needs it)"
+    # Written: then the storage's version counter must have moved.
+    assert d._version > 0, (d.tolist(), d._version)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -430,3 +430,34 @@ def test_a_key_set_probe_taught_by_chosen_tensors_does_not_read_sizes_as_keys():
     got = run(_PROBE_TAUGHT_SIZES + _LAZY_OUTCOMES, "before_first_use")
     assert_lazy_outcomes(got)
     assert got["key_set"] is False, got
+
+
+@pytest.mark.hostile
+def test_a_replaced_cdata_getter_never_lets_a_swapped_tensor_be_written():
+    """Hostile (review of #32): `TensorBase._cdata` replaced (through the
+    garbage collector) before dlcast's first use leaves `cdata_def` unset,
+    and `check_write` then skips the swap check silently (README: a failed
+    check of PyTorch's own attributes refuses, `BufferError` naming the
+    attribute). A later argument swaps the caller's tensor with one that
+    then requires grad: the body writes that requires-grad leaf's memory."""
+    got = run(
+        """
+import gc, numpy as np
+_d = gc.get_referents(torch._C.TensorBase.__dict__)[0]
+_real = _d["_cdata"]
+_d["_cdata"] = property(lambda s: _real.__get__(s))
+x = torch.zeros(3, dtype=torch.float64)
+other = torch.ones(3, dtype=torch.float64)
+class Exports:
+    def __dlpack__(self, **kw):
+        torch.utils.swap_tensors(x, other)
+        other.requires_grad_(True)
+        return np.ones(3).__dlpack__(**kw)
+got = outcome(lambda: ext.fill_then_len(x, Exports(), 7.0))
+got["other"] = other.detach().tolist()
+print(json.dumps(got))
+""",
+        "before_first_use",
+    )
+    assert "refused" in got, got
+    assert got["other"] == [0.0, 0.0, 0.0], got
