@@ -329,6 +329,190 @@ pub(crate) fn static_type_name(obj: &Bound<'_, PyAny>) -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
+/// `PyMemberDescrObject`.
+#[cfg(Py_LIMITED_API)]
+#[repr(C)]
+struct MemberDescr {
+    common: Descr,
+    _d_name: *mut ffi::PyObject,
+    _d_qualname: *mut ffi::PyObject,
+    d_member: *const ffi::PyMemberDef,
+}
+
+/// Addresses of the definitions behind CPython's own descriptors of `type`
+/// that [`mro`] and [`type_dict`] read through; `0` where the entry found
+/// was not CPython's own.
+struct TypeDescrs {
+    /// `type.__dict__['__mro__']`'s `PyMemberDef` (limited API only).
+    #[cfg(Py_LIMITED_API)]
+    mro: usize,
+    /// `type.__dict__['__dict__']`'s `PyGetSetDef`.
+    dict: usize,
+}
+
+/// CPython's own descriptors of `type`, looked up once in `type`'s
+/// dictionary and checked from their C structs: Python code can change
+/// what even `type`'s dictionary holds (through the garbage collector), but
+/// cannot make a member or getset descriptor whose owner is `type`, nor
+/// change the static definitions a real one points to.
+fn type_descrs(py: Python<'_>) -> &'static TypeDescrs {
+    static DESCRS: pyo3::sync::PyOnceLock<TypeDescrs> = pyo3::sync::PyOnceLock::new();
+    DESCRS.get_or_init(py, || {
+        let tp = py.get_type::<pyo3::types::PyType>();
+        let owner = tp.as_type_ptr();
+        let entry = |name: &str| {
+            let found = tp.getattr("__dict__").and_then(|d| d.get_item(name)).ok();
+            if found.is_none() {
+                let _ = PyErr::take(py);
+            }
+            found
+        };
+        let dict = entry("__dict__")
+            .filter(|e| type_is(e, std::ptr::addr_of!(ffi::PyGetSetDescr_Type).cast()))
+            .and_then(|e| {
+                // SAFETY: `e` is exactly a `PyGetSetDescrObject` (checked).
+                let descr = unsafe { &*e.as_ptr().cast::<GetSetDescr>() };
+                // SAFETY: its definition is static data of CPython.
+                let def = unsafe { descr.d_getset.as_ref() }?;
+                let getter = def.get.map_or(std::ptr::null(), |g| g as *const c_void);
+                // SAFETY: a definition's name is a static C string.
+                (descr.common.d_type == owner
+                    && unsafe { c_name_is(def.name, "__dict__") }
+                    && same_image(getter, python_image()))
+                .then_some(def as *const ffi::PyGetSetDef as usize)
+            })
+            .unwrap_or(0);
+        #[cfg(Py_LIMITED_API)]
+        let mro = entry("__mro__")
+            .filter(|e| type_is(e, std::ptr::addr_of!(ffi::PyMemberDescr_Type).cast()))
+            .and_then(|e| {
+                // SAFETY: `e` is exactly a `PyMemberDescrObject` (checked).
+                let descr = unsafe { &*e.as_ptr().cast::<MemberDescr>() };
+                // SAFETY: its definition is static data of CPython.
+                let def = unsafe { descr.d_member.as_ref() }?;
+                // An object field, read-only (`tp_mro`): `{"__mro__",
+                // T_OBJECT, offsetof(PyTypeObject, tp_mro), READONLY}`.
+                #[allow(deprecated)]
+                let object =
+                    def.type_code == ffi::_Py_T_OBJECT || def.type_code == ffi::Py_T_OBJECT_EX;
+                // SAFETY: a definition's name is a static C string.
+                (descr.common.d_type == owner
+                    && unsafe { c_name_is(def.name, "__mro__") }
+                    && object
+                    && def.flags & ffi::Py_READONLY != 0)
+                    .then_some(def as *const ffi::PyMemberDef as usize)
+            })
+            .unwrap_or(0);
+        TypeDescrs {
+            #[cfg(Py_LIMITED_API)]
+            mro,
+            dict,
+        }
+    })
+}
+
+/// The method resolution order CPython itself uses for `tp` (`tp_mro`: the
+/// classes whose dictionaries attribute look-ups and `isinstance` walk),
+/// read from C, never as `tp.__mro__` answers it: a metaclass can answer
+/// that look-up with a property. A type never readied (`tp_mro` NULL, as
+/// some test types of CPython's are) is readied first, as an attribute
+/// look-up would. `None` where it cannot be read (limited API: `type`'s own
+/// `__mro__` descriptor was not CPython's). Phase 1 only (readying a type
+/// may run Python code).
+pub(crate) fn mro<'py>(
+    tp: &Bound<'py, pyo3::types::PyType>,
+) -> Option<Bound<'py, pyo3::types::PyTuple>> {
+    let py = tp.py();
+    let read = || -> Option<Bound<'py, PyAny>> {
+        #[cfg(not(Py_LIMITED_API))]
+        {
+            // SAFETY: `tp` is a live type object; `tp_mro` is NULL or a
+            // tuple the type holds (a new strong reference is taken).
+            let mro = unsafe { (*tp.as_type_ptr()).tp_mro };
+            // SAFETY: as above.
+            (!mro.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, mro) })
+        }
+        #[cfg(Py_LIMITED_API)]
+        {
+            let def = type_descrs(py).mro as *mut ffi::PyMemberDef;
+            if def.is_null() {
+                return None;
+            }
+            // SAFETY: `def` is CPython's own definition of `type.__mro__`
+            // (checked in `type_descrs`), whose offset is `tp_mro`'s in
+            // every type object: `PyMember_GetOne` reads that field of `tp`
+            // (a live type object) as the descriptor's getter does, and
+            // returns a new reference (`None` for NULL) or NULL with an
+            // exception set.
+            let got = unsafe {
+                Bound::from_owned_ptr_or_err(py, ffi::PyMember_GetOne(tp.as_ptr().cast(), def))
+            };
+            got.map_err(|_| ()).ok().filter(|m| !m.is_none())
+        }
+    };
+    let mro = match read() {
+        Some(mro) => mro,
+        None => {
+            // SAFETY: `tp` is a live type object; readying one that is
+            // ready already returns at once.
+            if unsafe { ffi::PyType_Ready(tp.as_type_ptr()) } != 0 {
+                let _ = PyErr::take(py);
+                return None;
+            }
+            read()?
+        }
+    };
+    // CPython makes `tp_mro` an exact tuple (a metaclass's `mro()` answer
+    // is converted).
+    mro.cast_into_exact::<pyo3::types::PyTuple>().ok()
+}
+
+/// The dictionary of `tp` as CPython holds it (a read-only view of it),
+/// through `type`'s own `__dict__` getter called directly, never as
+/// `tp.__dict__` answers it (a metaclass can answer that look-up). `None`
+/// where it cannot be read (that getter was not CPython's).
+pub(crate) fn type_dict<'py>(tp: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let py = tp.py();
+    // SAFETY: `tp` is live; PyType_Check reads its type's flags.
+    if unsafe { ffi::PyType_Check(tp.as_ptr()) } == 0 {
+        return None;
+    }
+    let def = type_descrs(py).dict as *const ffi::PyGetSetDef;
+    // SAFETY: `def` is NULL or CPython's own static definition of
+    // `type.__dict__` (checked in `type_descrs`).
+    let def = unsafe { def.as_ref() }?;
+    let get = def.get?;
+    // SAFETY: the C getter of `type.__dict__`, called with a type object
+    // (checked above) and its closure, as the descriptor calls it; it
+    // returns a new reference or NULL with an exception set.
+    let dict = unsafe { Bound::from_owned_ptr_or_err(py, get(tp.as_ptr(), def.closure)) };
+    if dict.is_err() {
+        let _ = PyErr::take(py);
+    }
+    dict.ok()
+}
+
+/// What an attribute look-up on an instance of `tp` finds for `name` in
+/// its class (CPython's `_PyType_Lookup`): the entry of the first
+/// dictionary along the real MRO ([`mro`], [`type_dict`]) that has it,
+/// never what `tp.name` answers (a metaclass can answer that). `None` where
+/// the MRO or a dictionary cannot be read; `Some(None)` where no class has
+/// it.
+pub(crate) fn class_lookup<'py>(
+    tp: &Bound<'py, pyo3::types::PyType>,
+    name: &Bound<'py, pyo3::types::PyString>,
+) -> Option<Option<Bound<'py, PyAny>>> {
+    for class in mro(tp)?.iter() {
+        let dict = type_dict(&class)?;
+        match dict.get_item(name) {
+            Ok(entry) => return Some(Some(entry)),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(tp.py()) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

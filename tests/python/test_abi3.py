@@ -289,6 +289,9 @@ ABI3_BRANCHES = {
     "import/torch/mod.rs": ("TensorBase's getters through `tp_descr_get` or `__get__`",
                             ["test_torch_paths", "test_torch_modes", "test_torch_trusts_c_state"]),
     "lib.rs": ("abi3t refused at compile time (`make abi3-check`)", []),
+    "trust.rs": ("a type's real MRO: `tp_mro`, or `type`'s own `__mro__` member descriptor "
+                 "(checked) read through `PyMember_GetOne`",
+                 ["test_torch_tensors", "test_torch_paths"]),
 }
 # The soundness files, whose checked fallbacks differ under abi3, and the
 # buffer import's leak test.

@@ -757,3 +757,59 @@ def test_a_tensor_swapped_for_one_at_the_same_address_is_not_written_unbumped():
     assert d._version > 0, (d.tolist(), d._version)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+@pytest.mark.hostile
+def test_a_subclass_of_a_read_only_export_cannot_hide_its_dlpack_behind_its_metaclass():
+    """Hostile: whether a class has a `__dlpack__` of its own (which then
+    says whether it exports read-only) is decided by what its instances
+    find (the real MRO's dictionaries), not by `type(obj).__dlpack__`,
+    which a metaclass property can answer with `torch.Tensor`'s."""
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+    class ReadOnlyExport(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**{**kw, "read_only": True})
+
+    class HidingMeta(type(torch.Tensor)):
+        @property
+        def __dlpack__(cls):
+            return torch.Tensor.__dlpack__
+
+    class Hidden(ReadOnlyExport, metaclass=HidingMeta):
+        pass
+
+    assert Hidden.__dlpack__ is torch.Tensor.__dlpack__
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_f64(x.as_subclass(Hidden), 1.0)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
+def test_a_subclass_hiding_torch_from_its_mro_still_gets_pytorchs_rules():
+    """Hostile: a tensor is known as PyTorch's by the real MRO (`tp_mro`,
+    which holds `torch._C.TensorBase`), not by `type(obj).__mro__`, which a
+    metaclass property can answer without PyTorch's classes: taken as any
+    producer's, the tensor would be read through its own `__dlpack__`
+    (whose memory `x.set_()` frees during the call), its version counter
+    left alone and its grad never checked."""
+
+    class HidingMeta(type(torch.Tensor)):
+        @property
+        def __mro__(cls):
+            return (cls, object)
+
+    class Hidden(torch.Tensor, metaclass=HidingMeta):
+        pass
+
+    assert torch.Tensor not in Hidden.__mro__
+    x = torch.zeros(3, dtype=torch.float64)
+    ext.fill_f64(x.as_subclass(Hidden), 1.0)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    assert x._version > 0  # bumped: read by PyTorch's rules
+    g = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(TypeError, match="requires grad"):
+        ext.fill_f64(g.as_subclass(Hidden), 1.0)

@@ -219,25 +219,29 @@ fn store(
 }
 
 /// Whether `obj`'s type is, or derives from, a type of the `torch` package:
-/// the `__module__` of each type of the MRO.
+/// a static type of the real MRO ([`crate::trust::mro`], read from C: a
+/// metaclass can answer `__mro__` with a property that leaves PyTorch's
+/// classes out, which would take a tensor past PyTorch's rules) whose C
+/// name (`tp_name`, which Python code cannot change) is in `torch`
+/// (`torch._C.TensorBase`, the base of every tensor), or any class of it
+/// whose `__module__` says `torch`. Either can only add the flag.
 fn torch_in_mro(obj: &Bound<'_, PyAny>) -> bool {
-    let from_torch = |t: &Bound<'_, pyo3::types::PyType>| {
-        t.module().is_ok_and(|m| {
-            m.to_cow()
-                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+    let in_torch = |m: &str| m == "torch" || m.starts_with("torch.");
+    let from_torch = |t: &Bound<'_, PyAny>| {
+        if let Some(name) = crate::trust::static_type_name(t) {
+            if in_torch(&name) {
+                return true;
+            }
+        }
+        t.cast::<pyo3::types::PyType>().is_ok_and(|t| {
+            t.module()
+                .is_ok_and(|m| m.to_cow().is_ok_and(|m| in_torch(&m)))
         })
     };
-    // `__mro__` through attribute lookup, not PyO3's `mro()`: a static type
-    // that was never readied (`_testbuffer.ndarray`) has a NULL `tp_mro`,
-    // which `mro()` panics on; the lookup readies it, or fails (not torch).
-    let Ok(mro) = obj.get_type().getattr(pyo3::intern!(obj.py(), "__mro__")) else {
+    let Some(mro) = crate::trust::mro(&obj.get_type()) else {
         return false;
     };
-    let Ok(mro) = mro.cast_into::<pyo3::types::PyTuple>() else {
-        return false;
-    };
-    mro.iter()
-        .any(|t| t.cast::<pyo3::types::PyType>().is_ok_and(from_torch))
+    mro.iter().any(|t| from_torch(&t))
 }
 
 /// Whether `obj`'s type has a `__torch_dispatch__` other than
@@ -264,8 +268,13 @@ pub(crate) fn has_own_torch_dispatch(obj: &Bound<'_, PyAny>) -> bool {
 /// `__dict__`. A subclass that publishes another table (PyTorch's writable
 /// one, say) does not undo its base's declaration: declarations only ever
 /// make a tensor more read-only. The table is recognised by its address,
-/// taken from PyTorch's own C function, never by a class's name. Python
-/// lookups (phase 1, cached with the type's version tag).
+/// taken from PyTorch's own C function, never by a class's name. The MRO
+/// and each class's dictionary are CPython's own, read through C
+/// ([`crate::trust::mro`], [`crate::trust::type_dict`]), not as
+/// `type(obj).__mro__` and `class.__dict__` answer: a metaclass can answer
+/// both, leaving a declaring base out. Where they cannot be read, the type
+/// counts as declaring (a declaration is never missed). Python lookups
+/// (phase 1, cached with the type's version tag).
 fn declares_read_only(obj: &Bound<'_, PyAny>, api: Option<&'static DLPackExchangeAPI>) -> bool {
     let py = obj.py();
     let Some(read_only) = torch_const_table(py) else {
@@ -275,28 +284,18 @@ fn declares_read_only(obj: &Bound<'_, PyAny>, api: Option<&'static DLPackExchang
         return true;
     }
     let name = pyo3::intern!(py, "__dlpack_c_exchange_api__");
-    let Ok(mro) = obj.get_type().getattr(pyo3::intern!(py, "__mro__")) else {
-        return false;
-    };
-    let Ok(mro) = mro.cast_into::<pyo3::types::PyTuple>() else {
-        return false;
+    let Some(mro) = crate::trust::mro(&obj.get_type()) else {
+        return true;
     };
     mro.iter().any(|class| {
-        let Ok(entry) = class
-            .getattr(pyo3::intern!(py, "__dict__"))
-            .and_then(|d| d.get_item(name))
-        else {
+        let Some(dict) = crate::trust::type_dict(&class) else {
+            return true;
+        };
+        let Ok(entry) = dict.get_item(name) else {
             let _ = PyErr::take(py);
             return false;
         };
-        // SAFETY: GetPointer checks the object is a capsule of that exact
-        // name (else NULL with an error, which we clear).
-        let ptr =
-            unsafe { ffi::PyCapsule_GetPointer(entry.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
-        if ptr.is_null() {
-            let _ = PyErr::take(py);
-        }
-        std::ptr::eq(ptr.cast::<DLPackExchangeAPI>(), read_only)
+        table_of(&entry).is_some_and(|t| std::ptr::eq(t, read_only))
     })
 }
 
@@ -451,6 +450,13 @@ pub(crate) fn exchange_api_of_type(tp: &Bound<'_, PyAny>) -> Option<&'static DLP
     let capsule = tp
         .getattr(pyo3::intern!(py, "__dlpack_c_exchange_api__"))
         .ok()?;
+    table_of(&capsule)
+}
+
+/// The table of major version 1 an exchange API capsule (a capsule named
+/// `"dlpack_exchange_api"`) holds; `None` for anything else.
+pub(crate) fn table_of(capsule: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let py = capsule.py();
     // SAFETY: GetPointer checks the object is a capsule of that exact name
     // (else NULL with an error, which we clear).
     let ptr =

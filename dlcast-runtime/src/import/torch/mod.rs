@@ -46,11 +46,17 @@
 //! Writable parameters refuse tensors that require grad (autograd
 //! cannot see the writes) and inference tensors outside
 //! `torch.inference_mode()` (PyTorch forbids in-place writes to them), and
-//! bump the caller's tensor's version counter once every check passed.
+//! once every check passed bump the version counter of the memory written:
+//! that of `x.detach()`, taken in phase 1 with the alias made from it
+//! (it shares the counter of `x`'s views and detached copies), never that
+//! of whatever tensor the caller's object holds by then.
 //! Both refusals are decided in phase 2, at every read ([`check_write`]),
 //! since Python code run later in phase 1 can set `requires_grad` or leave
 //! inference mode; so is whether the caller's tensor still holds the
-//! `TensorImpl` the alias was made from (`torch.utils.swap_tensors`).
+//! `TensorImpl` the alias was made from (`torch.utils.swap_tensors`; an
+//! address, which a new `TensorImpl` can take once the first is freed:
+//! the bump never relies on it). Without PyTorch's own `_cdata` or `detach`
+//! writable parameters refuse every tensor.
 //!
 //! A tensor whose class declares it read-only (PyTorch's
 //! `torch.utils.dlpack.ReadOnlyTensorWrapper` publishes PyTorch's read-only
@@ -86,11 +92,16 @@ struct Handles {
     data: Py<PyAny>,
     requires_grad: Py<PyAny>,
     /// The getters of `requires_grad` and `_cdata` (the `TensorImpl`'s
-    /// address), called directly by [`check_write`] (phase 2). Without
-    /// PyTorch's own `_cdata` (replaced through the garbage collector), a
-    /// swapped `TensorImpl` goes unnoticed; every other check stays.
+    /// address), called directly by [`check_write`] (phase 2). `_cdata`
+    /// and `detach` are needed by writable parameters only: without
+    /// PyTorch's own (replaced through the garbage collector), those refuse
+    /// every tensor, naming the attribute ([`not_torchs_own`]); read-only
+    /// parameters do not use them.
     requires_grad_def: CDef<pyo3::ffi::PyGetSetDef>,
     cdata_def: Option<CDef<pyo3::ffi::PyGetSetDef>>,
+    /// `TensorBase.detach` (a C method): for a writable parameter, the
+    /// tensor whose version counter is bumped (see [`prepare`]).
+    detach: Option<Py<PyAny>>,
     is_inference: Py<PyAny>,
     /// `torch.is_inference_mode_enabled` (a `METH_NOARGS` C function of
     /// `torch._C` that answers `True` or `False` from a thread-local flag:
@@ -360,12 +371,14 @@ fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
             };
         let (requires_grad, requires_grad_def) = getset("requires_grad")?;
         let cdata_def = getset("_cdata").ok().map(|(_, def)| def);
+        let detach = get("detach").ok();
         Ok(Handles {
             to_dlpack,
             data: get("data")?,
             requires_grad,
             requires_grad_def,
             cdata_def,
+            detach,
             is_inference: get("is_inference")?,
             inference_mode: NoArgs::new(builtin(
                 &torch,
@@ -630,8 +643,9 @@ fn get<'py>(descr: &Py<PyAny>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, P
 /// What phase 1 made of a PyTorch tensor.
 pub(crate) struct Prepared {
     pub(crate) source: Source,
-    /// The caller's tensor, when a writable parameter took it: its version
-    /// counter is bumped once every argument passed its checks.
+    /// For a writable parameter, `x.detach()` taken in phase 1 (see
+    /// [`prepare`]): its version counter, the one of the memory the body
+    /// writes, is bumped once every argument passed its checks.
     pub(crate) bump: Option<Py<PyAny>>,
 }
 
@@ -677,9 +691,31 @@ pub(crate) fn prepare(
         true => Some(tensor_impl(obj, h)?),
         false => None,
     };
+    // A writable parameter bumps the version counter of the memory it
+    // writes, not of whatever tensor the caller's object holds by then:
+    // `keep = x.detach()`, a new tensor of PyTorch's C code over the same
+    // storage that shares `x`'s version counter (and so that of every view
+    // and detached copy of it, such as those autograd saved), taken here,
+    // and the alias made from it, so both are of one `TensorImpl` whatever
+    // a finalizer run by keep's allocation does to `x`. The `TensorImpl`
+    // address noted above can be reused once that `TensorImpl` is freed, so
+    // the swap check of phase 2 (an address comparison) cannot be what
+    // names the counter. `detach` dispatches an operator: no Python code,
+    // as for `x.data`, where `plain` holds or inside the regions, and `x`
+    // has no Python dispatch key (checked just above).
+    let keep = match writable {
+        true => Some(detach(obj, h)?),
+        false => None,
+    };
+    if keep.is_some() && off.is_none() && !no_modes(py, h)? {
+        // keep's allocation may have run a finalizer that entered a mode,
+        // which `x.data` below would consult.
+        off = Some(NoTorchFunction::enter(py, h)?);
+    }
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
-    let alias = get(&h.data, obj).map_err(|e| producer_error("x.data", e, py))?;
+    let alias =
+        get(&h.data, keep.as_ref().unwrap_or(obj)).map_err(|e| producer_error("x.data", e, py))?;
     if off.is_some() {
         // Made by PyTorch's C code with no Python dispatch: an instance of
         // the class PyTorch registered as `torch.Tensor`.
@@ -744,7 +780,7 @@ pub(crate) fn prepare(
     // after the alias, outside the regions, as any producer's is run).
     let read_only = flags.declared_read_only() || (writable && declared_by_class(obj)?);
     // Inference tensors track no version: they are not bumped.
-    let bump = (writable && !inference).then(|| obj.clone().unbind());
+    let bump = keep.filter(|_| !inference).map(Bound::unbind);
     let write = tensor_impl.map(|tensor_impl| WriteCheck {
         original: obj.clone().unbind(),
         tensor_impl,
@@ -797,12 +833,27 @@ pub(crate) fn prepare(
 /// writable parameter; an answer can only add the mark: a class that
 /// claims writable undoes no declaration. Python code (phase 1); an error
 /// of the class's own code refuses the tensor.
-fn declared_by_class(obj: &Bound<'_, PyAny>) -> Result<bool, ImportError> {
+fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<bool, ImportError> {
     let py = obj.py();
     if exchange::is_exactly_torch_tensor(obj) {
         return Ok(false);
     }
-    let (table, _) = exchange::type_info(obj);
+    // What the instance's own look-ups find (the class's real MRO and
+    // dictionaries), not what the class answers: a metaclass can answer
+    // `type(obj).__dlpack__` and the table's name for its classes, hiding a
+    // base's declaration. Where the MRO cannot be read, refused as read-only.
+    let tp = obj.get_type();
+    let lookup = |name: &Bound<'py, pyo3::types::PyString>| {
+        crate::trust::class_lookup(&tp, name).ok_or_else(|| {
+            ImportError::Unreadable(format!(
+                "dlcast cannot read the MRO of {} from CPython, so it cannot tell whether the \
+                 class declares its tensors read-only; pass a plain tensor",
+                type_name(obj)
+            ))
+        })
+    };
+    let table =
+        lookup(intern!(py, "__dlpack_c_exchange_api__"))?.and_then(|c| exchange::table_of(&c));
     let pytorchs = |t: Option<&'static dlpack_rs::ffi::DLPackExchangeAPI>, a| {
         t.is_some_and(|t| std::ptr::eq(t, a))
     };
@@ -816,8 +867,10 @@ fn declared_by_class(obj: &Bound<'_, PyAny>) -> Result<bool, ImportError> {
         }
     }
     let name = intern!(py, "__dlpack__");
-    let own = obj.get_type().getattr(name).ok();
-    let tensors = exchange::torch_tensor_class(py).and_then(|t| t.getattr(name).ok());
+    let own = lookup(name)?;
+    let tensors = exchange::torch_tensor_class(py)
+        .and_then(|t| crate::trust::class_lookup(&t, name))
+        .flatten();
     let inherited = match (&own, &tensors) {
         (Some(own), Some(tensors)) => own.is(tensors),
         (None, _) => true,
@@ -964,9 +1017,9 @@ pub(crate) struct WriteCheck {
     original: Py<PyAny>,
     /// The address of the `TensorImpl` it held when the alias was made
     /// (`_cdata`): the one whose storage the body writes, whose autograd
-    /// state and version counter cover it; `None` without PyTorch's own
-    /// getter.
-    tensor_impl: Option<usize>,
+    /// state covers it. (An address only: once that `TensorImpl` is freed,
+    /// another can be made at it, so the version bump never relies on it.)
+    tensor_impl: usize,
     /// The alias is an inference tensor (no one can change that: see
     /// [`prepare`]).
     inference: bool,
@@ -999,7 +1052,7 @@ pub(crate) fn check_write(py: Python<'_>, w: &WriteCheck) -> Result<(), ImportEr
             type_name(x)
         )));
     }
-    let ask = || -> Result<(Option<usize>, bool), ImportError> {
+    let ask = || -> Result<(usize, bool), ImportError> {
         let grad = call_getter(h.requires_grad_def, x)
             .and_then(|v| is_true(&v))
             .map_err(|e| producer_error("x.requires_grad", e, py))?;
@@ -1045,17 +1098,32 @@ pub(crate) fn check_write(py: Python<'_>, w: &WriteCheck) -> Result<(), ImportEr
 }
 
 /// The address of `obj`'s `TensorImpl` (`TensorBase._cdata`'s getter,
-/// called directly: an integer, which the collector does not track); `None`
-/// where the getter is not PyTorch's own. No Python code where [`plain`]
-/// holds or inside the regions.
-fn tensor_impl(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<Option<usize>, ImportError> {
+/// called directly: an integer, which the collector does not track). Where
+/// the getter is not PyTorch's own, refused (writable parameters, the only
+/// ones that ask, cannot tell a swapped tensor without it). No Python code
+/// where [`plain`] holds or inside the regions.
+fn tensor_impl(obj: &Bound<'_, PyAny>, h: &Handles) -> Result<usize, ImportError> {
     let Some(def) = h.cdata_def else {
-        return Ok(None);
+        return Err(not_torchs_own("torch._C.TensorBase._cdata"));
     };
     call_getter(def, obj)
         .and_then(|v| v.extract::<usize>())
-        .map(Some)
         .map_err(|e| producer_error("x._cdata", e, obj.py()))
+}
+
+/// `x.detach()` through `TensorBase`'s own method (a subclass's `detach` is
+/// not asked): a new plain tensor over `x`'s storage that shares its
+/// version counter. Where the method is not PyTorch's own, refused
+/// (writable parameters, the only ones that ask, bump its counter).
+fn detach<'py>(obj: &Bound<'py, PyAny>, h: &Handles) -> Result<Bound<'py, PyAny>, ImportError> {
+    let py = obj.py();
+    let Some(detach) = &h.detach else {
+        return Err(not_torchs_own("torch._C.TensorBase.detach"));
+    };
+    detach
+        .bind(py)
+        .call1((obj,))
+        .map_err(|e| producer_error("x.detach", e, py))
 }
 
 /// Calls the C getter of a `getset_descriptor` checked in [`handles`] on
@@ -1225,8 +1293,8 @@ fn refuse_lazy_bits(bits: Lazy) -> Result<(), ImportError> {
     )))
 }
 
-/// Bumps the version counter of each tensor a writable parameter took
-/// (`torch._C._increment_version`, what
+/// Bumps the version counter of each tensor a writable parameter took (the
+/// `x.detach()` of each, see [`prepare`]; `torch._C._increment_version`, what
 /// `torch.autograd.graph.increment_version` calls), so that a graph that
 /// saved one for backward raises instead of using changed data. It
 /// allocates a tuple (which can start the cyclic GC, and so finalizers):
