@@ -26,7 +26,9 @@ pub enum ShapeError {
     Rank(usize, usize),
     /// A tensor of another number of dimensions than the rank its type
     /// fixes (`Tensor::into_rank`). Converts to Python's `TypeError`.
-    #[error("expected an array of {expected} dimensions, got shape {shape:?}")]
+    #[error(
+        "into_rank(): expected a tensor of {expected} dimensions, got shape {shape:?} (return `Tensor<T>` for a rank known at run time)"
+    )]
     Ndim {
         /// The rank of the tensor type.
         expected: usize,

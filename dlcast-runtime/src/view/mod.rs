@@ -490,20 +490,22 @@ impl RawTensor {
             .ok_or_else(|| self.overflow("the windows' element count overflows"))?;
         let stride = self.strides[axis];
         let empty = shape.contains(&0);
-        // The stride between window starts. Used only if `count >= 2`, and
-        // then `step <= extent - 1`, so `step * stride` is the offset of an
-        // element of the original. Otherwise (one window, or no elements)
-        // it addresses nothing: 0, whatever `step` is (`usize::MAX`, say).
-        let start_stride = if count >= 2 && !empty {
-            isize::try_from(step)
-                .ok()
-                .and_then(|k| k.checked_mul(stride))
-                .ok_or_else(|| self.overflow("the stride between windows overflows"))?
-        } else {
-            0
+        // The stride between window starts, `step * stride` (PyTorch's).
+        // Used only if `count >= 2`, and then `step <= extent - 1`, so the
+        // product is the offset of an element of the original and fits.
+        // Otherwise (one window, or no elements) it addresses nothing, and
+        // where it overflows (`step` = `usize::MAX`, say) it is 0 instead.
+        let start_stride = match isize::try_from(step)
+            .ok()
+            .and_then(|k| k.checked_mul(stride))
+        {
+            Some(s) => s,
+            None if count < 2 || empty => 0,
+            None => return Err(self.overflow("the stride between windows overflows")),
         };
-        // Within a window: the old stride, unused where `window == 1`.
-        let window_stride = if window >= 2 && !empty { stride } else { 0 };
+        // Within a window: the old stride (unused where `window == 1`,
+        // which export and the overlap test allow for any value).
+        let window_stride = stride;
         self.shape = shape;
         self.strides[axis] = start_stride;
         self.strides.push(window_stride);
@@ -1042,7 +1044,7 @@ mod tests {
         // `step <= extent - 1`, an offset of the original.
         let mut raw = raw_of(&[3], &[isize::MAX / 8]);
         raw.sliding_windows(0, 1, 2).unwrap();
-        assert_eq!(raw.strides.as_slice(), [isize::MAX / 8 * 2, 0]);
+        assert_eq!(raw.strides.as_slice(), [isize::MAX / 8 * 2, isize::MAX / 8]);
         // A broadcast axis of 2**62 elements framed with windows of 2**20:
         // more elements than `usize` counts, refused.
         let mut raw = raw_of(&[1 << 62], &[0]);
