@@ -293,3 +293,106 @@ fn a_writable_view_lends_shorter_writable_views() {
     assert_eq!(data, [7, 0, 10, 10, 20, -1]);
     no_python();
 }
+
+/// `sliding_windows` frames an axis without a copy, as PyTorch's
+/// `unfold(axis, window, step)`: window `c` holds elements `c * step ..
+/// c * step + window` of the axis; the result is read-only.
+#[test]
+fn sliding_windows_frame_an_axis_without_a_copy() {
+    let signal: Vec<i32> = (0..10).collect();
+    let x = TensorRef::<i32, 1>::from_slice(&signal, &[10]).unwrap();
+    for (window, step) in [(1, 1), (3, 1), (3, 2), (4, 3), (10, 1), (2, 100)] {
+        let frames = x
+            .view()
+            .sliding_windows(0, window, step)
+            .unwrap()
+            .into_rank::<2>()
+            .unwrap();
+        let count = (10 - window) / step + 1;
+        assert_eq!(frames.dims(), [count, window]);
+        assert_eq!(frames.data_ptr(), x.data_ptr());
+        assert!(frames.is_read_only());
+        let want: Vec<i32> = (0..count)
+            .flat_map(|c| (c * step..c * step + window).map(|i| i as i32))
+            .collect();
+        assert_eq!(
+            frames.to_vec().unwrap(),
+            want,
+            "window {window} step {step}"
+        );
+        assert_eq!(frames.iter().unwrap().collect::<Vec<_>>(), want);
+        // ndarray reads the overlapping layout (read-only views may alias).
+        let a = frames.as_array().unwrap();
+        assert_eq!(a.iter().copied().collect::<Vec<_>>(), want);
+    }
+
+    // Along axis 1 of a 2-d array, and of a flipped (negative-stride) one.
+    let data: Vec<u8> = (0..12).collect();
+    let img = TensorRef::<u8, 2>::from_slice(&data, &[3, 4]).unwrap();
+    let rows = img.view().sliding_windows(1, 2, 2).unwrap();
+    assert_eq!(
+        (rows.shape(), rows.strides()),
+        (&[3, 2, 2][..], &[4, 2, 1][..])
+    );
+    assert_eq!(rows.get(&[2, 1, 1]).unwrap(), 11);
+    let flipped = img
+        .view()
+        .flip_axis(1)
+        .unwrap()
+        .sliding_windows(1, 3, 1)
+        .unwrap();
+    assert_eq!(flipped.shape(), [3, 2, 3]);
+    assert_eq!(flipped.to_vec().unwrap()[..6], [3, 2, 1, 2, 1, 0]);
+    // Along axis 0: windows of rows.
+    let blocks = img.view().sliding_windows(0, 2, 1).unwrap();
+    assert_eq!(
+        (blocks.shape(), blocks.strides()),
+        (&[2, 4, 2][..], &[4, 1, 4][..])
+    );
+    assert_eq!(blocks.get(&[1, 3, 1]).unwrap(), 11);
+    // Windows that tile the axis (`step == window`) are the same elements
+    // in C order, a slice; overlapping ones are no slice.
+    assert_eq!(rows.as_slice(), Some(&data[..]));
+    assert!(img
+        .view()
+        .sliding_windows(1, 3, 1)
+        .unwrap()
+        .as_slice()
+        .is_none());
+    no_python();
+}
+
+#[test]
+fn sliding_windows_that_do_not_fit_are_errors_not_panics() {
+    let data = [0.0f64; 5];
+    let x = TensorRef::<f64, 1>::from_slice(&data, &[5]).unwrap();
+    for (axis, window, step) in [
+        (0, 0, 1),
+        (0, 1, 0),
+        (0, 6, 1),
+        (0, usize::MAX, 1),
+        (0, usize::MAX, usize::MAX),
+        (1, 1, 1),
+        (usize::MAX, 1, 1),
+    ] {
+        let e = x.view().sliding_windows(axis, window, step).unwrap_err();
+        assert_eq!(e.method(), Some("sliding_windows"));
+        assert!(
+            matches!(
+                e.kind(),
+                ViewErrorKind::Window { .. } | ViewErrorKind::Axes { .. }
+            ),
+            "{e}"
+        );
+    }
+    let e = x.view().sliding_windows(0, 6, 1).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "sliding_windows(): cannot take windows of 6 elements every 1 along axis 0 \
+         (extent 5): the window is longer than the axis"
+    );
+    // A step far past the end leaves one window.
+    let one = x.view().sliding_windows(0, 5, usize::MAX).unwrap();
+    assert_eq!(one.shape(), [1, 5]);
+    no_python();
+}

@@ -175,3 +175,13 @@ def test_other_halves_of_a_special_methods_slot_are_left_out(stub_text):
     names = {line.strip().split("(")[0].removeprefix("def ") for line in body if line.strip().startswith("def ")}
     assert {"__matmul__", "__rmul__", "__call__", "__contains__"} <= names
     assert not names & {"__mul__", "__rmatmul__"}, names
+
+
+def test_ranked_owned_results_have_their_rank(stub_text):
+    # `Tensor<f32, 2>` (tests/src/windows.rs) fixes the result's rank as
+    # `TensorRef<'_, f32, 2>` does: the stub says it.
+    lines = stub_text.splitlines()
+    owned = [line for line in lines if line.startswith("def win_frames_owned(")]
+    assert owned[1].endswith("-> _DLCastArray[tuple[int, int]]: ..."), owned
+    (numpy_like,) = [line for line in lines if line.startswith("def win_wrong_rank(")]
+    assert numpy_like.endswith("-> numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]: ..."), numpy_like

@@ -28,6 +28,7 @@ mod ranked;
 mod stored;
 mod stubs;
 mod view_drops;
+mod windows;
 
 /// Counts the Rust heap allocations of this extension (dlcast's runtime is
 /// compiled into it), to show that the fast import paths allocate nothing.
@@ -485,6 +486,7 @@ fn dlcast_testext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     first_hour::add(m)?;
     ownership_edges::add(m)?;
     ranked::add(m)?;
+    windows::add(m)?;
     stubs::add(m)?;
     constructions::add(m)?;
     stored::add(m)?;

@@ -24,6 +24,17 @@ pub enum ShapeError {
     /// Shape and strides have different lengths.
     #[error("shape has {0} dimensions but strides have {1}")]
     Rank(usize, usize),
+    /// A tensor of another number of dimensions than the rank its type
+    /// fixes (`Tensor::into_rank`). Converts to Python's `TypeError`.
+    #[error(
+        "into_rank(): expected a tensor of {expected} dimensions, got shape {shape:?} (return `Tensor<T>` for a rank known at run time)"
+    )]
+    Ndim {
+        /// The rank of the tensor type.
+        expected: usize,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+    },
     /// Some index would reach outside the data.
     #[error(
         "strides {strides:?} reach outside the {len} elements of the data for shape {shape:?}"
@@ -62,6 +73,7 @@ impl From<ShapeError> for PyErr {
     fn from(e: ShapeError) -> Self {
         match e {
             ShapeError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+            ShapeError::Ndim { .. } => PyTypeError::new_err(e.to_string()),
             _ => PyValueError::new_err(e.to_string()),
         }
     }

@@ -91,6 +91,23 @@ pub enum ViewErrorKind {
         /// The axis' extent.
         extent: usize,
     },
+    /// Sliding windows that do not fit their axis: a window of 0 elements
+    /// or longer than the axis, or a step of 0.
+    #[error(
+        "cannot take windows of {window} elements every {step} along axis {axis} (extent {extent}): {why}"
+    )]
+    Window {
+        /// The axis.
+        axis: usize,
+        /// The axis' extent.
+        extent: usize,
+        /// The window length asked for.
+        window: usize,
+        /// The step asked for.
+        step: usize,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// A reshape to a different element count, or of a non-C-contiguous view.
     #[error("cannot reshape {from:?} to {to:?}: {why}")]
     Reshape {

@@ -9,7 +9,7 @@ use crate::dtype::Element;
 use crate::error::ExportError;
 use crate::import::{Dims, RawTensor};
 use crate::layout;
-use crate::view::{TensorDyn, TensorDynMut, TensorMut, TensorRef};
+use crate::view::{TensorDyn, TensorDynMut, TensorMut, TensorRef, DYN};
 use pyo3::prelude::*;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -55,7 +55,14 @@ use std::marker::PhantomData;
 ///     Ok(Tensor::from_fn(&[n, n], |i| if i % (n + 1) == 0 { 1.0 } else { 0.0 })?)
 /// }
 /// ```
-pub struct Tensor<T: Element> {
+///
+/// The const parameter `N` is the number of dimensions, as for
+/// [`TensorRef`]: [`DYN`] (the default) for a rank known at run time, any
+/// other value for a rank the type fixes. The constructors make dynamic
+/// tensors; [`Tensor::into_rank`] fixes the rank (checked), and a function
+/// returning `Tensor<f32, 2>` states its result's rank in Rust and in the
+/// Python signature the macros write (`numpy.ndarray[float32, (_, _)]`).
+pub struct Tensor<T: Element, const N: usize = DYN> {
     inner: Exported,
     _marker: PhantomData<T>,
     /// Whether Rust owns the memory and nothing else refers to it (so
@@ -236,38 +243,6 @@ impl<T: Element> Tensor<T> {
     /// [`Tensor::from_fn`] allocate (XLA's, for JAX's zero-copy import).
     pub const ALIGN: usize = 64;
 
-    /// The elements in C order, when the tensor is in host memory,
-    /// C-contiguous and its data aligned for `T` (always so for `zeros`,
-    /// `from_fn`, `from_vec`; never for device memory).
-    ///
-    /// `None` also for memory Rust does not own alone: views of an
-    /// [`ArrayBuffer`](crate::ArrayBuffer), [`Tensor::from_static`] and
-    /// [`Tensor::from_raw_parts`] tensors.
-    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
-        if !self.exclusive {
-            return None;
-        }
-        let e = &self.inner;
-        // Device memory (a `CudaSlice` export) is never handed out as a slice.
-        let ok = e.device.is_host_accessible()
-            && e.is_c_contiguous()
-            && (e.data as usize) % std::mem::align_of::<T>() == 0;
-        if !ok {
-            return None;
-        }
-        let len = layout::element_count(&e.shape_usize())?;
-        let ptr = if len == 0 {
-            std::ptr::NonNull::<T>::dangling().as_ptr()
-        } else {
-            e.data.cast::<T>()
-        };
-        // SAFETY: the tensor owns its buffer alone (`exclusive`; no Python
-        // object exists yet, since exporting consumes the tensor), which holds `len` valid,
-        // aligned, C-contiguous elements; `&mut self` makes this the only
-        // access.
-        Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
-    }
-
     /// An owned `ndarray` array, exported with its own strides; its
     /// allocation becomes the exported buffer.
     #[cfg(feature = "ndarray")]
@@ -322,6 +297,41 @@ impl<T: Element> Tensor<T> {
             got: data.len(),
         }
     }
+}
+
+/// What every tensor offers, whatever its rank parameter.
+impl<T: Element, const N: usize> Tensor<T, N> {
+    /// The elements in C order, when the tensor is in host memory,
+    /// C-contiguous and its data aligned for `T` (always so for `zeros`,
+    /// `from_fn`, `from_vec`; never for device memory).
+    ///
+    /// `None` also for memory Rust does not own alone: views of an
+    /// [`ArrayBuffer`](crate::ArrayBuffer), [`Tensor::from_static`] and
+    /// [`Tensor::from_raw_parts`] tensors.
+    pub fn as_slice_mut(&mut self) -> Option<&mut [T]> {
+        if !self.exclusive {
+            return None;
+        }
+        let e = &self.inner;
+        // Device memory (a `CudaSlice` export) is never handed out as a slice.
+        let ok = e.device.is_host_accessible()
+            && e.is_c_contiguous()
+            && (e.data as usize) % std::mem::align_of::<T>() == 0;
+        if !ok {
+            return None;
+        }
+        let len = layout::element_count(&e.shape_usize())?;
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<T>::dangling().as_ptr()
+        } else {
+            e.data.cast::<T>()
+        };
+        // SAFETY: the tensor owns its buffer alone (`exclusive`; no Python
+        // object exists yet, since exporting consumes the tensor), which holds `len` valid,
+        // aligned, C-contiguous elements; `&mut self` makes this the only
+        // access.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
 
     /// Extents.
     pub fn shape(&self) -> Vec<usize> {
@@ -337,9 +347,12 @@ impl<T: Element> Tensor<T> {
     pub fn data_ptr(&self) -> *const T {
         self.inner.data.cast()
     }
-}
 
-impl<T: Element> Tensor<T> {
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.inner.shape.len()
+    }
+
     /// The same tensor, exported read-only: DLPack consumers get the
     /// `READ_ONLY` flag (versioned capsules; a legacy capsule, which cannot
     /// say so, holds a copy), NumPy arrays have `writeable == False`, the buffer
@@ -364,6 +377,67 @@ impl<T: Element> Tensor<T> {
         self.inner.read_only
     }
 
+    /// The tensor with its rank fixed to `M` (or made dynamic, `M` =
+    /// [`DYN`]): a function returning `Tensor<f32, 2>` says, in its Rust
+    /// signature and the Python stub the macros write for it
+    /// (`numpy.ndarray[float32, (_, _)]`), that it returns 2-d arrays.
+    ///
+    /// ```
+    /// # use dlcast_runtime::{Tensor, ShapeError};
+    /// fn outer(a: &[f32], b: &[f32]) -> Result<Tensor<f32, 2>, ShapeError> {
+    ///     Tensor::from_fn(&[a.len(), b.len()], |i| a[i / b.len()] * b[i % b.len()])?
+    ///         .into_rank::<2>()
+    /// }
+    /// let t = outer(&[1.0, 2.0], &[3.0, 4.0, 5.0])?;
+    /// assert_eq!(t.dims(), [2, 3]);
+    /// assert!(Tensor::from(vec![1u8, 2]).into_rank::<2>().is_err());
+    /// # Ok::<(), ShapeError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ShapeError::Ndim`] (Python's `TypeError`) if the tensor does not
+    /// have `M` dimensions; the tensor is dropped then.
+    pub fn into_rank<const M: usize>(self) -> Result<Tensor<T, M>, ShapeError> {
+        if M != DYN && self.ndim() != M {
+            return Err(ShapeError::Ndim {
+                expected: M,
+                shape: self.shape(),
+            });
+        }
+        Ok(self.with_rank())
+    }
+
+    /// The tensor with a dynamic rank.
+    pub fn into_dyn(self) -> Tensor<T> {
+        self.with_rank()
+    }
+
+    /// The same tensor with rank parameter `M` (the caller checked it).
+    fn with_rank<const M: usize>(self) -> Tensor<T, M> {
+        Tensor {
+            inner: self.inner,
+            _marker: PhantomData,
+            exclusive: self.exclusive,
+        }
+    }
+}
+
+/// The accessors of tensors whose rank the type fixes.
+macro_rules! ranked_tensor {
+    ($($n:literal),* $(,)?) => {$(
+        impl<T: Element> Tensor<T, $n> {
+            #[doc = concat!("The shape as an array of ", stringify!($n), " extents.")]
+            pub fn dims(&self) -> [usize; $n] {
+                // The rank is `N` (checked by `into_rank`).
+                let shape = self.inner.shape_usize();
+                std::array::from_fn(|k| shape.get(k).copied().unwrap_or(0))
+            }
+        }
+    )*};
+}
+ranked_tensor!(0, 1, 2, 3, 4, 5, 6);
+
+impl<T: Element> Tensor<T> {
     /// A read-only C-order array of `shape` over static data: the
     /// constants of nanobind's `rv_policy::reference`, with one difference
     /// that keeps the static unwritable. Every export of one static shares
@@ -735,7 +809,7 @@ impl<T: Element, D: ndarray::Dimension> From<ndarray::Array<T, D>> for Tensor<T>
     }
 }
 
-impl<T: Element> std::fmt::Debug for Tensor<T> {
+impl<T: Element, const N: usize> std::fmt::Debug for Tensor<T, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tensor")
             .field("shape", &self.inner.shape.as_slice())
@@ -775,6 +849,15 @@ pub(crate) fn export_view(py: Python<'_>, mut raw: RawTensor) -> PyResult<Export
             raw.read_only = true;
             requires_grad = true;
         }
+    }
+    // A layout in which two indices may reach one element is never
+    // exported writable: a write through one index would change what the
+    // others read. `sliding_windows` views mark themselves read-only, but a
+    // view of a converted temporary was made writable just above, so the
+    // rule is applied here, last. (The copy made below is compact: it may
+    // be writable again.)
+    if layout::may_self_overlap(&raw.shape, &raw.strides) {
+        raw.read_only = true;
     }
     raw.prepare_export(py)?;
     let (data, dtype, device, stream) = (raw.data, raw.dtype, raw.device, raw.stream);
@@ -831,7 +914,7 @@ impl<'py> IntoPyObject<'py> for ExportedArray {
     }
 }
 
-impl<'py, T: Element> IntoPyObject<'py> for Tensor<T> {
+impl<'py, T: Element, const N: usize> IntoPyObject<'py> for Tensor<T, N> {
     type Target = Array;
     type Output = Bound<'py, Array>;
     type Error = PyErr;
@@ -887,6 +970,38 @@ into_py_dyn_view!(
 #[cfg(test)]
 mod tests {
     use super::Tensor;
+    use crate::ShapeError;
+
+    #[test]
+    fn a_tensor_s_rank_is_fixed_only_if_it_fits() {
+        let t = Tensor::from_vec((0..6u32).collect(), &[2, 3]).unwrap();
+        let ptr = t.data_ptr();
+        let t: Tensor<u32, 2> = t.into_rank().unwrap();
+        // The same buffer, described as before.
+        assert_eq!(
+            (t.dims(), t.data_ptr(), t.strides()),
+            ([2, 3], ptr, vec![3, 1])
+        );
+        let e = t.into_dyn().into_rank::<3>().unwrap_err();
+        assert_eq!(
+            e,
+            ShapeError::Ndim {
+                expected: 3,
+                shape: vec![2, 3]
+            }
+        );
+        assert!(e
+            .to_string()
+            .starts_with("into_rank(): expected a tensor of 3 dimensions, got shape [2, 3]"));
+        let scalar = Tensor::<f64>::zeros(&[]).unwrap().into_rank::<0>().unwrap();
+        assert_eq!((scalar.dims(), scalar.ndim()), ([], 0));
+        // Read-only survives the rank change.
+        let ro = Tensor::from(vec![1i8])
+            .into_read_only()
+            .into_rank::<1>()
+            .unwrap();
+        assert!(ro.is_read_only());
+    }
 
     #[test]
     fn tensors_from_vecs_and_zeros_describe_their_memory() {

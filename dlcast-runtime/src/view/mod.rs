@@ -433,6 +433,87 @@ impl RawTensor {
         Ok(())
     }
 
+    /// Windows of `window` consecutive indices along `axis`, one every
+    /// `step` indices (PyTorch's `unfold(axis, window, step)`; NumPy's
+    /// `sliding_window_view(x, window, axis)[.., ::step, ..]`): `axis`
+    /// keeps the window starts, `count = (extent - window) / step + 1` of
+    /// them at stride `stride * step`, and a new last axis of extent
+    /// `window` walks a window at the old stride. Windows overlap where
+    /// `step < window`, so the result is marked read-only (no export or
+    /// writable view of it may write one element through two indices).
+    ///
+    /// Why the result stays within the original's memory: element `(.., c,
+    /// .., w)` of the result (`c < count`, `w < window`) sits at index
+    /// `c * step + w` of `axis`, and `c * step + w <= (count - 1) * step +
+    /// window - 1 <= (extent - window) + window - 1 = extent - 1`: it is an
+    /// element of the original, whose byte offsets import validated. So
+    /// the new byte extent lies within the old one, `data` does not move,
+    /// and every product below is bounded by an offset of the original
+    /// (checked anyway, in every build profile).
+    fn sliding_windows(
+        &mut self,
+        axis: usize,
+        window: usize,
+        step: usize,
+    ) -> Result<(), ViewErrorKind> {
+        let Some(&extent) = self.shape.get(axis) else {
+            return Err(ViewErrorKind::Axes {
+                axes: vec![axis],
+                ndim: self.shape.len(),
+            });
+        };
+        let refuse = |why| ViewErrorKind::Window {
+            axis,
+            extent,
+            window,
+            step,
+            why,
+        };
+        if window == 0 {
+            return Err(refuse("a window holds at least one element"));
+        }
+        if step == 0 {
+            return Err(refuse("the step is at least 1"));
+        }
+        if window > extent {
+            return Err(refuse("the window is longer than the axis"));
+        }
+        // `extent - window` does not underflow (checked above), and the
+        // quotient is at most `extent - 1`, so `+ 1` does not overflow.
+        let count = (extent - window) / step + 1;
+        let mut shape = self.shape.clone();
+        shape[axis] = count;
+        shape.push(window);
+        // A view of more elements than `usize` counts (a broadcast axis of
+        // extent 2**62, framed with long windows) has no `len()`: refused.
+        layout::element_count(&shape)
+            .ok_or_else(|| self.overflow("the windows' element count overflows"))?;
+        let stride = self.strides[axis];
+        let empty = shape.contains(&0);
+        // The stride between window starts, `step * stride` (PyTorch's).
+        // Used only if `count >= 2`, and then `step <= extent - 1`, so the
+        // product is the offset of an element of the original and fits.
+        // Otherwise (one window, or no elements) it addresses nothing, and
+        // where it overflows (`step` = `usize::MAX`, say) it is 0 instead.
+        let start_stride = match isize::try_from(step)
+            .ok()
+            .and_then(|k| k.checked_mul(stride))
+        {
+            Some(s) => s,
+            None if count < 2 || empty => 0,
+            None => return Err(self.overflow("the stride between windows overflows")),
+        };
+        // Within a window: the old stride (unused where `window == 1`,
+        // which export and the overlap test allow for any value).
+        let window_stride = stride;
+        self.shape = shape;
+        self.strides[axis] = start_stride;
+        self.strides.push(window_stride);
+        self.read_only = true;
+        self.refresh_extent();
+        Ok(())
+    }
+
     fn reshape(&mut self, shape: &[usize]) -> Result<(), ViewErrorKind> {
         let err = |why| ViewErrorKind::Reshape {
             from: self.shape.to_vec(),
@@ -508,7 +589,8 @@ macro_rules! layout_methods {
         pub fn byte_offset(&self) -> usize {
             self.raw.byte_offset
         }
-        /// Whether the producer marked the data read-only.
+        /// Whether the data is read-only: the producer marked it so, or the
+        /// view's windows overlap (`sliding_windows`).
         pub fn is_read_only(&self) -> bool {
             self.raw.read_only
         }
@@ -844,4 +926,134 @@ refuse_direct_extraction! {
     impl[T: Element, const N: usize] TensorMut<'a, T, N>;
     impl[] TensorDyn<'a>;
     impl[] TensorDynMut<'a>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::{Dims, ImportPath};
+    use proptest::prelude::*;
+
+    /// A raw tensor of `u32` elements with this layout; its address is
+    /// never read (the tests compare offsets only).
+    fn raw_of(shape: &[usize], strides: &[isize]) -> RawTensor {
+        let extent = layout::byte_extent(shape, strides, 4).expect("a valid layout");
+        RawTensor::new(
+            std::ptr::null_mut::<u8>().wrapping_add(1 << 40),
+            Dims::from_slice(shape),
+            Dims::from_slice(strides),
+            <u32 as Element>::DTYPE,
+            false,
+            extent,
+            ImportPath::Rust,
+        )
+    }
+
+    /// The indices of `shape` in C order.
+    fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+        let total = layout::element_count(shape).unwrap();
+        (0..total)
+            .map(|mut flat| {
+                let mut idx = vec![0; shape.len()];
+                for d in (0..shape.len()).rev() {
+                    idx[d] = flat % shape[d];
+                    flat /= shape[d];
+                }
+                idx
+            })
+            .collect()
+    }
+
+    fn layout_and_windows() -> impl Strategy<Value = (Vec<usize>, Vec<isize>, usize, usize, usize)>
+    {
+        (
+            prop::collection::vec((0usize..7, -7isize..8), 1..4),
+            0usize..4,
+            0usize..8,
+            0usize..8,
+        )
+            .prop_map(|(dims, axis, window, step)| {
+                let (shape, strides): (Vec<usize>, Vec<isize>) = dims.into_iter().unzip();
+                let axis = axis % shape.len();
+                (shape, strides, axis, window, step)
+            })
+    }
+
+    proptest! {
+        /// Every element of the windows is the element of the original at
+        /// index `start * step + w` along the axis (PyTorch's `unfold`),
+        /// and the windows touch no byte outside the original's extent.
+        #[test]
+        fn windows_are_elements_of_the_original((shape, strides, axis, window, step) in layout_and_windows()) {
+            let mut raw = raw_of(&shape, &strides);
+            let (data, before) = (raw.data, raw.extent);
+            let extent = shape[axis];
+            match raw.sliding_windows(axis, window, step) {
+                Err(ViewErrorKind::Window { .. }) => {
+                    prop_assert!(window == 0 || step == 0 || window > extent);
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+                Ok(()) => {
+                    prop_assert!(window >= 1 && step >= 1 && window <= extent);
+                    let mut want = shape.clone();
+                    want[axis] = (extent - window) / step + 1;
+                    want.push(window);
+                    prop_assert_eq!(raw.shape.as_slice(), want.as_slice());
+                    prop_assert!(raw.read_only);
+                    prop_assert_eq!(raw.data, data);
+                    for idx in indices(&raw.shape) {
+                        let (w, head) = idx.split_last().unwrap();
+                        let mut orig = head.to_vec();
+                        orig[axis] = orig[axis] * step + w;
+                        let got = layout::offset_of(&raw.shape, &raw.strides, &idx);
+                        prop_assert_eq!(got, layout::offset_of(&shape, &strides, &orig));
+                        prop_assert!(got.is_some());
+                    }
+                    if let Some(after) = raw.extent {
+                        let before = before.expect("non-empty windows of an empty array");
+                        prop_assert!(after.lo >= before.lo && after.hi <= before.hi);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_window_sizes_give_errors_not_panics() {
+        let mut raw = raw_of(&[5], &[1]);
+        let e = raw.sliding_windows(1, 1, 1).unwrap_err();
+        assert!(matches!(e, ViewErrorKind::Axes { .. }), "{e}");
+        for (window, step) in [
+            (0, 1),
+            (1, 0),
+            (6, 1),
+            (usize::MAX, 1),
+            (usize::MAX, usize::MAX),
+        ] {
+            let e = raw.sliding_windows(0, window, step).unwrap_err();
+            assert!(matches!(e, ViewErrorKind::Window { .. }), "{e}");
+        }
+        // A step past the end: one window, whose start stride is never used
+        // (it would be `usize::MAX * 1`): 0, no overflow.
+        raw.sliding_windows(0, 2, usize::MAX).unwrap();
+        assert_eq!(
+            (raw.shape.as_slice(), raw.strides.as_slice()),
+            (&[1, 2][..], &[0, 1][..])
+        );
+        // Steps whose stride product would overflow cannot have two windows:
+        // `step <= extent - 1`, an offset of the original.
+        let mut raw = raw_of(&[3], &[isize::MAX / 8]);
+        raw.sliding_windows(0, 1, 2).unwrap();
+        assert_eq!(raw.strides.as_slice(), [isize::MAX / 8 * 2, isize::MAX / 8]);
+        // A broadcast axis of 2**62 elements framed with windows of 2**20:
+        // more elements than `usize` counts, refused.
+        let mut raw = raw_of(&[1 << 62], &[0]);
+        let e = raw.sliding_windows(0, 1 << 20, 1).unwrap_err();
+        assert!(matches!(e, ViewErrorKind::Overflow { .. }), "{e}");
+        // An empty array elsewhere: empty windows, strides that address nothing.
+        let mut raw = raw_of(&[0, 4], &[isize::MIN, 1]);
+        raw.sliding_windows(1, 2, 1).unwrap();
+        assert_eq!(raw.shape.as_slice(), [0, 3, 2]);
+        assert_eq!(raw.extent, None);
+    }
 }

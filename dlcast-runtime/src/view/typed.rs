@@ -283,6 +283,54 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
         Ok(self.with_rank())
     }
 
+    /// Overlapping windows of `window` consecutive elements along `axis`,
+    /// one starting every `step` elements, without a copy: PyTorch's
+    /// `x.unfold(axis, window, step)`, and NumPy's
+    /// `sliding_window_view(x, window, axis=axis)` taken every `step`th
+    /// window. `axis` keeps `(extent - window) / step + 1` window starts
+    /// and a new last axis of extent `window` walks each window, so a 1-d
+    /// signal of `n` samples becomes `[frames, window]`. Consumes the view
+    /// like the other transforms (a function can return it); frame a
+    /// borrowed view with `x.view().sliding_windows(..)`. The result has a
+    /// dynamic rank (fix it with [`TensorRef::into_rank`]).
+    ///
+    /// The windows share elements where `step < window`, so the result is
+    /// read-only everywhere: [`is_read_only`](Self::is_read_only) is true,
+    /// and returned to Python it is exported read-only (there is no
+    /// `TensorMut` version: two indices of it reach one element).
+    ///
+    /// ```
+    /// # use dlcast_runtime::{TensorRef, ViewError};
+    /// let signal = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    /// let x = TensorRef::<f32, 1>::from_slice(&signal, &[7])?;
+    /// let frames = x.view().sliding_windows(0, 3, 2)?.into_rank::<2>()?;
+    /// assert_eq!(frames.dims(), [3, 3]); // starts 0, 2, 4
+    /// assert_eq!(frames.stride_array(), [2, 1]);
+    /// assert_eq!(frames.get([2, 1])?, 5.0);
+    /// assert_eq!(frames.data_ptr(), x.data_ptr()); // no copy
+    /// assert!(x.view().sliding_windows(0, 8, 1).is_err()); // longer than the axis
+    /// # Ok::<(), ViewError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ViewErrorKind::Axes`] if `axis >= ndim()`;
+    /// [`ViewErrorKind::Window`] if `window` is 0 or longer than the axis,
+    /// or `step` is 0; [`ViewErrorKind::Overflow`] if the result would
+    /// hold more elements than `usize` counts (long windows of a broadcast
+    /// axis).
+    pub fn sliding_windows(
+        mut self,
+        axis: usize,
+        window: usize,
+        step: usize,
+    ) -> Result<TensorRef<'a, T>, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .sliding_windows(axis, window, step)
+            .map_err(|k| origin.error("sliding_windows", k))?;
+        Ok(self.with_rank())
+    }
+
     /// Address of element 0 (the producer's `data` plus `byte_offset`).
     /// It may be unaligned, and for non-CPU devices it is a device address;
     /// for a device whose `data` is an opaque handle (OpenCL, Vulkan,

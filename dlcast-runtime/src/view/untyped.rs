@@ -54,6 +54,25 @@ impl<'a> TensorDyn<'a> {
         Ok(self)
     }
 
+    /// Overlapping windows of `window` elements along `axis`, one every
+    /// `step`, without a copy; read-only (see
+    /// [`TensorRef::sliding_windows`]).
+    ///
+    /// # Errors
+    /// As [`TensorRef::sliding_windows`].
+    pub fn sliding_windows(
+        mut self,
+        axis: usize,
+        window: usize,
+        step: usize,
+    ) -> Result<Self, ViewError> {
+        let origin = self.origin;
+        self.raw
+            .sliding_windows(axis, window, step)
+            .map_err(|k| origin.error("sliding_windows", k))?;
+        Ok(self)
+    }
+
     /// Address of element 0 (`data + byte_offset`), untyped; the handle
     /// itself where `data` is one (see [`TensorDyn::byte_offset`]).
     pub fn data_ptr(&self) -> *const u8 {
