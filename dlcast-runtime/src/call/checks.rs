@@ -7,7 +7,7 @@ use super::Binding;
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{CallError, ImportRefusal, NotInPlace, WhyNot};
+use crate::error::{CallError, ImportRefusal, NoCopy, NotInPlace, WhyNot};
 use crate::import::{self, ImportError, ImportPath, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};
@@ -460,9 +460,10 @@ impl Who {
         .into()
     }
 
-    /// The refusal of a writable parameter's argument that NumPy reads but
-    /// dlcast cannot read in place (`refused`: the producer's
-    /// `BufferError`, kept as the `__cause__`): a `TypeError` naming why
+    /// The refusal of an argument that NumPy reads but dlcast cannot read in
+    /// place, for a parameter that does not convert it (`because`; `refused`:
+    /// the producer's `BufferError`, kept as the `__cause__`): a `TypeError`
+    /// naming why
     /// (byte order, dtype, strides), from the attributes of NumPy's array of
     /// it; `refused` itself where none of them is why. Call it only for NumPy's
     /// own arrays and buffer-protocol objects (`numpy.asarray` runs no other
@@ -474,6 +475,7 @@ impl Who {
         param: &ParamSpec,
         obj: &Bound<'_, PyAny>,
         refused: PyErr,
+        because: NoCopy,
     ) -> PyErr {
         let py = obj.py();
         let arr = py
@@ -490,6 +492,7 @@ impl Who {
             func: self.spec.name,
             param: param.name,
             why,
+            because,
             cause: refused,
         }
         .into()

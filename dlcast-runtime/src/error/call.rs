@@ -133,17 +133,14 @@ pub(crate) enum CallError {
         how: &'static str,
     },
     /// `TypeError` (its `__cause__` the producer's refusal): an array NumPy
-    /// reads but dlcast cannot read in place (`why`), for a writable
-    /// parameter, which never converts.
-    #[error(
-        "{func}(): argument '{param}': {why}; a writable parameter never converts (writes \
-         into a converted copy would be lost): {}",
-        why.fix()
-    )]
+    /// reads but dlcast cannot read in place (`why`), for a parameter that
+    /// does not convert it (`because`: a writable one never does).
+    #[error("{func}(): argument '{param}': {why}; {because}: {}", why.fix(*because))]
     NotInPlace {
         func: &'static str,
         param: &'static str,
         why: NotInPlace,
+        because: NoCopy,
         cause: PyErr,
     },
     /// `TypeError`: a writable array whose strides may reach one element
@@ -402,19 +399,53 @@ pub(crate) enum NotInPlace {
 }
 
 impl NotInPlace {
-    /// What the caller can pass instead.
-    fn fix(&self) -> &'static str {
-        match self {
+    /// What the caller can pass instead (a writable parameter: and copy
+    /// back; one that does not convert: or let it convert).
+    fn fix(&self, because: NoCopy) -> String {
+        let pass = match self {
             NotInPlace::ByteOrder(_) => {
-                "pass an array in native byte order, e.g. \
-                 y = x.astype(x.dtype.newbyteorder(\"=\")), then copy y back into x"
+                "pass an array in native byte order, e.g. y = x.astype(x.dtype.newbyteorder(\"=\"))"
             }
-            NotInPlace::DType(_) => "pass an array of the parameter's dtype",
+            NotInPlace::DType(_) if matches!(because, NoCopy::Untyped) => {
+                return "pass an array of a numeric dtype".to_owned();
+            }
+            NotInPlace::DType(_) => return "pass an array of the parameter's dtype".to_owned(),
             NotInPlace::Strides { .. } => {
-                "pass a compact copy, e.g. y = numpy.ascontiguousarray(x), then copy y back \
-                 into x"
+                "pass a compact copy, e.g. y = numpy.ascontiguousarray(x)"
             }
+        };
+        match because {
+            NoCopy::Writable => format!("{pass}, then copy y back into x"),
+            NoCopy::NoConvert => format!("{pass}, or remove noconvert so that it converts"),
+            NoCopy::Untyped => pass.to_owned(),
         }
+    }
+}
+
+/// Why a parameter reads an argument only in place (for
+/// [`CallError::NotInPlace`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NoCopy {
+    /// Writable: writes into a converted copy would be lost.
+    Writable,
+    /// Read-only, typed, but `#[noconvert]` (on it or its function).
+    NoConvert,
+    /// Untyped or dtype-generic: no element type to convert to.
+    Untyped,
+}
+
+impl fmt::Display for NoCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NoCopy::Writable => {
+                "a writable parameter never converts (writes into a converted copy would be lost)"
+            }
+            NoCopy::NoConvert => "the parameter does not convert (noconvert)",
+            NoCopy::Untyped => {
+                "an untyped or dtype-generic parameter reads arrays only in place (it has no \
+                 element type to convert to)"
+            }
+        })
     }
 }
 

@@ -169,18 +169,27 @@ pub(crate) enum ExportError {
         device: Device,
         why: String,
     },
-    /// `TypeError`: `max_version` that is not a pair of integers.
-    #[error("max_version must be a tuple (major, minor) of two integers")]
-    MaxVersion,
+    /// `TypeError`: `max_version` that is not a pair of integers (what it
+    /// was, for the message).
+    #[error(
+        "__dlpack__(): max_version must be None or a tuple (major, minor) of two integers, got {0}"
+    )]
+    MaxVersion(String),
     /// `TypeError`: `stream` that is not an integer.
-    #[error("stream must be None or an integer")]
-    StreamType,
+    #[error("__dlpack__(): stream must be None or an integer, got {0}")]
+    StreamType(String),
+    /// `TypeError`: `copy` that is not a bool.
+    #[error("__dlpack__(): copy must be None, True or False, got {0}")]
+    CopyType(String),
     /// An integer `stream` beyond 64 bits, which no device takes.
     #[error("stream={stream} is not supported for an array on {device} (not a 64-bit integer)")]
     StreamRange { stream: String, device: Device },
     /// `TypeError`: `dl_device` that is not a pair of integers.
-    #[error("dl_device must be None or a tuple (device_type, device_id) of two integers")]
-    DlDeviceType,
+    #[error(
+        "__dlpack__(): dl_device must be None or a tuple (device_type, device_id) of two \
+         integers, got {0}"
+    )]
+    DlDeviceType(String),
     /// `dl_device` other than the array's (the integers as given).
     #[error("cannot export an array on {device} to device ({device_type}, {device_id})")]
     OtherDevice {
@@ -411,9 +420,11 @@ impl From<ExportError> for PyErr {
             | E::InvalidElement { .. }
             | E::InvalidElementAt { .. }
             | E::Parts(_) => PyValueError::new_err(msg),
-            E::MaxVersion | E::StreamType | E::DlDeviceType | E::LenOfScalar => {
-                PyTypeError::new_err(msg)
-            }
+            E::MaxVersion(_)
+            | E::StreamType(_)
+            | E::CopyType(_)
+            | E::DlDeviceType(_)
+            | E::LenOfScalar => PyTypeError::new_err(msg),
             E::IndexRank { .. } | E::IndexBounds { .. } => PyIndexError::new_err(msg),
             _ => PyBufferError::new_err(msg),
         }
