@@ -83,8 +83,11 @@ def test_items_of_a_tuple_and_the_first_required_argument():
 
 
 def test_an_argument_of_no_framework_gives_numpy():
-    # A buffer (`bytes`) belongs to no framework: NumPy, as without arrays.
-    out = ext.fh_first_n(np.arange(3.0).tobytes(), 3)
+    # A buffer (`array.array`) belongs to no framework: NumPy, as without
+    # arrays.
+    import array
+
+    out = ext.fh_first_n(array.array("d", [0.0, 1.0, 2.0]), 3)
     assert isinstance(out, np.ndarray)
 
 

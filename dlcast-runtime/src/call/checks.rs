@@ -415,6 +415,19 @@ impl Who {
             })
             .into();
         }
+        // Raw bytes (a buffer-protocol object of format `B`: `bytes`,
+        // `bytearray`, `mmap`, ...) are not numbers of another type: a
+        // `wave.readframes()` read as byte values would compute silently
+        // on the wrong numbers. Refused with both explicit ways to ask.
+        if !dtype_ok && raw.path == ImportPath::Buffer && raw.dtype == DType::UINT8 {
+            return PyErr::from(CallError::RawBytes {
+                func: self.spec.name,
+                param: param.name,
+                want,
+                converts: !writable && param.convert,
+            })
+            .into();
+        }
         let what = if dtype_ok {
             format!(
                 "expected a {} array, got shape {} with strides {}",

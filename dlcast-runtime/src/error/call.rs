@@ -84,6 +84,28 @@ pub(crate) enum CallError {
         want: DType,
         got: DType,
     },
+    /// `TypeError`: raw bytes (a buffer of unsigned bytes: `bytes`,
+    /// `bytearray`, ...) for a parameter of another element type. Bytes
+    /// are never converted: whether they hold numbers of `want` or byte
+    /// values to convert is the caller's to say (`converts`: whether the
+    /// parameter would convert a typed uint8 array, the second way).
+    #[error(
+        "{func}(): argument '{param}': expected dtype {want}, got raw bytes (a buffer of \
+         unsigned bytes: bytes, bytearray, mmap, array('B'), a memoryview of one), which \
+         dlcast never converts: pass numpy.frombuffer(b, dtype=\"{want}\") to read them as \
+         {want} values{}",
+        if *converts {
+            ", or numpy.frombuffer(b, dtype=\"uint8\") to convert each byte's value"
+        } else {
+            ""
+        }
+    )]
+    RawBytes {
+        func: &'static str,
+        param: &'static str,
+        want: DType,
+        converts: bool,
+    },
     /// `TypeError`: a dtype, order or alignment that does not fit (`what`),
     /// where no conversion applies (`why_not`).
     #[error("{func}(): argument '{param}': {what}{why_not}")]
