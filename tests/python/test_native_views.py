@@ -535,8 +535,8 @@ def test_exported_views_keep_their_writability():
     ro = np.arange(4.0)
     ro.flags.writeable = False
     b = bytes(32)
-    for origin in (ro, np.frombuffer(b, np.float64), jnp.arange(4.0),
-                   torch.ones(4, dtype=torch.float64, requires_grad=True)):
+    g = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    for origin in (ro, np.frombuffer(b, np.float64), jnp.arange(4.0), t.identity(g)):
         view = t.acc_reshape(origin, [4])
         with pytest.raises(TypeError, match="read-only"):
             t.slice_fill(view, 9.0)

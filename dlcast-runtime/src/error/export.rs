@@ -299,14 +299,17 @@ pub(crate) enum ExportError {
     /// A view of a PyTorch tensor that requires grad (exported read-only,
     /// since writes through it would bypass autograd), for a framework
     /// without read-only tensors.
+    /// `how`: `returns = torch`, or the default return (which refuses
+    /// this too, rather than hand back a read-only `dlcast.Array` whose
+    /// first write fails far from here).
     #[error(
-        "returns = {option}: the array is a view of a tensor that requires grad \
+        "{how}: the array is a view of a tensor that requires grad \
          (x.requires_grad is True), and {name} has no read-only tensors: writes through the \
          returned view would bypass autograd. Pass x.detach() to return a view of its data, \
          or return a copy (e.g. Tensor::from_vec(view.to_vec()?, view.shape()))"
     )]
     RequiresGrad {
-        option: &'static str,
+        how: &'static str,
         name: &'static str,
     },
     /// A negative stride, for a framework without them.

@@ -104,7 +104,7 @@ fn layout_for<'py>(array: &Bound<'py, Array>, f: &FrameworkFacts) -> PyResult<Bo
     let e = &array.get().inner;
     if f.read_only == ReadOnly::Refused && e.requires_grad {
         return Err(ExportError::RequiresGrad {
-            option: f.option,
+            how: f.returns,
             name: f.name,
         }
         .into());
@@ -367,10 +367,23 @@ pub fn into_py_default<'py, R: IntoPyObject<'py>>(
 }
 
 /// [`convert_result`] for [`into_py_default`]: a refused hand-over keeps
-/// the `dlcast.Array` (only `Exception`s: an interrupt still propagates).
+/// the `dlcast.Array` (only `Exception`s: an interrupt still propagates),
+/// except for a view of a tensor that requires grad going to a framework
+/// without read-only tensors (PyTorch): that raises as under `returns =
+/// torch`, naming `x.detach()`. A read-only `dlcast.Array` in its place
+/// would fail only at its first in-place write, far from the call; a
+/// writable tensor would let writes bypass autograd.
 fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
     let py = out.py();
+    let f = fw.facts();
     let mut hand = |array: &Bound<'py, Array>| -> PyResult<Bound<'py, PyAny>> {
+        if f.read_only == ReadOnly::Refused && array.get().inner.requires_grad {
+            return Err(ExportError::RequiresGrad {
+                how: "the default return (like the first array argument)",
+                name: f.name,
+            }
+            .into());
+        }
         match fw.convert(array) {
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
                 Ok(array.clone().into_any())
