@@ -400,7 +400,7 @@ fn passthrough_f64_c(#[order(c)] x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
 #[dlpack_fn]
 #[pyfunction]
 fn view_and_copy(x: TensorRef<'_, f64>) -> PyResult<(Tensor<f64>, TensorRef<'_, f64>)> {
-    Ok((Tensor::from_vec(x.to_vec()?, &x.shape())?, x))
+    Ok((Tensor::from_vec(x.to_vec()?, x.shape())?, x))
 }
 
 /// The same, in a list, handed to `x`'s framework (`returns = like(x)`).
