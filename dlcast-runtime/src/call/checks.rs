@@ -497,6 +497,12 @@ impl Who {
         // Any other refusal (the borrow registry's, rust-numpy's) stands;
         // an interrupt raised meanwhile propagates.
         let why = match arr.and_then(|a| why_not_in_place(&a)) {
+            // A dtype NumPy cannot export (object, ml_dtypes' bfloat16 and
+            // float8) is no fault of a read-only parameter's: NumPy's
+            // refusal stands there (the README's BufferError).
+            Ok(Some(NotInPlace::DType(_))) if !matches!(because, NoCopy::Writable) => {
+                return refused
+            }
             Ok(Some(why)) => why,
             Err(e) if no_fault_of_argument(py, &e) => return e,
             _ => return refused,

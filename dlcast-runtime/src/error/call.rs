@@ -428,9 +428,6 @@ impl NotInPlace {
             NotInPlace::ByteOrder(_) => {
                 "pass an array in native byte order, e.g. y = x.astype(x.dtype.newbyteorder(\"=\"))"
             }
-            NotInPlace::DType(_) if matches!(because, NoCopy::Untyped) => {
-                return "pass an array of a numeric dtype".to_owned();
-            }
             NotInPlace::DType(_) => return "pass an array of the parameter's dtype".to_owned(),
             NotInPlace::Strides { .. } => {
                 "pass a compact copy, e.g. y = numpy.ascontiguousarray(x)"
