@@ -962,6 +962,25 @@ impl<const N: usize> CallCx<N> {
             dtype.name().unwrap_or("?"),
         );
         let from = obj.getattr(pyo3::intern!(py, "dtype"))?;
+        // Raw bytes that dlcast did not read itself (a buffer of format `B`
+        // with suboffsets; any buffer but bytes and bytearray below
+        // abi3-py311) are refused here as where dlcast reads them (see
+        // `checks::mismatch`): never converted as byte values.
+        if buffer
+            && dtype != crate::dtype::DType::UINT8
+            && from
+                .getattr(pyo3::intern!(py, "char"))
+                .and_then(|c| c.extract::<pyo3::pybacked::PyBackedStr>())
+                .is_ok_and(|c| &*c == "B")
+        {
+            return Err(CallError::RawBytes {
+                func: self.spec.name,
+                param: param.name,
+                want: dtype,
+                converts: true,
+            }
+            .into());
+        }
         let kwargs = pyo3::types::PyDict::new(py);
         kwargs.set_item("casting", "same_kind")?;
         let castable = np
