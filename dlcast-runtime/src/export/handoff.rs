@@ -355,7 +355,9 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
 /// exported array goes to `like` (the first array argument's framework),
 /// or to NumPy where that is `None`; an array that framework does not take
 /// (read-only data for PyTorch, device memory for NumPy, NumPy not
-/// installed) stays a `dlcast.Array`, so the default never fails a call.
+/// installed) stays a `dlcast.Array`, so the default fails a call only for
+/// a view of a tensor that requires grad going back to PyTorch (see
+/// [`convert_default`]).
 #[doc(hidden)]
 pub fn into_py_default<'py, R: IntoPyObject<'py>>(
     py: Python<'py>,
