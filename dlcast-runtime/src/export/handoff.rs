@@ -357,7 +357,7 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
 /// (read-only data for PyTorch, device memory for NumPy, NumPy not
 /// installed) stays a `dlcast.Array`, so the default fails a call only for
 /// a view of a tensor that requires grad going back to PyTorch (see
-/// [`convert_default`]).
+/// `convert_default`).
 #[doc(hidden)]
 pub fn into_py_default<'py, R: IntoPyObject<'py>>(
     py: Python<'py>,
