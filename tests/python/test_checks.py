@@ -309,6 +309,77 @@ def test_typed_views_get_aligned_memory_at_the_boundary(make):
     assert ext.values(x) == [0.0, 1.0, 2.0, 3.0]
 
 
+# Every argument NumPy reads but dlcast cannot read in place, for a
+# read-only parameter that does not convert it: (function, argument, what
+# the message names, the fix it gives). One exception type for all, the
+# README table's TypeError, as for a writable parameter.
+IN_PLACE_ONLY_REFUSALS = {
+    "byte order, #[noconvert] slice": (
+        "slice_sum_nc", lambda: np.zeros(4, ">f8"),
+        r"byte order is not the machine's \(dtype >f8\)",
+        r"the parameter does not convert \(noconvert\): .*newbyteorder\(\"=\"\).*remove noconvert"),
+    "byte order, #[noconvert] ndarray view": (
+        "nd2_sum_nc", lambda: np.zeros((2, 3), ">f8"), "byte order", "remove noconvert"),
+    "byte order, noconvert on the function": (
+        "strict_pair", lambda: np.zeros(4, ">f4"), r"\(dtype >f4\)", "remove noconvert"),
+    "byte order, a buffer, #[noconvert]": (
+        "slice_sum_nc", lambda: memoryview(np.zeros(4, ">f8")), r"\(dtype >f8\)", "remove noconvert"),
+    "byte order, untyped": (
+        "values", lambda: np.zeros(4, ">f8"), r"\(dtype >f8\)",
+        r"untyped or dtype-generic parameter reads arrays only in place.*newbyteorder"),
+    "strides not whole elements, #[noconvert]": (
+        "slice_sum_nc", lambda: _packed_field(4), r"strides \(9,\) \(bytes\) are not whole elements",
+        r"numpy\.ascontiguousarray\(x\), or remove noconvert"),
+}
+
+
+def _call_in_place_only(fn, x):
+    f = getattr(ext, fn)
+    return f(x, np.zeros(4, np.float32)) if fn == "strict_pair" else f(x)
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE_ONLY_REFUSALS))
+def test_every_refusal_of_a_parameter_that_does_not_convert_is_a_type_error_with_the_fix(case):
+    fn, make, cause, fix = IN_PLACE_ONLY_REFUSALS[case]
+    with pytest.raises(TypeError, match=rf"^{fn}\(\): argument 'x': .*{cause}.*; .*{fix}") as info:
+        _call_in_place_only(fn, make())
+    # The producer's refusal (NumPy's, or the buffer's) is the cause.
+    assert isinstance(info.value.__cause__, BufferError)
+    # What the message says to pass is taken.
+    if "byte order" in case:
+        x = make()
+        x = np.asarray(x)
+        _call_in_place_only(fn, x.astype(x.dtype.newbyteorder("=")))
+
+
+def test_a_dtype_numpy_cannot_export_keeps_numpys_refusal_for_a_read_only_parameter():
+    # Not a fact of layout the caller can fix for this parameter: NumPy's
+    # BufferError, as the README's float8 section says.
+    import ml_dtypes
+
+    for x in (np.zeros(4, object), np.ones(4, ml_dtypes.bfloat16)):
+        with pytest.raises(BufferError, match=r"^values\(\): argument 'x': the producer's __dlpack__\(\) raised"):
+            ext.values(x)
+
+
+@pytest.mark.hostile
+def test_a_subclass_claiming_native_byte_order_is_refused_by_its_real_order():
+    """The refusal comes from NumPy's own array of the argument, not from the
+    argument's attributes: a subclass whose `dtype` says native order is
+    still refused (never read as garbage), and the message names `>f8`."""
+
+    class Liar(np.ndarray):
+        @property
+        def dtype(self):
+            return np.dtype("<f8")
+
+    x = np.arange(4.0).astype(">f8").view(Liar)
+    with pytest.raises(TypeError, match=r"^slice_sum_nc\(\): argument 'x': .*\(dtype >f8\)"):
+        ext.slice_sum_nc(x)
+    # A converting parameter reads its values (converted), not the bytes.
+    assert ext.slice_f64(x) == [0.0, 1.0, 2.0, 3.0]
+
+
 def _readme():
     """README.md and the guide (guide/src), line breaks and indentation
     folded to spaces."""
@@ -331,6 +402,11 @@ README_CLAIMS = {
         r"\| an argument a writable parameter cannot take in place [^|]*\| `(\w+)`",
         [(lambda make=make, fn=fn: getattr(ext, fn)(make(), 2.0)) for fn, make, _ in
          WRITABLE_REFUSALS.values()],
+    ),
+    "a parameter that does not convert, given what it cannot read in place": (
+        r"\| shape, dtype, device, order, [^|]*\| `(\w+)`",
+        [(lambda make=make, fn=fn: _call_in_place_only(fn, make())) for fn, make, _, _ in
+         IN_PLACE_ONLY_REFUSALS.values()],
     ),
     "alignment": (
         r"\| host memory not aligned for a typed view's element type [^|]*\| `(\w+)`",

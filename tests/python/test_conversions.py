@@ -5,6 +5,7 @@ read memory it did not check.
 """
 
 import array
+import sys
 
 import array_api_strict as xp
 import jax.numpy as jnp
@@ -118,11 +119,111 @@ def test_torch_tensor_with_grad_converts_detached():
     assert t.grad is None and t.dtype == torch.float64
 
 
+def _mmap_of(data):
+    import mmap
+
+    m = mmap.mmap(-1, len(data))
+    m.write(data)
+    return m
+
+
+class _BytesBuffer:
+    """A Python exporter (PEP 688 `__buffer__`) whose buffer is `B`."""
+
+    def __init__(self, data):
+        self.data = bytearray(data)
+
+    def __buffer__(self, flags):
+        return memoryview(self.data)
+
+
+class _Bytes(bytes):
+    pass
+
+
+# Raw bytes: what reaches dlcast through the buffer protocol with format
+# `B` (unsigned bytes, or no format at all). Each holds the float32 bytes of
+# [1.0, 2.0].
+_F32 = np.array([1.0, 2.0], np.float32).tobytes()
+RAW_BYTES = {
+    "bytes": lambda: _F32,
+    "bytearray": lambda: bytearray(_F32),
+    "memoryview of bytes": lambda: memoryview(_F32),
+    "memoryview of a NumPy uint8 array": lambda: memoryview(np.frombuffer(_F32, np.uint8)),
+    "array('B')": lambda: array.array("B", _F32),
+    "mmap": lambda: _mmap_of(_F32),
+    "ctypes ubyte array": lambda: (__import__("ctypes").c_ubyte * 8).from_buffer_copy(_F32),
+    "bytes subclass": lambda: _Bytes(_F32),
+}
+if sys.version_info >= (3, 12):
+    RAW_BYTES["__buffer__ of format B"] = lambda: _BytesBuffer(_F32)
+
+
+@pytest.mark.parametrize("kind", sorted(RAW_BYTES))
+def test_raw_bytes_are_never_converted(kind):
+    """Raw bytes given to a parameter of another element type are refused
+    (a TypeError naming both explicit ways), never read as byte values:
+    `f(wave.readframes(n))` must not compute on bytes. A `&[u8]` takes them
+    in place; `numpy.frombuffer` says which reading is meant."""
+    b = RAW_BYTES[kind]()
+    # (Below abi3-py311 dlcast reads only exact bytes and bytearray itself;
+    # the others reach NumPy's copy, refused the same way, except a bytes
+    # subclass, which NumPy reads as one string: the limited API's refusal.)
+    if not ext.BUFFER_PROTOCOL and kind == "bytes subclass":
+        with pytest.raises(BufferError, match="abi3-py311"):
+            ext.seen_f32(b)
+        return
+    with pytest.raises(TypeError, match=(
+            r"^seen_f32\(\): argument 'x': expected dtype float32, got raw bytes .*"
+            r'numpy\.frombuffer\(b, dtype="float32"\) to read them as float32 values, or '
+            r'numpy\.frombuffer\(b, dtype="uint8"\) to convert each byte\'s value$')):
+        ext.seen_f32(b)
+    # A parameter that never converts gives the first way only.
+    if ext.BUFFER_PROTOCOL or kind in ("bytes", "bytearray"):
+        with pytest.raises(TypeError, match=r'got raw bytes .*dtype="float64"\) to read them as float64 values$'):
+            ext.slice_sum_nc(b)
+    else:
+        with pytest.raises(BufferError, match="abi3-py311"):
+            ext.slice_sum_nc(b)
+    # Either way, once asked for, is taken.
+    assert ext.seen_f32(np.frombuffer(b, dtype="float32"))[3] == [1.0, 2.0]
+    assert ext.seen_f32(np.frombuffer(b, dtype="uint8"))[3] == list(map(float, _F32))
+    assert ext.u8_values(b) == _F32
+
+
+def test_raw_bytes_for_a_writable_parameter_name_the_view_that_writes_them():
+    ba = bytearray(16)
+    with pytest.raises(TypeError, match=r'^fill_f64\(\): argument \'out\': .*got raw bytes .*'
+                                        r'numpy\.frombuffer\(b, dtype="float64"\) to read them as float64 values$'):
+        ext.fill_f64(ba, 1.0)
+    assert ba == bytearray(16)
+    # The fix writes the bytearray's own memory.
+    ext.fill_f64(np.frombuffer(ba, dtype="float64"), 1.0)
+    assert np.frombuffer(ba, np.float64).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.hostile
+def test_typed_buffers_and_producers_of_uint8_are_not_raw_bytes():
+    """Only the buffer protocol's untyped bytes are raw: a buffer of another
+    format converts (a memoryview cast to signed bytes, an exporter whose
+    `B` buffer is cast to float32 is read as floats), and so do producers
+    that name their dtype (NumPy, PyTorch, a capsule), uint8 included."""
+    assert ext.seen_f32(torch.arange(3, dtype=torch.uint8))[3] == [0.0, 1.0, 2.0]
+    assert ext.seen_f32(capsule(np.arange(3, dtype=np.uint8)))[3] == [0.0, 1.0, 2.0]
+    if ext.BUFFER_PROTOCOL:  # (the limited API below 3.11 reads no memoryview)
+        signed = memoryview(_F32).cast("b")
+        assert ext.seen_f32(signed)[3] == [float(v) for v in np.frombuffer(_F32, np.int8)]
+        assert ext.seen_f32(memoryview(bytearray(_F32)).cast("f"))[3] == [1.0, 2.0]
+
+
 def test_buffers_and_other_producers_convert_through_numpy():
     import array
 
     assert ext.seen_f32(array.array("h", [1, 2, 3]))[3] == [1.0, 2.0, 3.0]
-    assert ext.seen_f32(memoryview(np.arange(3, dtype=np.uint8)))[3] == [0.0, 1.0, 2.0]
+    assert ext.seen_f32(memoryview(np.arange(3, dtype=np.int16)))[3] == [0.0, 1.0, 2.0]
+    assert ext.seen_f32(array.array("b", [1, -2]))[3] == [1.0, -2.0]
+    # NumPy's own uint8 arrays are typed: they convert.
+    assert ext.seen_f32(np.arange(3, dtype=np.uint8))[3] == [0.0, 1.0, 2.0]
     # dlcast's own exported array (no framework of its own).
     a, _ = ext.arange_default("int32", [4])
     assert ext.seen_f32(a)[3] == [0.0, 1.0, 2.0, 3.0]
@@ -527,12 +628,12 @@ def test_converted_temporaries_with_a_callback(src):
     is released; a buffer's export ends at the conversion."""
     made = {"int64": lambda: np.arange(4),
             "torch_int": lambda: torch.arange(4),
-            "buffer_int": lambda: bytearray(np.arange(4, dtype=np.int32).tobytes()),
+            "buffer_int": lambda: array.array("i", range(4)),
             "capsule_int": lambda: capsule(np.arange(4))}[src]
 
     def cb():
-        if isinstance(x, bytearray):
-            x.extend(b"\0" * 16)  # the buffer is no longer exported
+        if isinstance(x, array.array):
+            x.extend([0] * 4)  # the buffer is no longer exported
         elif isinstance(x, np.ndarray):
             x.resize(0, refcheck=False)  # frees the caller's memory
         elif isinstance(x, torch.Tensor):

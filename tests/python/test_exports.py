@@ -368,7 +368,7 @@ def test_copy_true_makes_a_real_copy_marked_copied():
     (dict(stream="x"), TypeError, "stream must be None or an integer"),
     (dict(dl_device=(2, 0)), BufferError, r"cannot export an array on cpu to device \(2, 0\)"),
     (dict(dl_device=(1, 1)), BufferError, "device"),
-    (dict(max_version=3), TypeError, "max_version must be a tuple"),
+    (dict(max_version=3), TypeError, "max_version must be None or a tuple"),
     (dict(max_version=(1,)), TypeError, "max_version"),
     (dict(copy="yes"), TypeError, "copy"),
     (dict(strem=None), TypeError, "strem"),
@@ -390,6 +390,51 @@ def test_protocol_forbidden_arguments(kwargs, exc, match):
     a, _ = ext.arange_default("float32", [2])
     with pytest.raises(exc, match=match):
         a.__dlpack__(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,named,got", [
+    (dict(max_version=("1", "0")), r"max_version must be None or a tuple \(major, minor\) of two integers",
+     r"a tuple of \(str, str\)"),
+    (dict(max_version=(1.0, 0)), "max_version", r"a tuple of \(float, int\)"),
+    (dict(max_version=[1, 0]), "max_version", "list"),
+    (dict(max_version="1.0"), "max_version", "str"),
+    (dict(dl_device=("1", 0)), r"dl_device must be None or a tuple \(device_type, device_id\) of two integers",
+     r"a tuple of \(str, int\)"),
+    (dict(dl_device=(1, None)), "dl_device", r"a tuple of \(int, NoneType\)"),
+    (dict(stream="0"), "stream must be None or an integer", "str"),
+    (dict(stream=(0,)), "stream", r"a tuple of \(int\)"),
+    (dict(copy="yes"), "copy must be None, True or False", "str"),
+    (dict(copy=1), "copy", "int"),
+])
+def test_protocol_argument_types_are_named_in_the_type_error(kwargs, named, got):
+    """A `__dlpack__` argument of the wrong type raises a `TypeError` that
+    names the argument, what it must be and what it was (its type, never
+    its `repr`)."""
+    a, _ = ext.arange_default("float32", [2])
+    with pytest.raises(TypeError, match=rf"^__dlpack__\(\): {named}.*, got {got}$"):
+        a.__dlpack__(**kwargs)
+    # Accepted spellings of the same arguments still work.
+    a.__dlpack__(max_version=(1, 0), dl_device=(1, 0), stream=None, copy=np.bool_(False))
+
+
+@pytest.mark.hostile
+def test_protocol_argument_type_errors_run_no_repr_of_the_argument():
+    """The message describes a wrong argument by type names alone: an object
+    whose `__repr__` raises, or whose `__index__` is not an integer's, is
+    still the argument's TypeError."""
+
+    class Loud:
+        def __repr__(self):
+            raise RuntimeError("repr ran")
+
+        def __index__(self):
+            return "not an int"
+
+    a, _ = ext.arange_default("float32", [2])
+    for kwargs in (dict(stream=Loud()), dict(max_version=(Loud(), 0)), dict(copy=Loud()),
+                   dict(dl_device=(Loud(), 0))):
+        with pytest.raises(TypeError, match=r"must be .*, got .*Loud"):
+            a.__dlpack__(**kwargs)
 
 
 class _RaisingIndex:

@@ -5,6 +5,8 @@ naming the function and the parameter, interrupts pass unchanged, and every
 capsule a producer made is freed exactly once.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -87,11 +89,16 @@ def test_producer_exceptions_name_the_parameter(exc_type):
 
 
 def test_real_producer_refusals():
-    # NumPy refuses byte-swapped data with BufferError.
+    # NumPy refuses byte-swapped data with BufferError: the untyped
+    # parameter's TypeError names the byte order, with NumPy's refusal
+    # (dlcast's BufferError, NumPy's as its cause) as the cause.
     swapped = np.arange(3.0).astype(">f8")
-    with pytest.raises(BufferError, match=r"argument 'x': the producer's __dlpack__\(\) raised") as info:
+    with pytest.raises(TypeError, match=r"argument 'x': the array's byte order") as info:
         ext.values(swapped)
-    assert isinstance(info.value.__cause__, BufferError)
+    refusal = info.value.__cause__
+    assert isinstance(refusal, BufferError)
+    assert re.search(r"argument 'x': the producer's __dlpack__\(\) raised", str(refusal))
+    assert isinstance(refusal.__cause__, BufferError)
     # PyTorch's __dlpack__ refuses tensors that require grad; its C exchange
     # API (the path dlcast takes for torch.Tensor) reads them, as PyTorch's
     # own C++ extensions do. A subclass that forces __dlpack__ sees the refusal.

@@ -105,13 +105,16 @@ HARMLESS = {
     "permute": "a conversion; the result is read and checked in full",
     "shape": "the target shape of a conversion, compared with the result's own",
     "dtype": "the source dtype of a conversion, for the same-kind rule's message",
+    "char": "numpy.asarray(buffer).dtype.char, whether a buffer NumPy converts is raw bytes: "
+            "refused or converted by NumPy's astype, both safe",
     # Methods of NumPy's own static `ndarray` and `memoryview` types (their
     # attributes cannot be replaced), on objects dlcast made.
     "view": "ndarray.view() of NumPy's own array, for a conversion's private view",
     "release": "memoryview.release() of dlcast's memoryview of a held buffer",
-    # The message of a writable parameter's refusal of an array NumPy reads
-    # but dlcast cannot read in place: the argument is refused whatever
-    # these say; they only word why.
+    # The message of the refusal of an array NumPy reads but dlcast cannot
+    # read in place, by a parameter that does not convert it (writable,
+    # noconvert, untyped): the argument is refused whatever these say; they
+    # only word why.
     "isnative": "numpy.asarray(x).dtype.isnative, for a refusal's message only",
     "kind": "numpy.asarray(x).dtype.kind, for a refusal's message only",
     "str": "numpy.asarray(x).dtype.str, for a refusal's message only",

@@ -170,6 +170,68 @@ def test_views_of_tensors_that_require_grad_are_exported_read_only():
     assert d[0, 0] == 5.0
 
 
+GRAD_REFUSAL = r"requires grad \(x\.requires_grad is True\).*Pass x\.detach\(\)"
+
+# Every way a view of a tensor that requires grad would come back as a
+# torch.Tensor: (call, how the message begins).
+TO_TORCH = {
+    "default return": (lambda x: t.acc_reshape(x, [6]), "the default return"),
+    "default return, in a tuple": (lambda x: ext.view_and_copy(x), "the default return"),
+    "returns = like(x), in a list": (lambda x: ext.views_like(x), "returns = torch"),
+    "returns = like(x)": (lambda x: ext.passthrough_f64(x), "returns = torch"),
+    "returns = torch": (lambda x: ext.passthrough_f64_torch(x), "returns = torch"),
+}
+
+
+@pytest.mark.parametrize("corner", sorted(TO_TORCH))
+def test_a_view_of_a_tensor_that_requires_grad_never_comes_back_as_a_tensor(corner):
+    """torch in, torch out, or an error at the call naming x.detach(): a view
+    of a tensor that requires grad is refused in every corner that would
+    make it a torch.Tensor (PyTorch has no read-only tensors, and writes
+    through it would bypass autograd), the default return included, where a
+    read-only dlcast.Array failed only at its first `.add_()`."""
+    call, how = TO_TORCH[corner]
+    w = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(BufferError, match=rf"^{how}.*{GRAD_REFUSAL}"):
+        call(w)
+    # The fix: x.detach() comes back as a writable tensor over w's memory.
+    out = call(w.detach())
+    view = [o for o in (out if isinstance(out, (tuple, list)) else [out])][-1]
+    assert type(view) is torch.Tensor and not view.requires_grad
+    view.add_(1.0)
+    assert (w.detach() == 2.0).all()
+    assert w.grad is None and w.requires_grad
+
+
+def test_frameworks_with_read_only_arrays_get_a_read_only_view_of_a_tensor_that_requires_grad():
+    """The rule is PyTorch's (and PaddlePaddle's): a framework with read-only
+    arrays gets the view read-only, never a copy."""
+    w = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    out = ext.passthrough_f64_numpy(w)
+    assert not out.flags.writeable and out.ctypes.data == w.data_ptr()
+    assert ext.identity(w).read_only
+
+
+@pytest.mark.hostile
+def test_a_subclass_hiding_requires_grad_is_refused_by_pytorchs_own_flag():
+    """Whether the view requires grad is read through TensorBase's own
+    getter: a subclass (of PyTorch's module, so the default return is
+    PyTorch) whose `requires_grad` property says False is refused all the
+    same."""
+
+    class Hiding(torch.Tensor):
+        @property
+        def requires_grad(self):
+            return False
+
+    Hiding.__module__ = "torch.hiding"
+    w = torch.ones(2, 3, dtype=torch.float64, requires_grad=True).as_subclass(Hiding)
+    assert torch._C.TensorBase.requires_grad.__get__(w) and not w.requires_grad
+    for call, how in TO_TORCH.values():
+        with pytest.raises(BufferError, match=rf"^{how}.*{GRAD_REFUSAL}"):
+            call(w)
+
+
 def test_a_refused_call_leaves_version_counters_alone():
     x = torch.ones(3, dtype=torch.float64)
     with pytest.raises(TypeError, match="share memory"):

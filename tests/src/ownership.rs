@@ -395,6 +395,21 @@ fn passthrough_f64_c(#[order(c)] x: TensorRef<'_, f64>) -> TensorRef<'_, f64> {
     x
 }
 
+/// The input itself (a view) with a fresh copy, in a tuple, returned like
+/// the first argument (no `returns = ..`).
+#[dlpack_fn]
+#[pyfunction]
+fn view_and_copy(x: TensorRef<'_, f64>) -> PyResult<(Tensor<f64>, TensorRef<'_, f64>)> {
+    Ok((Tensor::from_vec(x.to_vec()?, x.shape())?, x))
+}
+
+/// The same, in a list, handed to `x`'s framework (`returns = like(x)`).
+#[dlpack_fn(returns = like(x))]
+#[pyfunction]
+fn views_like(x: TensorDyn<'_>) -> Vec<TensorDyn<'_>> {
+    vec![x]
+}
+
 /// `0..n` as float32 (`read_only`: exported read-only) to each target.
 macro_rules! range_to {
     ($($name:ident => $fw:ident;)*) => {$(
@@ -479,6 +494,8 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         passthrough_f64_torch,
         passthrough_f64_numpy,
         passthrough_f64_c,
+        view_and_copy,
+        views_like,
         range_memoryview,
         range_mlx,
         range_paddle,

@@ -7,7 +7,7 @@ use super::Binding;
 use crate::convert::{self, ConvertError, Target};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{CallError, ImportRefusal, NotInPlace, WhyNot};
+use crate::error::{CallError, ImportRefusal, NoCopy, NotInPlace, WhyNot};
 use crate::import::{self, ImportError, ImportPath, RawTensor};
 use crate::layout;
 use crate::spec::{match_shape, FnSpec, Order, ParamSpec, TupleDisplay};
@@ -415,6 +415,19 @@ impl Who {
             })
             .into();
         }
+        // Raw bytes (a buffer-protocol object of format `B`: `bytes`,
+        // `bytearray`, `mmap`, ...) are not numbers of another type: a
+        // `wave.readframes()` read as byte values would compute silently
+        // on the wrong numbers. Refused with both explicit ways to ask.
+        if !dtype_ok && raw.path == ImportPath::Buffer && raw.dtype == DType::UINT8 {
+            return PyErr::from(CallError::RawBytes {
+                func: self.spec.name,
+                param: param.name,
+                want,
+                converts: !writable && param.convert,
+            })
+            .into();
+        }
         let what = if dtype_ok {
             format!(
                 "expected a {} array, got shape {} with strides {}",
@@ -460,9 +473,10 @@ impl Who {
         .into()
     }
 
-    /// The refusal of a writable parameter's argument that NumPy reads but
-    /// dlcast cannot read in place (`refused`: the producer's
-    /// `BufferError`, kept as the `__cause__`): a `TypeError` naming why
+    /// The refusal of an argument that NumPy reads but dlcast cannot read in
+    /// place, for a parameter that does not convert it (`because`; `refused`:
+    /// the producer's `BufferError`, kept as the `__cause__`): a `TypeError`
+    /// naming why
     /// (byte order, dtype, strides), from the attributes of NumPy's array of
     /// it; `refused` itself where none of them is why. Call it only for NumPy's
     /// own arrays and buffer-protocol objects (`numpy.asarray` runs no other
@@ -474,6 +488,7 @@ impl Who {
         param: &ParamSpec,
         obj: &Bound<'_, PyAny>,
         refused: PyErr,
+        because: NoCopy,
     ) -> PyErr {
         let py = obj.py();
         let arr = py
@@ -482,6 +497,12 @@ impl Who {
         // Any other refusal (the borrow registry's, rust-numpy's) stands;
         // an interrupt raised meanwhile propagates.
         let why = match arr.and_then(|a| why_not_in_place(&a)) {
+            // A dtype NumPy cannot export (object, ml_dtypes' bfloat16 and
+            // float8) is no fault of a read-only parameter's: NumPy's
+            // refusal stands there (the README's BufferError).
+            Ok(Some(NotInPlace::DType(_))) if !matches!(because, NoCopy::Writable) => {
+                return refused
+            }
             Ok(Some(why)) => why,
             Err(e) if no_fault_of_argument(py, &e) => return e,
             _ => return refused,
@@ -490,6 +511,7 @@ impl Who {
             func: self.spec.name,
             param: param.name,
             why,
+            because,
             cause: refused,
         }
         .into()

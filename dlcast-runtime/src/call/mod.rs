@@ -44,7 +44,7 @@ pub(crate) mod depth;
 mod fast;
 pub(crate) mod release;
 
-use crate::error::CallError;
+use crate::error::{CallError, NoCopy};
 use crate::import::numpy::NpRead;
 use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
 use checks::Refusal;
@@ -860,9 +860,9 @@ impl<const N: usize> CallCx<N> {
     /// a NumPy array (or subclass) that DLPack cannot describe (byte-swapped,
     /// strides that are not whole elements), a buffer with such a format or
     /// strides. For a typed read-only parameter that converts, a native,
-    /// aligned NumPy copy in the parameter's order; for a writable one, the
-    /// `TypeError` that says why it is not read in place; otherwise the
-    /// refusal stands.
+    /// aligned NumPy copy in the parameter's order; for one that does not
+    /// (writable, `#[noconvert]`, untyped), the `TypeError` that says why it
+    /// is not read in place; otherwise the refusal stands.
     #[cold]
     fn convert_via_numpy(
         &mut self,
@@ -877,10 +877,18 @@ impl<const N: usize> CallCx<N> {
         // A writable parameter never converts: the producer's refusal (a
         // `BufferError`) becomes the `TypeError` of every other writable
         // refusal, naming why, where NumPy reads the argument (below).
-        let writable =
-            slot.writable && refused.is_instance_of::<pyo3::exceptions::PyBufferError>(py);
+        // So does a read-only one that does not convert (`#[noconvert]`,
+        // an untyped view): the refusal is about the parameter, a
+        // `TypeError` with the fix, like a dtype that does not fit.
+        let producer_refused = refused.is_instance_of::<pyo3::exceptions::PyBufferError>(py);
         let converts = slot.dtype.is_some() && param.convert && slot.converted.is_none();
-        if !writable && (slot.writable || !converts) {
+        let in_place_only = producer_refused && slot.converted.is_none() && !converts;
+        let because = match (slot.writable, slot.dtype) {
+            (true, _) => NoCopy::Writable,
+            (false, None) => NoCopy::Untyped,
+            (false, Some(_)) => NoCopy::NoConvert,
+        };
+        if !in_place_only && (slot.writable || !converts) {
             return Err(refused);
         }
         // Only what NumPy reads without running other producers' code: its
@@ -908,8 +916,15 @@ impl<const N: usize> CallCx<N> {
         if capsule || !(ndarray_like || buffer) {
             return Err(refused);
         }
-        if writable {
-            return Err(self.not_in_place(param, obj, refused));
+        if in_place_only {
+            // Only what dlcast itself read and could not describe: a buffer
+            // it never held (the limited API below 3.11 has no buffer
+            // protocol; an exporter that raised) keeps its own refusal,
+            // which says why.
+            if !(ndarray_like || held.is_some()) {
+                return Err(refused);
+            }
+            return Err(self.not_in_place(param, obj, refused, because));
         }
         let Some(dtype) = slot.dtype else {
             return Err(refused);
@@ -950,6 +965,25 @@ impl<const N: usize> CallCx<N> {
             dtype.name().unwrap_or("?"),
         );
         let from = obj.getattr(pyo3::intern!(py, "dtype"))?;
+        // Raw bytes that dlcast did not read itself (a buffer of format `B`
+        // with suboffsets; any buffer but bytes and bytearray below
+        // abi3-py311) are refused here as where dlcast reads them (see
+        // `checks::mismatch`): never converted as byte values.
+        if buffer
+            && dtype != crate::dtype::DType::UINT8
+            && from
+                .getattr(pyo3::intern!(py, "char"))
+                .and_then(|c| c.extract::<pyo3::pybacked::PyBackedStr>())
+                .is_ok_and(|c| &*c == "B")
+        {
+            return Err(CallError::RawBytes {
+                func: self.spec.name,
+                param: param.name,
+                want: dtype,
+                converts: true,
+            }
+            .into());
+        }
         let kwargs = pyo3::types::PyDict::new(py);
         kwargs.set_item("casting", "same_kind")?;
         let castable = np

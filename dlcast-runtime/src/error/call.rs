@@ -84,6 +84,28 @@ pub(crate) enum CallError {
         want: DType,
         got: DType,
     },
+    /// `TypeError`: raw bytes (a buffer of unsigned bytes: `bytes`,
+    /// `bytearray`, ...) for a parameter of another element type. Bytes
+    /// are never converted: whether they hold numbers of `want` or byte
+    /// values to convert is the caller's to say (`converts`: whether the
+    /// parameter would convert a typed uint8 array, the second way).
+    #[error(
+        "{func}(): argument '{param}': expected dtype {want}, got raw bytes (a buffer of \
+         unsigned bytes: bytes, bytearray, mmap, array('B'), a memoryview of one), which \
+         dlcast never converts: pass numpy.frombuffer(b, dtype=\"{want}\") to read them as \
+         {want} values{}",
+        if *converts {
+            ", or numpy.frombuffer(b, dtype=\"uint8\") to convert each byte's value"
+        } else {
+            ""
+        }
+    )]
+    RawBytes {
+        func: &'static str,
+        param: &'static str,
+        want: DType,
+        converts: bool,
+    },
     /// `TypeError`: a dtype, order or alignment that does not fit (`what`),
     /// where no conversion applies (`why_not`).
     #[error("{func}(): argument '{param}': {what}{why_not}")]
@@ -133,17 +155,14 @@ pub(crate) enum CallError {
         how: &'static str,
     },
     /// `TypeError` (its `__cause__` the producer's refusal): an array NumPy
-    /// reads but dlcast cannot read in place (`why`), for a writable
-    /// parameter, which never converts.
-    #[error(
-        "{func}(): argument '{param}': {why}; a writable parameter never converts (writes \
-         into a converted copy would be lost): {}",
-        why.fix()
-    )]
+    /// reads but dlcast cannot read in place (`why`), for a parameter that
+    /// does not convert it (`because`: a writable one never does).
+    #[error("{func}(): argument '{param}': {why}; {because}: {}", why.fix(*because))]
     NotInPlace {
         func: &'static str,
         param: &'static str,
         why: NotInPlace,
+        because: NoCopy,
         cause: PyErr,
     },
     /// `TypeError`: a writable array whose strides may reach one element
@@ -402,19 +421,50 @@ pub(crate) enum NotInPlace {
 }
 
 impl NotInPlace {
-    /// What the caller can pass instead.
-    fn fix(&self) -> &'static str {
-        match self {
+    /// What the caller can pass instead (a writable parameter: and copy
+    /// back; one that does not convert: or let it convert).
+    fn fix(&self, because: NoCopy) -> String {
+        let pass = match self {
             NotInPlace::ByteOrder(_) => {
-                "pass an array in native byte order, e.g. \
-                 y = x.astype(x.dtype.newbyteorder(\"=\")), then copy y back into x"
+                "pass an array in native byte order, e.g. y = x.astype(x.dtype.newbyteorder(\"=\"))"
             }
-            NotInPlace::DType(_) => "pass an array of the parameter's dtype",
+            NotInPlace::DType(_) => return "pass an array of the parameter's dtype".to_owned(),
             NotInPlace::Strides { .. } => {
-                "pass a compact copy, e.g. y = numpy.ascontiguousarray(x), then copy y back \
-                 into x"
+                "pass a compact copy, e.g. y = numpy.ascontiguousarray(x)"
             }
+        };
+        match because {
+            NoCopy::Writable => format!("{pass}, then copy y back into x"),
+            NoCopy::NoConvert => format!("{pass}, or remove noconvert so that it converts"),
+            NoCopy::Untyped => pass.to_owned(),
         }
+    }
+}
+
+/// Why a parameter reads an argument only in place (for
+/// [`CallError::NotInPlace`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NoCopy {
+    /// Writable: writes into a converted copy would be lost.
+    Writable,
+    /// Read-only, typed, but `#[noconvert]` (on it or its function).
+    NoConvert,
+    /// Untyped or dtype-generic: no element type to convert to.
+    Untyped,
+}
+
+impl fmt::Display for NoCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NoCopy::Writable => {
+                "a writable parameter never converts (writes into a converted copy would be lost)"
+            }
+            NoCopy::NoConvert => "the parameter does not convert (noconvert)",
+            NoCopy::Untyped => {
+                "an untyped or dtype-generic parameter reads arrays only in place (it has no \
+                 element type to convert to)"
+            }
+        })
     }
 }
 

@@ -181,18 +181,27 @@ pub(crate) enum ExportError {
         device: Device,
         why: String,
     },
-    /// `TypeError`: `max_version` that is not a pair of integers.
-    #[error("max_version must be a tuple (major, minor) of two integers")]
-    MaxVersion,
+    /// `TypeError`: `max_version` that is not a pair of integers (what it
+    /// was, for the message).
+    #[error(
+        "__dlpack__(): max_version must be None or a tuple (major, minor) of two integers, got {0}"
+    )]
+    MaxVersion(String),
     /// `TypeError`: `stream` that is not an integer.
-    #[error("stream must be None or an integer")]
-    StreamType,
+    #[error("__dlpack__(): stream must be None or an integer, got {0}")]
+    StreamType(String),
+    /// `TypeError`: `copy` that is not a bool.
+    #[error("__dlpack__(): copy must be None, True or False, got {0}")]
+    CopyType(String),
     /// An integer `stream` beyond 64 bits, which no device takes.
     #[error("stream={stream} is not supported for an array on {device} (not a 64-bit integer)")]
     StreamRange { stream: String, device: Device },
     /// `TypeError`: `dl_device` that is not a pair of integers.
-    #[error("dl_device must be None or a tuple (device_type, device_id) of two integers")]
-    DlDeviceType,
+    #[error(
+        "__dlpack__(): dl_device must be None or a tuple (device_type, device_id) of two \
+         integers, got {0}"
+    )]
+    DlDeviceType(String),
     /// `dl_device` other than the array's (the integers as given).
     #[error("cannot export an array on {device} to device ({device_type}, {device_id})")]
     OtherDevice {
@@ -303,14 +312,17 @@ pub(crate) enum ExportError {
     /// A view of a PyTorch tensor that requires grad (exported read-only,
     /// since writes through it would bypass autograd), for a framework
     /// without read-only tensors.
+    /// `how`: `returns = torch`, or the default return (which refuses
+    /// this too, rather than hand back a read-only `dlcast.Array` whose
+    /// first write fails far from here).
     #[error(
-        "returns = {option}: the array is a view of a tensor that requires grad \
+        "{how}: the array is a view of a tensor that requires grad \
          (x.requires_grad is True), and {name} has no read-only tensors: writes through the \
          returned view would bypass autograd. Pass x.detach() to return a view of its data, \
          or return a copy (e.g. Tensor::from_vec(view.to_vec()?, view.shape()))"
     )]
     RequiresGrad {
-        option: &'static str,
+        how: &'static str,
         name: &'static str,
     },
     /// Read-only device memory, for a framework whose arrays are immutable
@@ -447,9 +459,11 @@ impl From<ExportError> for PyErr {
             | E::InvalidElement { .. }
             | E::InvalidElementAt { .. }
             | E::Parts(_) => PyValueError::new_err(msg),
-            E::MaxVersion | E::StreamType | E::DlDeviceType | E::LenOfScalar => {
-                PyTypeError::new_err(msg)
-            }
+            E::MaxVersion(_)
+            | E::StreamType(_)
+            | E::CopyType(_)
+            | E::DlDeviceType(_)
+            | E::LenOfScalar => PyTypeError::new_err(msg),
             E::IndexRank { .. } | E::IndexBounds { .. } => PyIndexError::new_err(msg),
             _ => PyBufferError::new_err(msg),
         }

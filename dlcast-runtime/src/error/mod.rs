@@ -34,7 +34,9 @@ mod import;
 mod registry;
 mod view;
 
-pub(crate) use call::{CallError, ConvertError, ImportRefusal, NotInPlace, Unconvertible, WhyNot};
+pub(crate) use call::{
+    CallError, ConvertError, ImportRefusal, NoCopy, NotInPlace, Unconvertible, WhyNot,
+};
 pub(crate) use export::ExportError;
 pub use export::ShapeError;
 pub(crate) use import::{ImportError, ImportFault};

@@ -307,7 +307,7 @@ fn parse_stream(this: &Exported, stream: Option<&Bound<'_, PyAny>>) -> PyResult<
     let Some(s) = stream.filter(|s| !s.is_none()) else {
         return Ok(None);
     };
-    match int_arg(s, || ExportError::StreamType.into())? {
+    match int_arg(s, || ExportError::StreamType(described(s)).into())? {
         Ok(v) => Ok(Some(v)),
         Err(_) => Err(ExportError::StreamRange {
             stream: s.to_string(),
@@ -351,14 +351,14 @@ fn int_arg(v: &Bound<'_, PyAny>, wrong: impl FnOnce() -> PyErr) -> PyResult<Resu
 /// incorrect argument), which must be the array's own device (else
 /// `BufferError`, whatever the integers, those beyond `i32` included).
 fn parse_dl_device(this: &Exported, d: &Bound<'_, PyAny>) -> PyResult<()> {
+    let wrong = || PyErr::from(ExportError::DlDeviceType(described(d)));
     let (t, id) = d
         .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
-        .map_err(|_| ExportError::DlDeviceType)?;
+        .map_err(|_| wrong())?;
     // Each an `i32`, `None` for an integer beyond it; not an integer:
     // `TypeError`.
     let int = |v: &Bound<'_, PyAny>| {
-        int_arg(v, || ExportError::DlDeviceType.into())
-            .map(|n| n.ok().and_then(|n| i32::try_from(n).ok()))
+        int_arg(v, wrong).map(|n| n.ok().and_then(|n| i32::try_from(n).ok()))
     };
     let own = (this.device.device_type, this.device.device_id);
     match (int(&t)?, int(&id)?) {
@@ -372,16 +372,47 @@ fn parse_dl_device(this: &Exported, d: &Bound<'_, PyAny>) -> PyResult<()> {
     }
 }
 
+/// Reads `copy`: `None`, `True` or `False` (what PyO3 takes for a `bool`:
+/// NumPy's `bool_` too); anything else is a `TypeError` naming `copy`.
+fn parse_copy(c: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
+    match c.filter(|c| !c.is_none()) {
+        None => Ok(None),
+        Some(c) => c
+            .extract::<bool>()
+            .map(Some)
+            .map_err(|_| ExportError::CopyType(described(c)).into()),
+    }
+}
+
+/// A wrong argument of `__dlpack__`, for its `TypeError`: its type's name,
+/// and for a tuple the names of its items' types (`a tuple of (str,
+/// str)`). Reads type names only: no `__repr__` of the caller's runs.
+fn described(v: &Bound<'_, PyAny>) -> String {
+    let name = |v: &Bound<'_, PyAny>| {
+        v.get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+    };
+    match v.cast::<PyTuple>() {
+        Ok(t) => {
+            let items: Vec<String> = t.iter().map(|i| name(&i)).collect();
+            format!("a tuple of ({})", items.join(", "))
+        }
+        Err(_) => name(v),
+    }
+}
+
 /// Reads `max_version` as the standard defines it: a `(major, minor)` tuple.
 /// Whether it asks for a versioned capsule (a major of at least 1, however
 /// large; the minor, any integer, says nothing more here).
 fn parse_version(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let wrong = || PyErr::from(ExportError::MaxVersion(described(v)));
     let (major, minor) = v
         .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
-        .map_err(|_| PyErr::from(ExportError::MaxVersion))?;
-    let major = int_arg(&major, || ExportError::MaxVersion.into())?;
+        .map_err(|_| wrong())?;
+    let major = int_arg(&major, wrong)?;
     // The minor: any integer (only its type is checked).
-    let _ = int_arg(&minor, || ExportError::MaxVersion.into())?;
+    let _ = int_arg(&minor, wrong)?;
     Ok(match major {
         Ok(n) => n >= 1,
         Err(positive) => positive,
@@ -417,11 +448,12 @@ impl Array {
         stream: Option<&Bound<'_, PyAny>>,
         max_version: Option<&Bound<'_, PyAny>>,
         dl_device: Option<&Bound<'_, PyAny>>,
-        copy: Option<bool>,
+        copy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let this = &slf.get().inner;
         let stream = parse_stream(this, stream)?;
+        let copy = parse_copy(copy)?;
         if let Some(d) = dl_device.filter(|d| !d.is_none()) {
             parse_dl_device(this, d)?;
         }

@@ -128,7 +128,7 @@ fn layout_for<'py>(
     let e = &array.get().inner;
     if f.read_only == ReadOnly::Refused && e.requires_grad {
         return Err(ExportError::RequiresGrad {
-            option: f.option,
+            how: f.returns,
             name: f.name,
         }
         .into());
@@ -397,7 +397,9 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
 /// exported array goes to `like` (the first array argument's framework),
 /// or to NumPy where that is `None`; an array that framework does not take
 /// (read-only data for PyTorch, device memory for NumPy, NumPy not
-/// installed) stays a `dlcast.Array`, so the default never fails a call.
+/// installed) stays a `dlcast.Array`, so the default fails a call only for
+/// a view of a tensor that requires grad going back to PyTorch (see
+/// `convert_default`).
 #[doc(hidden)]
 pub fn into_py_default<'py, R: IntoPyObject<'py>>(
     py: Python<'py>,
@@ -409,10 +411,23 @@ pub fn into_py_default<'py, R: IntoPyObject<'py>>(
 }
 
 /// [`convert_result`] for [`into_py_default`]: a refused hand-over keeps
-/// the `dlcast.Array` (only `Exception`s: an interrupt still propagates).
+/// the `dlcast.Array` (only `Exception`s: an interrupt still propagates),
+/// except for a view of a tensor that requires grad going to a framework
+/// without read-only tensors (PyTorch): that raises as under `returns =
+/// torch`, naming `x.detach()`. A read-only `dlcast.Array` in its place
+/// would fail only at its first in-place write, far from the call; a
+/// writable tensor would let writes bypass autograd.
 fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
     let py = out.py();
+    let f = fw.facts();
     let mut hand = |array: &Bound<'py, Array>| -> PyResult<Bound<'py, PyAny>> {
+        if f.read_only == ReadOnly::Refused && array.get().inner.requires_grad {
+            return Err(ExportError::RequiresGrad {
+                how: "the default return (like the first array argument)",
+                name: f.name,
+            }
+            .into());
+        }
         match fw.convert(array) {
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
                 Ok(array.clone().into_any())
