@@ -414,8 +414,9 @@ README_CLAIMS = {
          lambda: ext.strict_pair(_misaligned(4, np.float32), np.zeros(4, np.float32))],
     ),
     "returns = torch of a view of a tensor that requires grad": (
-        r"`returns = torch` of a read-only view raises `(\w+)` saying so \(for a view of a "
-        r"tensor that requires grad, naming `requires_grad` and `x.detach\(\)`\)",
+        r"A view of a tensor that\s+requires grad never comes back as a `torch.Tensor`: the default "
+        r"return\s+for a PyTorch argument, `returns = torch`, `returns = like\(x\)` and items\s+"
+        r"of returned tuples and lists raise `(\w+)` naming `requires_grad`",
         [lambda: ext.passthrough_f64(torch.ones(2, dtype=torch.float64, requires_grad=True)),
          lambda: ext.transposed(torch.ones(2, 2, requires_grad=True))],
     ),
