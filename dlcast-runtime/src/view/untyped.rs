@@ -14,7 +14,6 @@ pub struct TensorDyn<'a> {
     pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
-    pub(super) _gil: StaysWithTheGil,
 }
 
 /// A writable view whose element type is read at run time.
@@ -22,7 +21,6 @@ pub struct TensorDynMut<'a> {
     pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
-    pub(super) _gil: StaysWithTheGil,
 }
 
 impl<'a> TensorDyn<'a> {
@@ -67,7 +65,6 @@ impl<'a> TensorDyn<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 
@@ -146,7 +143,6 @@ impl<'a> TensorDynMut<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 
@@ -157,7 +153,6 @@ impl<'a> TensorDynMut<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 
