@@ -234,7 +234,36 @@ fn checked_handle_len(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(v.dims()[0])
 }
 
+// The guide's example of a stored array (guide/src/ownership.md, "Keeping
+// an array beyond the call"), word for word (tests/python/test_guide.py
+// checks it), behind the guide's Python session.
+
+/// `weights @ x` for points `x` of 3 coordinates; `weights` is `(n, 3)`.
+#[pyclass]
+struct Projection {
+    weights: ArrayHandle<f32, 2>,
+}
+
+#[dlcast::pymethods]
+impl Projection {
+    #[new]
+    fn new(#[shape(n, 3)] weights: ArrayHandle<f32, 2>) -> Self {
+        Projection { weights }
+    }
+
+    /// The weights as they are now, applied to `x` (like `x`).
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        #[shape(3)] x: TensorRef<'_, f32, 1>,
+    ) -> PyResult<Tensor<f32>> {
+        let w = self.weights.borrow(py)?;
+        Ok(Tensor::from(w.as_array()?.dot(&x.as_array()?)))
+    }
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Projection>()?;
     m.add_class::<Stored>()?;
     m.add_class::<StoredMatrix>()?;
     m.add_function(wrap_pyfunction!(checked_handle_len, m)?)?;
