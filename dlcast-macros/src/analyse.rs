@@ -321,7 +321,7 @@ pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analy
 /// Checks the annotations of an array parameter against what its type
 /// says (rank, writability, host memory) and returns the shape the runtime
 /// checks (see [`ViewParam::shape`]).
-fn check_type_annotations(
+pub(crate) fn check_type_annotations(
     ty: &Type,
     kind: ViewKind,
     annots: &Annotations,

@@ -91,10 +91,12 @@ pub(crate) fn expand_callable(
     sig: &Signature,
     block: &Block,
     ctx: &Ctx,
+    handle_annotations: &[(String, String)],
 ) -> syn::Result<Generated> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
-    let a = analyze(attrs, sig)?;
+    let mut a = analyze(attrs, sig)?;
+    crate::handle::annotate(&mut a.py_params, handle_annotations);
     let views = &a.views;
     if let syn::ReturnType::Type(_, ty) = &sig.output {
         if let Some(nd) = find_nd_view(ty) {

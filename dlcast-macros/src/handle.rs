@@ -1,19 +1,26 @@
 //! Annotations on an `ArrayHandle<T>` parameter (`#[shape(n, 3)] w:
-//! ArrayHandle<f32>`): the handle is made with a spec of its own, so that
-//! every later borrow checks them (the runtime's `ArrayHandle::with_spec`),
-//! and its errors name the function and parameter that declared them.
+//! ArrayHandle<f32>`), or a rank in its type (`ArrayHandle<f32, 2>`): the
+//! handle is made with a spec of its own and checked then (a read-only
+//! borrow, dropped at once: the runtime's `ArrayHandle::check`), and every
+//! later borrow checks the spec again (`ArrayHandle::with_spec`); its errors
+//! name the function and parameter that declared it. Every handle
+//! parameter also gets its Python annotation for the signature line
+//! (`ndarray[float32, (n, 3), cpu]`), which the stub generator types.
 
 use proc_macro2::TokenStream as TokenStream2;
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, ToTokens};
 use syn::ext::IdentExt;
-use syn::{Error, FnArg, GenericArgument, Pat, PathArguments, Signature, Type};
+use syn::punctuated::Punctuated;
+use syn::{Error, FnArg, GenericArgument, Pat, PathArguments, Signature, Token, Type};
 
-use crate::analyse::combine;
+use crate::analyse::{check_type_annotations, combine};
 use crate::annot::{self, Dim};
-use crate::parse::{option_inner, ungroup};
+use crate::parse::{option_inner, ungroup, ViewKind};
+use crate::pysig;
 
-/// The element type of `ArrayHandle<T>`, if `ty` is spelled as one.
-fn handle_element(ty: &Type) -> Option<&Type> {
+/// The generic arguments of `ArrayHandle<T>` / `ArrayHandle<T, N>`, if `ty`
+/// is spelled as one, and its element type.
+fn handle_args(ty: &Type) -> Option<(&Punctuated<GenericArgument, Token![,]>, &Type)> {
     let Type::Path(p) = ungroup(ty) else {
         return None;
     };
@@ -22,43 +29,110 @@ fn handle_element(ty: &Type) -> Option<&Type> {
         return None;
     }
     match &last.arguments {
-        PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
-            GenericArgument::Type(t) => Some(t),
-            _ => None,
-        }),
+        PathArguments::AngleBracketed(a) => {
+            let elem = a.args.iter().find_map(|g| match g {
+                GenericArgument::Type(t) => Some(t),
+                _ => None,
+            })?;
+            Some((&a.args, elem))
+        }
         _ => None,
     }
 }
 
-/// Takes the annotations off each annotated `ArrayHandle<T>` (or
-/// `Option<ArrayHandle<T>>`) parameter of `sig` and gives it PyO3's
+/// What [`rewrite`] makes: the helper items, and the Python annotation of
+/// each `ArrayHandle` parameter, by name, for the signature line.
+pub(crate) struct Handles {
+    pub(crate) items: TokenStream2,
+    pub(crate) annotations: Vec<(String, String)>,
+}
+
+/// Gives the `ArrayHandle` parameters among `py_params` (the signature
+/// line's parameters) their annotations.
+pub(crate) fn annotate(
+    py_params: &mut [(String, Option<String>)],
+    annotations: &[(String, String)],
+) {
+    for (name, ann) in annotations {
+        if let Some(p) = py_params.iter_mut().find(|(n, _)| n == name) {
+            p.1 = Some(ann.clone());
+        }
+    }
+}
+
+/// Takes the annotations off each annotated or rank-typed `ArrayHandle`
+/// (or `Option<ArrayHandle<..>>`) parameter of `sig` and gives it PyO3's
 /// `#[pyo3(from_py_with = ..)]` instead, naming a function (returned, an
 /// item beside the function or `impl` block) that makes the handle with a
-/// spec of those annotations. `py_name` is what its errors call the
-/// function (`Layer` for a `#[new]`, `Layer.store`, `total`); `base`
-/// names the helper functions uniquely in the module.
-pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Result<TokenStream2> {
+/// spec of those annotations and checks it. `py_name` is what its errors
+/// call the function (`Layer` for a `#[new]`, `Layer.store`, `total`);
+/// `base` names the helper functions uniquely in the module.
+pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Result<Handles> {
     let rt = quote!(::dlcast_runtime::__private);
     let pyo3 = quote!(#rt::pyo3);
     let mut items = TokenStream2::new();
+    let mut annotations = Vec::new();
     let mut errors: Option<Error> = None;
     for arg in sig.inputs.iter_mut() {
         let FnArg::Typed(pt) = arg else { continue };
         let (optional, inner) = match option_inner(&pt.ty) {
-            Some(t) => (true, t),
-            None => (false, &*pt.ty),
+            Some(t) => (true, t.clone()),
+            None => (false, (*pt.ty).clone()),
         };
-        let Some(elem) = handle_element(inner).cloned() else {
+        let Some((args, elem)) = handle_args(&inner) else {
             continue;
         };
+        let (args, elem) = (args.clone(), elem.clone());
+        // `ArrayHandle<T, N>`: a rank in the type, checked when passed.
+        let ranked = args.len() > 1;
+        let name = match &*pt.pat {
+            Pat::Ident(pi) => Some(pi.ident.unraw().to_string()),
+            _ => None,
+        };
         let annots = match annot::take(&mut pt.attrs) {
-            Ok(a) if a.first.is_none() => continue,
             Ok(a) => a,
             Err(e) => {
                 combine(&mut errors, e);
                 continue;
             }
         };
+        // The shape the spec checks: `#[shape(..)]` with the type's rank
+        // written in (a `#[shape]` of another rank is refused here).
+        let shape = match check_type_annotations(&inner, ViewKind::Ref, &annots) {
+            Ok(s) => s,
+            Err(e) => {
+                combine(&mut errors, e);
+                continue;
+            }
+        };
+        let mut dim_names: Vec<String> = Vec::new();
+        for d in shape.iter().flatten() {
+            if let Dim::Named(id) = d {
+                let s = id.to_string();
+                if !dim_names.contains(&s) {
+                    dim_names.push(s);
+                }
+            }
+        }
+        if let Some(name) = &name {
+            let dtype = pysig::element_name(&elem)
+                .map(String::from)
+                .unwrap_or_else(|| elem.to_token_stream().to_string().replace(' ', ""));
+            annotations.push((
+                name.clone(),
+                pysig::array_annotation(
+                    &annots,
+                    shape.as_deref(),
+                    Some(dtype),
+                    &dim_names,
+                    false,
+                    optional,
+                ),
+            ));
+        }
+        if annots.first.is_none() && !ranked {
+            continue;
+        }
         for name in ["dtype", "noconvert"] {
             if let Some(attr) = annots.attr(name) {
                 let why = if name == "dtype" {
@@ -89,8 +163,7 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
             continue;
         };
         let param = pi.ident.unraw().to_string();
-        let mut dim_names: Vec<String> = Vec::new();
-        let shape = match &annots.shape {
+        let shape = match &shape {
             None => quote!(::core::option::Option::None),
             Some(dims) => {
                 let dims = dims.iter().map(|d| match d {
@@ -99,10 +172,7 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
                     Dim::Rest => quote!(#rt::Dim::Rest),
                     Dim::Named(id) => {
                         let s = id.to_string();
-                        let k = dim_names.iter().position(|n| *n == s).unwrap_or_else(|| {
-                            dim_names.push(s);
-                            dim_names.len() - 1
-                        }) as u8;
+                        let k = dim_names.iter().position(|n| *n == s).unwrap_or(0) as u8;
                         quote!(#rt::Dim::Named(#k))
                     }
                 });
@@ -112,7 +182,8 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
         let devices = annot::devices_tokens(&rt, annots.devices.as_deref());
         let order = annot::order_tokens(&rt, annots.order);
         let helper = format_ident!("__dlcast_handle_{}__{}", base, param);
-        let handle = quote!(::dlcast_runtime::ArrayHandle<#elem>);
+        // The type as written (`ArrayHandle<f32, 2>`), from dlcast's path.
+        let handle = quote!(::dlcast_runtime::ArrayHandle<#args>);
         // `None` is refused for a required handle, as PyO3's extraction of
         // one refuses it, naming the function and parameter.
         let refuse_none = format!(
@@ -124,7 +195,11 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
                     #pyo3::exceptions::PyTypeError::new_err(#refuse_none),
                 );
             }
-            ::dlcast_runtime::ArrayHandle::with_spec(obj, &SPEC)
+            // Checked now (a read-only borrow, dropped at once), and again
+            // at every borrow: Python code may change the array meanwhile.
+            let handle: #handle = ::dlcast_runtime::ArrayHandle::with_spec(obj, &SPEC);
+            handle.check(obj.py())?;
+            handle
         };
         let (ret, body) = if optional {
             (
@@ -163,6 +238,6 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
     }
     match errors {
         Some(e) => Err(e),
-        None => Ok(items),
+        None => Ok(Handles { items, annotations }),
     }
 }

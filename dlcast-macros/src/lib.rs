@@ -250,9 +250,17 @@ fn expand_fn(opts: &FnOptions, mut func: ItemFn) -> syn::Result<TokenStream2> {
         .unwrap_or_else(|| syn::ext::IdentExt::unraw(&sig.ident).to_string());
     let base = syn::ext::IdentExt::unraw(&sig.ident).to_string();
     let handles = handle::rewrite(&mut sig, &name, &base)?;
-    let g = expand_callable(opts, &attrs, &vis, &sig, &block, &Ctx::Free)?;
-    let (body, wrapper, hints) = (g.body, g.wrapper, g.hint_items);
-    Ok(quote!(#body #hints #handles #wrapper))
+    let g = expand_callable(
+        opts,
+        &attrs,
+        &vis,
+        &sig,
+        &block,
+        &Ctx::Free,
+        &handles.annotations,
+    )?;
+    let (body, wrapper, hints, helpers) = (g.body, g.wrapper, g.hint_items, handles.items);
+    Ok(quote!(#body #hints #helpers #wrapper))
 }
 
 fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2> {
@@ -288,13 +296,16 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
             format!("{class_name}.{name}")
         };
         let base = format!("{class_name}__{}", syn::ext::IdentExt::unraw(&m.sig.ident));
-        match handle::rewrite(&mut m.sig, &py_name, &base) {
-            Ok(items) => hints.extend(items),
+        let handle_annotations = match handle::rewrite(&mut m.sig, &py_name, &base) {
+            Ok(h) => {
+                hints.extend(h.items);
+                h.annotations
+            }
             Err(e) => {
                 combine(&mut errors, e);
                 continue;
             }
-        }
+        };
         let own = match take_method_options(&mut m.attrs) {
             Ok(o) => o,
             Err(e) => {
@@ -305,7 +316,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         if own.is_none() && !has_array_params(&m.sig) {
             // Its signature line, for help() and the stub generator.
             let class = class.as_deref().unwrap_or("...");
-            match pysig::plain_method_line(&m.attrs, &m.sig, class) {
+            match pysig::plain_method_line(&m.attrs, &m.sig, class, &handle_annotations) {
                 Some((_, Some(init))) => class_attrs.push(("__dlcast_new__".into(), init)),
                 Some((line, None)) if emit::is_dunder(&name) => {
                     if !emit::keeps_line(&name) {
@@ -333,7 +344,15 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
             mopts.stream = opts.stream.clone();
         }
         let ctx = Ctx::Method(class.clone().unwrap_or_else(|| "...".into()));
-        match expand_callable(&mopts, &m.attrs, &m.vis, &m.sig, &m.block, &ctx) {
+        match expand_callable(
+            &mopts,
+            &m.attrs,
+            &m.vis,
+            &m.sig,
+            &m.block,
+            &ctx,
+            &handle_annotations,
+        ) {
             Ok(g) => {
                 class_attrs.extend(g.class_attr);
                 *m = syn::parse2(g.wrapper)?;

@@ -398,17 +398,20 @@ pub fn special_attr(name: &str, line: &str, attrs: &[Attribute]) -> (String, Str
 /// `#[pymethods]` block that takes no arrays, from its Rust types: what a
 /// `#[dlpack_fn]` function's line says, so that the stub types the whole
 /// class. `None` where the method is no plain callable (a setter) or its
-/// parameters cannot be read.
+/// parameters cannot be read. `handle_annotations`: the `ArrayHandle`
+/// parameters' annotations (`crate::handle::rewrite`).
 pub fn plain_method_line(
     attrs: &[Attribute],
     sig: &syn::Signature,
     class: &str,
+    handle_annotations: &[(String, String)],
 ) -> Option<(String, Option<String>)> {
     let has = |name: &str| crate::parse::has_attr(attrs, name);
     if has("setter") {
         return None;
     }
-    let a = crate::analyse::analyze(attrs, sig).ok()?;
+    let mut a = crate::analyse::analyze(attrs, sig).ok()?;
+    crate::handle::annotate(&mut a.py_params, handle_annotations);
     let pyo3 = scan_pyo3_attrs(attrs);
     let params_text = parameter_list(&a.py_params, pyo3.signature.as_ref());
     if has("new") {

@@ -22,7 +22,7 @@ use crate::call::CallCx;
 use crate::device::DeviceSpec;
 use crate::dtype::Element;
 use crate::spec::{FnSpec, Order, ParamSpec};
-use crate::view::{TensorMut, TensorRef};
+use crate::view::{TensorMut, TensorRef, DYN};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
@@ -58,6 +58,13 @@ static BORROW_MUT: FnSpec = FnSpec {
     params: &[handle_param()],
 };
 
+/// The spec of [`ArrayHandle::check`] (and so of [`ArrayHandle::checked`]).
+static CHECK: FnSpec = FnSpec {
+    name: "ArrayHandle.check",
+    dim_names: &[],
+    params: &[handle_param()],
+};
+
 /// An array argument kept beyond the call: an owned, storable handle to a
 /// Python array of any DLPack producer (NumPy, PyTorch, ...), borrowed
 /// again, checked, whenever it is used.
@@ -75,10 +82,20 @@ static BORROW_MUT: FnSpec = FnSpec {
 /// holds (of any call, or of another borrow). The view returned is the
 /// guard: its borrow-registry entry ends when it drops.
 ///
-/// A handle is made with [`ArrayHandle::new`], or extracted by PyO3 from an
-/// argument (`fn new(a: ArrayHandle<f32>)` in a `#[pymethods]` block): no
-/// check runs then, so construction never fails on an array a later borrow
-/// would refuse. A `#[pyclass]` that stores one takes part in Python's
+/// The const parameter `N` is the number of dimensions, as for
+/// [`TensorRef`]: [`DYN`] (the default) for any, or a fixed rank, which
+/// every borrow checks and whose views have the rank-typed accessors
+/// (`ArrayHandle<f32, 2>` borrows as `TensorRef<'_, f32, 2>`).
+///
+/// A handle is made with [`ArrayHandle::new`] or [`ArrayHandle::with_spec`]
+/// (no check runs), with [`ArrayHandle::checked`] (checked once now, as a
+/// borrow would be), or extracted by PyO3 from an argument (`fn new(a:
+/// ArrayHandle<f32>)` in a plain `#[pymethods]` block: no check runs). A
+/// parameter of a `#[dlcast::pymethods]` method or a dlcast function that
+/// carries `#[shape(..)]`, `#[device(..)]` or `#[order(..)]`, or fixes the
+/// rank (`ArrayHandle<f32, 2>`), is checked when the argument is passed
+/// and at every borrow, and its errors name the class or function and the
+/// parameter. A `#[pyclass]` that stores one takes part in Python's
 /// garbage collection by forwarding its `__traverse__` and `__clear__` to
 /// [`ArrayHandle::traverse`] and [`ArrayHandle::clear`]; a cleared handle's
 /// borrows raise `ValueError`. A DLPack capsule can be read once: store the
@@ -124,7 +141,7 @@ static BORROW_MUT: FnSpec = FnSpec {
 ///     }
 /// }
 /// ```
-pub struct ArrayHandle<T: Element> {
+pub struct ArrayHandle<T: Element, const N: usize = DYN> {
     /// The array; `None` once cleared.
     obj: Option<Py<PyAny>>,
     /// The constraints every borrow checks, and the names its errors show.
@@ -132,9 +149,10 @@ pub struct ArrayHandle<T: Element> {
     _elem: PhantomData<fn() -> T>,
 }
 
-impl<T: Element> ArrayHandle<T> {
+impl<T: Element, const N: usize> ArrayHandle<T, N> {
     /// A handle to `obj`, any object a `#[dlpack_fn]` parameter accepts
-    /// (checked at each borrow, not now).
+    /// (checked at each borrow, not now; [`ArrayHandle::checked`] checks
+    /// now too).
     pub fn new(obj: &Bound<'_, PyAny>) -> Self {
         ArrayHandle {
             obj: Some(obj.clone().unbind()),
@@ -153,6 +171,33 @@ impl<T: Element> ArrayHandle<T> {
             spec: Some(spec),
             _elem: PhantomData,
         }
+    }
+
+    /// A handle to `obj`, checked now as a read-only borrow would be (and
+    /// at each borrow): dtype, rank, CPU memory; errors name
+    /// `ArrayHandle.check()`.
+    ///
+    /// # Errors
+    /// What [`ArrayHandle::check`] raises.
+    pub fn checked(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let handle = Self::new(obj);
+        handle.check(obj.py())?;
+        Ok(handle)
+    }
+
+    /// Checks the array as it is now, as a read-only borrow would (a
+    /// borrow made and dropped at once: the whole import and every check of
+    /// the handle's spec, its dtype and rank), so that a handle can be
+    /// refused when it is made rather than at its first use. Python code may
+    /// change the array later: each borrow checks again.
+    ///
+    /// # Errors
+    /// What [`ArrayHandle::borrow`] raises now, naming the handle's
+    /// function and parameter (`ArrayHandle.check()` and `'array'` for a
+    /// handle without a spec); `BufferError` too while a writable view of
+    /// the memory lives.
+    pub fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.read(py, &CHECK).map(drop)
     }
 
     /// The stored object (`None` once cleared), e.g. to hand it back to
@@ -208,13 +253,23 @@ impl<T: Element> ArrayHandle<T> {
     /// raise for the object now (another dtype: `TypeError`; memory a live
     /// writable view holds: `BufferError`; ...), naming the handle's
     /// function and parameter; `ValueError` for a cleared handle.
-    pub fn borrow<'v>(&'v self, py: Python<'v>) -> PyResult<TensorRef<'v, T>> {
-        let spec = self.spec.unwrap_or(&BORROW);
+    pub fn borrow<'v>(&'v self, py: Python<'v>) -> PyResult<TensorRef<'v, T, N>> {
+        self.read(py, &BORROW)
+    }
+
+    /// [`ArrayHandle::borrow`], naming `default` where the handle has no
+    /// spec of its own.
+    fn read<'v>(
+        &'v self,
+        py: Python<'v>,
+        default: &'static FnSpec,
+    ) -> PyResult<TensorRef<'v, T, N>> {
+        let spec = self.spec.unwrap_or(default);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
         let mut cx = CallCx::<1>::new(spec);
-        cx.prepare::<TensorRef<'_, T>>(0, obj)?;
+        cx.prepare::<TensorRef<'_, T, N>>(0, obj)?;
         cx.finish()?;
-        let view: TensorRef<'_, T> = cx.take(0)?;
+        let view: TensorRef<'_, T, N> = cx.take(0)?;
         // SAFETY: only the lifetime changes, from the call context's borrow
         // to `'v`, which ends no later than the handle's borrow and the GIL
         // token `py` (a view's drop releases its owner with C-API calls: it
@@ -229,7 +284,7 @@ impl<T: Element> ArrayHandle<T> {
         // argument, which the handle holds for as long as it is borrowed
         // (`&self`: not cleared or replaced meanwhile), and from leaving the
         // GIL (views are neither `Send` nor `Sync`, and `'v` ends with `py`).
-        Ok(unsafe { std::mem::transmute::<TensorRef<'_, T>, TensorRef<'v, T>>(view) })
+        Ok(unsafe { std::mem::transmute::<TensorRef<'_, T, N>, TensorRef<'v, T, N>>(view) })
     }
 
     /// A writable view of the array as it is now: imported and checked
@@ -244,18 +299,18 @@ impl<T: Element> ArrayHandle<T> {
     /// What a `#[dlpack_fn]` parameter of type `TensorMut<'_, T>` would
     /// raise for the object now, naming the handle's function and
     /// parameter; `ValueError` for a cleared handle.
-    pub fn borrow_mut<'v>(&'v self, py: Python<'v>) -> PyResult<TensorMut<'v, T>> {
+    pub fn borrow_mut<'v>(&'v self, py: Python<'v>) -> PyResult<TensorMut<'v, T, N>> {
         let spec = self.spec.unwrap_or(&BORROW_MUT);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
         let mut cx = CallCx::<1>::new(spec);
-        cx.prepare::<TensorMut<'_, T>>(0, obj)?;
+        cx.prepare::<TensorMut<'_, T, N>>(0, obj)?;
         cx.finish()?;
-        let view: TensorMut<'_, T> = cx.take(0)?;
+        let view: TensorMut<'_, T, N> = cx.take(0)?;
         // SAFETY: as in `borrow`: `TensorMut`'s `from_raw` and `from_fast`
         // make the `TensorRef` it wraps, which owns its read and registry
         // entry; nothing of it refers to `cx`; `'v` ends with the handle's
         // borrow and with `py`.
-        Ok(unsafe { std::mem::transmute::<TensorMut<'_, T>, TensorMut<'v, T>>(view) })
+        Ok(unsafe { std::mem::transmute::<TensorMut<'_, T, N>, TensorMut<'v, T, N>>(view) })
     }
 }
 
@@ -269,10 +324,11 @@ fn cleared(spec: &FnSpec) -> PyErr {
     ))
 }
 
-impl<T: Element> std::fmt::Debug for ArrayHandle<T> {
+impl<T: Element, const N: usize> std::fmt::Debug for ArrayHandle<T, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArrayHandle")
             .field("dtype", &T::DTYPE)
+            .field("ndim", &(N != DYN).then_some(N))
             .field("cleared", &self.obj.is_none())
             .finish()
     }
@@ -281,7 +337,9 @@ impl<T: Element> std::fmt::Debug for ArrayHandle<T> {
 /// A `#[pyfunction]` or `#[pymethods]` parameter of type `ArrayHandle<T>`
 /// takes the argument as it is (only `None` is refused, `TypeError`); the
 /// checks run at each borrow. `Option<ArrayHandle<T>>` takes `None` too.
-impl<'a, 'py, T: Element> FromPyObject<'a, 'py> for ArrayHandle<T> {
+/// (dlcast's attributes check an annotated or rank-typed handle parameter
+/// when it is passed: see [`ArrayHandle`].)
+impl<'a, 'py, T: Element, const N: usize> FromPyObject<'a, 'py> for ArrayHandle<T, N> {
     type Error = PyErr;
 
     fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {

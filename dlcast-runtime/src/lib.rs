@@ -184,7 +184,7 @@ pub use view::TensorMut;
 /// }
 /// ```
 pub use view::TensorDyn;
-pub use view::{Iter, TakeASliceOrNdarrayViewBeforeLeavingTheGil, ViewErrorKind, DYN};
+pub use view::{Iter, MayLeaveTheGil, ViewErrorKind, DYN};
 
 /// Everything a `#[dlpack_fn]` author needs: `use dlcast_runtime::prelude::*;`.
 ///

@@ -133,6 +133,8 @@ SESSIONS = {
         lambda: {"quickstart": quickstart},
     ("guide/src/types-and-stubs.md", ">>> print(centroid.__doc__)"):
         lambda: {"centroid": ext.centroid},
+    ("guide/src/ownership.md", ">>> import numpy as np"):
+        lambda: {"Projection": ext.Projection},
 }
 
 
@@ -179,3 +181,14 @@ def test_the_benchmark_headline_has_its_place_in_the_performance_chapter():
     assert 'HEADLINE_PATH = ROOT / "guide" / "src" / "performance.md"' in run
     text = (GUIDE / "performance.md").read_text()
     assert text.count(start) == 1 and text.count(end) == 1 and text.index(start) < text.index(end)
+
+
+def test_the_stored_array_example_is_the_test_extensions():
+    # The guide's `Projection` (ownership.md) is the class its session runs
+    # (tests/src/stored.rs): the block's lines, hidden ones left out, appear
+    # there in one piece.
+    text = (GUIDE / "ownership.md").read_text()
+    block = next(body for _, lang, body in fenced(text) if lang == "rust" and "struct Projection" in body)
+    shown = "".join(line for line in block.splitlines(keepends=True) if not line.startswith("# "))
+    source = (ROOT / "tests" / "src" / "stored.rs").read_text()
+    assert shown in source

@@ -243,9 +243,13 @@ def test_spec_with_named_extents_checks_them():
         ext.sum_with_spec(np.ones((2, 3), np.float32), "square")
 
 
-def test_annotated_handle_parameter_is_checked_at_each_borrow():
-    # `#[shape(n, 2)] weights: Option<ArrayHandle<f32>>` of `#[new]`: taken
-    # as it is, checked (and named by the class) when borrowed.
+def test_annotated_handle_parameter_is_checked_when_passed_and_at_each_borrow():
+    # `#[shape(n, 2)] weights: Option<ArrayHandle<f32>>` of `#[new]`: checked
+    # (and named by the class) when passed, and again when borrowed.
+    with pytest.raises(TypeError, match=r"FhLayer\(\): argument 'weights': expected shape \(n, 2\), got \(4, 3\)"):
+        ext.FhLayer(1.0, np.zeros((4, 3), np.float32))
+    with pytest.raises(TypeError, match=r"FhLayer\(\): argument 'weights': expected dtype float32, got float64"):
+        ext.FhLayer(1.0, np.zeros((4, 2)))
     w = np.ones((4, 2), np.float32)
     layer = ext.FhLayer(1.0, w)
     assert layer.weights_sum() == 8.0
@@ -256,15 +260,62 @@ def test_annotated_handle_parameter_is_checked_at_each_borrow():
     # `#[shape(_, 2)] #[order(c)]` on a method's handle.
     layer.store(torch.ones(3, 2))
     assert layer.weights_sum() == 6.0
-    layer.store(np.ones((2, 2), np.float32).T)
     with pytest.raises(TypeError, match=r"FhLayer.store\(\): argument 'weights': expected a C-contiguous"):
-        layer.weights_sum()
+        layer.store(np.ones((2, 2), np.float32).T)
+    assert layer.weights_sum() == 6.0  # the refused array was not stored
     with pytest.raises(TypeError, match=r"FhLayer.store\(\): argument 'weights': expected an array .*got None"):
         layer.store(None)
     # A free function's: `#[shape(3)] w: ArrayHandle<f64>`.
     assert ext.fh_handle_sum(np.ones(3)) == 3.0
     with pytest.raises(TypeError, match=r"fh_handle_sum\(\): argument 'w': expected shape \(3,\), got \(4,\)"):
         ext.fh_handle_sum(np.ones(4))
+
+
+def test_the_check_when_passed_holds_no_borrow():
+    # The check is a read-only borrow dropped at once: a writable borrow
+    # of the stored array right after it is not refused.
+    w = np.zeros((3, 2), np.float32)
+    layer = ext.FhLayer(1.0, w)
+    layer.store(w)
+    m = np.zeros((2, 2))
+    s = ext.StoredMatrix(m)
+    s.shift(1.0)
+    assert (m == np.eye(2)).all()
+
+
+# --- a rank-typed handle ----------------------------------------------------
+
+
+def test_rank_typed_handle_is_checked_when_passed_and_at_each_borrow():
+    # `ArrayHandle<f64, 2>`: the rank (and dtype) are checked by `#[new]`,
+    # naming the class and parameter, and again by each borrow.
+    m = np.arange(9.0).reshape(3, 3)
+    s = ext.StoredMatrix(m)
+    assert s.trace() == 12.0
+    s.shift(1.0)
+    assert s.trace() == 15.0 and m[1, 1] == 5.0
+    assert ext.StoredMatrix(torch.eye(2, dtype=torch.float64)).trace() == 2.0
+    with pytest.raises(TypeError, match=r"StoredMatrix\(\): argument 'm': expected shape \(_, _\), got \(3,\)"):
+        ext.StoredMatrix(np.zeros(3))
+    with pytest.raises(TypeError, match=r"StoredMatrix\(\): argument 'm': expected dtype float64, got float32"):
+        ext.StoredMatrix(np.zeros((2, 2), np.float32))
+    m.shape = (9,)
+    with pytest.raises(TypeError, match=r"StoredMatrix\(\): argument 'm': expected shape \(_, _\), got \(9,\)"):
+        s.trace()
+    with pytest.raises(TypeError, match=r"StoredMatrix\(\): argument 'm': expected shape \(_, _\), got \(9,\)"):
+        s.shift(1.0)
+
+
+def test_handle_made_by_hand_with_checked_is_checked_then():
+    # `ArrayHandle::<f32, 1>::checked(a)`: refused when made, naming
+    # `ArrayHandle.check()`.
+    assert ext.checked_handle_len(np.ones(3, np.float32)) == 3
+    with pytest.raises(TypeError, match=r"ArrayHandle.check\(\): argument 'array': expected dtype float32, got float64"):
+        ext.checked_handle_len(np.ones(3))
+    with pytest.raises(TypeError, match=r"ArrayHandle.check\(\): .*1 dimension"):
+        ext.checked_handle_len(np.ones((3, 1), np.float32))
+    with pytest.raises(TypeError, match=r"ArrayHandle.check\(\): argument 'array': expected an array"):
+        ext.checked_handle_len([1.0, 2.0])
 
 
 @pytest.mark.hostile

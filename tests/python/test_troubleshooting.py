@@ -38,3 +38,14 @@ def test_the_forgotten_attribute_error_is_short():
     text = (UI / "view_without_dlpack_fn.stderr").read_text()
     assert len(text.splitlines()) <= 40
     assert "#[dlcast::pyfunction]" in text.splitlines()[0]
+
+
+def test_a_view_kept_or_sent_away_names_the_fix_in_one_short_error():
+    # A view as a `#[pyclass]` field, or moved into `py.detach` or a thread:
+    # one error (not one for `Send` and one for `Sync`), at most 40 lines,
+    # whose first line names `ArrayHandle` and the slice.
+    for name in ("view_in_pyclass", "view_in_detach", "view_in_thread"):
+        lines = (UI / f"{name}.stderr").read_text().splitlines()
+        assert len(lines) <= 40, name
+        assert sum(line.startswith("error") for line in lines) == 1, name
+        assert "ArrayHandle<T>" in lines[0] and "slice" in lines[0], name

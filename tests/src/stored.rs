@@ -186,8 +186,87 @@ fn sum_with_spec(py: Python<'_>, a: &Bound<'_, PyAny>, spec: &str) -> PyResult<f
     Ok(v.iter()?.sum())
 }
 
+/// A matrix kept as a rank-typed handle, `ArrayHandle<f64, 2>`: checked
+/// (dtype, rank) when passed to the constructor and at every borrow, whose
+/// views have the rank-typed accessors.
+#[pyclass(module = "dlcast_testext")]
+pub struct StoredMatrix {
+    m: ArrayHandle<f64, 2>,
+}
+
+#[dlcast::pymethods]
+impl StoredMatrix {
+    #[new]
+    fn new(m: ArrayHandle<f64, 2>) -> Self {
+        StoredMatrix { m }
+    }
+
+    /// The trace of the matrix as it is now.
+    fn trace(&self, py: Python<'_>) -> PyResult<f64> {
+        let m = self.m.borrow(py)?;
+        let [rows, cols] = m.dims();
+        let mut sum = 0.0;
+        for i in 0..rows.min(cols) {
+            sum += m.get([i, i])?;
+        }
+        Ok(sum)
+    }
+
+    /// Adds `k` to the diagonal, in place.
+    fn shift(&self, py: Python<'_>, k: f64) -> PyResult<()> {
+        let mut m = self.m.borrow_mut(py)?;
+        let [rows, cols] = m.dims();
+        for i in 0..rows.min(cols) {
+            let v = m.get([i, i])?;
+            m.set([i, i], v + k)?;
+        }
+        Ok(())
+    }
+}
+
+/// The length of `a`, through a handle made by hand with
+/// `ArrayHandle::<f32, 1>::checked`: refused now if `a` is no 1-d float32
+/// array on the CPU.
+#[pyfunction]
+fn checked_handle_len(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let h = ArrayHandle::<f32, 1>::checked(a)?;
+    let v = h.borrow(py)?;
+    Ok(v.dims()[0])
+}
+
+// The guide's example of a stored array (guide/src/ownership.md, "Keeping
+// an array beyond the call"), word for word (tests/python/test_guide.py
+// checks it), behind the guide's Python session.
+
+/// `weights @ x` for points `x` of 3 coordinates; `weights` is `(n, 3)`.
+#[pyclass]
+struct Projection {
+    weights: ArrayHandle<f32, 2>,
+}
+
+#[dlcast::pymethods]
+impl Projection {
+    #[new]
+    fn new(#[shape(n, 3)] weights: ArrayHandle<f32, 2>) -> Self {
+        Projection { weights }
+    }
+
+    /// The weights as they are now, applied to `x` (like `x`).
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        #[shape(3)] x: TensorRef<'_, f32, 1>,
+    ) -> PyResult<Tensor<f32>> {
+        let w = self.weights.borrow(py)?;
+        Ok(Tensor::from(w.as_array()?.dot(&x.as_array()?)))
+    }
+}
+
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Projection>()?;
     m.add_class::<Stored>()?;
+    m.add_class::<StoredMatrix>()?;
+    m.add_function(wrap_pyfunction!(checked_handle_len, m)?)?;
     m.add_function(wrap_pyfunction!(fill_then_sum_stored, m)?)?;
     m.add_function(wrap_pyfunction!(sum_with_handle, m)?)?;
     m.add_function(wrap_pyfunction!(sum_with_spec, m)?)

@@ -98,4 +98,7 @@ def layer(x: npt.NDArray[np.float32], t: torch.Tensor) -> int:
     assert x in fh and same is x and len(product) == len(reflected)
     rows, cols = ext.st_same_matrix_dlcast(np.ones((2, 2))).shape
     (n,) = ext.fh_plain(x).shape[:1]
-    return rows + cols + n
+    # `ArrayHandle` parameters, typed as the arrays they take.
+    ext.FhLayer(2.0, weights=x).store(t)
+    total: float = ext.fh_handle_sum(np.ones(3)) + ext.StoredMatrix(np.eye(2)).trace()
+    return rows + cols + n + int(total)

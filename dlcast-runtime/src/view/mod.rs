@@ -248,28 +248,56 @@ fn rank_fits<const N: usize>(raw: &RawTensor) -> Result<(), ViewErrorKind> {
     }
 }
 
-/// Named in the compiler's error when a view is moved into `py.detach`, a
-/// thread or a `static`: views stay on the thread that holds the GIL (their
-/// producer's memory is released with it). Take a slice (`as_slice()`,
-/// `as_array()`) or declare the parameter as `&[T]` / an `ndarray` view,
-/// which are `Send`, and move that instead.
-pub trait TakeASliceOrNdarrayViewBeforeLeavingTheGil {}
+/// Implemented by no view: what the compiler names when a view is kept
+/// beyond its call (a `#[pyclass]` field, a `static`) or moved into
+/// `py.detach` or another thread. Views stay with their call, on the thread
+/// that holds the GIL (their producer's memory is released with it, and
+/// Python code that runs while the GIL is released may resize or free it).
+///
+/// A view is neither `Send` nor `Sync` through its own `Send` and `Sync`
+/// impls, both bounded by this trait, which nothing implements (it is
+/// sealed): `Send + Sync` (PyO3's check of a `#[pyclass]`) then fails on one
+/// bound, and the compiler reports one error, whose first line names the
+/// fix: an [`ArrayHandle`](crate::ArrayHandle) to keep the array, a slice
+/// (`as_slice()`, `&[T]` or `ndarray` view parameters, which are `Send`)
+/// for another thread.
+#[diagnostic::on_unimplemented(
+    message = "a dlcast view stays in its call, on the GIL's thread: keep an `ArrayHandle<T>` in a `#[pyclass]`, move a slice into a thread",
+    label = "a view kept beyond its call, or moved to another thread",
+    note = "a `#[pyclass]` field: `ArrayHandle<T>`, borrowed again in each method (`self.weights.borrow(py)?`); `py.detach` or a thread: `as_slice()`, or a `&[T]` / ndarray view parameter, which are `Send`"
+)]
+pub trait MayLeaveTheGil: sealed::Sealed {}
 
-/// What makes a view neither `Send` nor `Sync`: the only part of it that is
-/// not, so that the compiler's error names the rule above and nothing else.
-type StaysWithTheGil = PhantomData<dyn TakeASliceOrNdarrayViewBeforeLeavingTheGil>;
+#[diagnostic::do_not_recommend]
+impl MayLeaveTheGil for sealed::Never {}
 
-/// A view's read. `Send` and `Sync` only so that a view's auto traits come
-/// from [`StaysWithTheGil`] alone (one short error); see the `SAFETY` notes.
+// A view's `Send` and `Sync` impls, bounded by `MayLeaveTheGil`, which no
+// view implements: no view is `Send` or `Sync`, and `Send + Sync` fails on
+// that one bound (one error, not one for each trait). Written out, not made
+// by a macro, so that the compiler's note points at plain code.
+//
+// Each of the six never applies: `X: MayLeaveTheGil` holds for no
+// view (the trait is sealed; its one impl is for `sealed::Never`), so the
+// view is neither `Send` nor `Sync`, as its read requires (released with
+// C-API calls, valid only while the GIL is held). `TensorMut` wraps a
+// `TensorRef`, and so is neither either.
+//
+// SAFETY: never applies (see above).
+unsafe impl<'a, T: Element, const N: usize> Send for TensorRef<'a, T, N> where Self: MayLeaveTheGil {}
+// SAFETY: see above.
+unsafe impl<'a, T: Element, const N: usize> Sync for TensorRef<'a, T, N> where Self: MayLeaveTheGil {}
+// SAFETY: see above.
+unsafe impl<'a> Send for TensorDyn<'a> where Self: MayLeaveTheGil {}
+// SAFETY: see above.
+unsafe impl<'a> Sync for TensorDyn<'a> where Self: MayLeaveTheGil {}
+// SAFETY: see above.
+unsafe impl<'a> Send for TensorDynMut<'a> where Self: MayLeaveTheGil {}
+// SAFETY: see above.
+unsafe impl<'a> Sync for TensorDynMut<'a> where Self: MayLeaveTheGil {}
+
+/// A view's read (a newtype, so that views can hold it by a name of their
+/// own).
 struct ViewRead(RawTensor);
-
-// SAFETY: `ViewRead` is a private field type of the four view types only, and
-// each of them also holds `StaysWithTheGil`, which is neither `Send` nor
-// `Sync`: no view, and so no `ViewRead`, ever reaches another thread, and the
-// read's owner is released on the thread that holds the GIL, as before.
-unsafe impl Send for ViewRead {}
-// SAFETY: as above: no `&ViewRead` is reachable from another thread.
-unsafe impl Sync for ViewRead {}
 
 impl std::ops::Deref for ViewRead {
     type Target = RawTensor;
@@ -813,7 +841,6 @@ impl<'a> View<'a> for TensorDyn<'a> {
             raw: ViewRead(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
-            _gil: PhantomData,
         })
     }
 }
@@ -827,7 +854,6 @@ impl<'a> View<'a> for TensorDynMut<'a> {
             raw: ViewRead(raw),
             origin: Origin::param(keep.spec, keep.index),
             _marker: PhantomData,
-            _gil: PhantomData,
         })
     }
 }
@@ -889,8 +915,16 @@ pub(crate) fn ndarray_parts(raw: &RawTensor, itemsize: usize) -> Result<NdParts,
     )))
 }
 
+/// What seals [`MayLeaveTheGil`] and [`NeedsDlpackFn`]: no other crate can
+/// implement them.
 mod sealed {
     pub trait Sealed {}
+    /// The one implementation of [`super::MayLeaveTheGil`] (a type without
+    /// values, no view), so that the compiler's error does not suggest
+    /// adding one. Never constructed, only named.
+    #[allow(dead_code)]
+    pub enum Never {}
+    impl Sealed for Never {}
 }
 
 /// Never implemented: it makes PyO3's extraction of a view type fail with a

@@ -41,7 +41,6 @@ pub struct TensorRef<'a, T: Element, const N: usize = DYN> {
     pub(super) origin: Origin,
     pub(super) fast: Fast,
     pub(super) _marker: PhantomData<&'a fn() -> T>,
-    pub(super) _gil: StaysWithTheGil,
 }
 
 /// A writable view: everything [`TensorRef`] offers (through `Deref`), plus
@@ -139,7 +138,6 @@ impl<'a, T: Element, const N: usize> TensorRef<'a, T, N> {
             raw: ViewRead(raw),
             origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 

@@ -14,7 +14,6 @@ pub struct TensorDyn<'a> {
     pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
-    pub(super) _gil: StaysWithTheGil,
 }
 
 /// A writable view whose element type is read at run time.
@@ -22,7 +21,6 @@ pub struct TensorDynMut<'a> {
     pub(super) raw: ViewRead,
     pub(super) origin: Origin,
     pub(super) _marker: PhantomData<&'a ()>,
-    pub(super) _gil: StaysWithTheGil,
 }
 
 impl<'a> TensorDyn<'a> {
@@ -86,7 +84,6 @@ impl<'a> TensorDyn<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 
@@ -165,7 +162,6 @@ impl<'a> TensorDynMut<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 
@@ -176,7 +172,6 @@ impl<'a> TensorDynMut<'a> {
             raw: ViewRead(self.raw.share()),
             origin: self.origin,
             _marker: PhantomData,
-            _gil: PhantomData,
         }
     }
 

@@ -1,5 +1,5 @@
-// `#[shape]`, `#[device]` and `#[order]` on an `ArrayHandle` parameter: each
-// borrow of the handle checks them.
+// `#[shape]`, `#[device]` and `#[order]` on an `ArrayHandle` parameter, or a
+// rank in its type: checked when the argument is passed and at each borrow.
 use dlcast_runtime::prelude::*;
 use pyo3::prelude::*;
 
@@ -38,6 +38,15 @@ impl Layer {
 #[pyfunction]
 fn sum3(py: Python<'_>, #[shape(3)] w: ArrayHandle<f64>) -> PyResult<f64> {
     Ok(w.borrow(py)?.iter()?.sum())
+}
+
+/// A rank-typed handle: its borrows are 2-d views (`dims()`, `get([i, j])`);
+/// `..` in its `#[shape]` stands for the axes the others leave.
+#[dlcast::pyfunction]
+fn corner(py: Python<'_>, #[shape(.., 3)] m: ArrayHandle<f64, 2>) -> PyResult<f64> {
+    let m = m.borrow(py)?;
+    let [rows, _] = m.dims();
+    Ok(if rows == 0 { 0.0 } else { m.get([0, 2])? })
 }
 
 fn main() {}
