@@ -756,6 +756,38 @@ def test_a_subclass_declaring_read_only_through_its_own_exchange_table_is_never_
 
 
 @pytest.mark.hostile
+@pytest.mark.parametrize("declaring", ["ReadOnlyTensorWrapper", "own __dlpack__"])
+def test_a_read_only_declaration_made_by_a_later_argument_is_decided_at_the_read(declaring):
+    """Hostile (review 2 of #32): whether the tensor's class declares it
+    read-only is decided in phase 1 (`declared_by_class`, the type flags),
+    and not re-established at the read like requires_grad, inference and
+    swaps (`check_write`). A later argument's `__dlpack__` changes the
+    tensor's class to one that declares it read-only (`__class__`
+    assignment, allowed between tensor classes): the body then writes a
+    tensor its class declares read-only."""
+    if declaring == "ReadOnlyTensorWrapper":
+        declares = _read_only_wrapper()
+    else:
+        if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+            if os.environ.get("CI") != "true":
+                pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+        class declares(torch.Tensor):
+            def __dlpack__(self, **kw):
+                return super().__dlpack__(**{**kw, "read_only": True})
+
+    x = torch.zeros(3, dtype=torch.float64)
+
+    def declare_read_only():
+        x.__class__ = declares
+
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_then_len(x, Exports(declare_read_only), 7.0)
+    assert type(x) is declares
+    assert x.as_subclass(torch.Tensor).tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
 def test_a_subclass_of_a_read_only_wrapper_cannot_hide_the_declaration_behind_its_metaclass():
     """Hostile (review of #32): `declares_read_only` walks the MRO as
     `type(obj).__mro__` answers it, an attribute look-up that a metaclass
