@@ -706,6 +706,32 @@ def test_a_subclass_declaring_read_only_through_its_own_dlpack_is_never_written(
     assert x.tolist() == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.hostile
+def test_a_view_of_a_tensor_declared_read_only_by_its_own_dlpack_goes_back_read_only():
+    """Hostile (review 2 of #32): `declared_by_class` is asked only for
+    writable parameters, so a read-only parameter's view of a tensor whose
+    class exports read-only through its own `__dlpack__` keeps the alias's
+    writable mark, and a returned view of it is writable: `dlcast.Array`
+    says `read_only == False`, `returns = numpy` gives a writable NumPy
+    array over the tensor's memory (written below). PyTorch's
+    ReadOnlyTensorWrapper, recognised by its type, goes back read-only."""
+
+    class ReadOnlyExport(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**{**kw, "read_only": True})
+
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    x = torch.zeros(3, dtype=torch.float64)
+    assert ext.identity(x.as_subclass(ReadOnlyExport)).read_only
+    out = ext.identity_numpy(x.as_subclass(ReadOnlyExport))
+    assert not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0] = 5.0
+    assert x.tolist() == [0.0, 0.0, 0.0]
+
+
 # Tables, callbacks and data of the table below: alive for the process (the
 # type cache keeps the address of a type's table).
 _KEEP = []
