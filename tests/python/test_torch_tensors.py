@@ -814,6 +814,33 @@ def test_a_read_only_declaration_made_by_a_later_argument_is_decided_at_the_read
 
 
 @pytest.mark.hostile
+def test_a_read_only_declaration_set_on_the_class_by_a_later_argument_is_decided_at_the_read():
+    """Hostile (#32): as above, but the tensor keeps its class and a later
+    argument's `__dlpack__` gives the class a `__dlpack__` that exports
+    read-only (a class attribute set, which phase 1 decided without). The
+    class's entries are compared at the read: the tensor is read read-only."""
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+    class Sub(torch.Tensor):
+        pass
+
+    def read_only_export(self, **kw):
+        return torch.Tensor.__dlpack__(self, **{**kw, "read_only": True})
+
+    x = torch.zeros(3, dtype=torch.float64).as_subclass(Sub)
+    assert ext.fill_then_len(x, np.ones(2), 1.0) == 2
+
+    def declare_read_only():
+        Sub.__dlpack__ = read_only_export
+
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_then_len(x, Exports(declare_read_only), 7.0)
+    assert x.as_subclass(torch.Tensor).tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.hostile
 def test_a_subclass_of_a_read_only_wrapper_cannot_hide_the_declaration_behind_its_metaclass():
     """Hostile (review of #32): `declares_read_only` walks the MRO as
     `type(obj).__mro__` answers it, an attribute look-up that a metaclass
