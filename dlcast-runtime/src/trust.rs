@@ -423,33 +423,7 @@ pub(crate) fn mro<'py>(
     tp: &Bound<'py, pyo3::types::PyType>,
 ) -> Option<Bound<'py, pyo3::types::PyTuple>> {
     let py = tp.py();
-    let read = || -> Option<Bound<'py, PyAny>> {
-        #[cfg(not(Py_LIMITED_API))]
-        {
-            // SAFETY: `tp` is a live type object; `tp_mro` is NULL or a
-            // tuple the type holds (a new strong reference is taken).
-            let mro = unsafe { (*tp.as_type_ptr()).tp_mro };
-            // SAFETY: as above.
-            (!mro.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, mro) })
-        }
-        #[cfg(Py_LIMITED_API)]
-        {
-            let def = type_descrs(py).mro as *mut ffi::PyMemberDef;
-            if def.is_null() {
-                return None;
-            }
-            // SAFETY: `def` is CPython's own definition of `type.__mro__`
-            // (checked in `type_descrs`), whose offset is `tp_mro`'s in
-            // every type object: `PyMember_GetOne` reads that field of `tp`
-            // (a live type object) as the descriptor's getter does, and
-            // returns a new reference (`None` for NULL) or NULL with an
-            // exception set.
-            let got = unsafe {
-                Bound::from_owned_ptr_or_err(py, ffi::PyMember_GetOne(tp.as_ptr().cast(), def))
-            };
-            got.map_err(|_| ()).ok().filter(|m| !m.is_none())
-        }
-    };
+    let read = || read_mro(tp);
     let mro = match read() {
         Some(mro) => mro,
         None => {
@@ -465,6 +439,37 @@ pub(crate) fn mro<'py>(
     // CPython makes `tp_mro` an exact tuple (a metaclass's `mro()` answer
     // is converted).
     mro.cast_into_exact::<pyo3::types::PyTuple>().ok()
+}
+
+/// `tp_mro` as [`mro`] reads it, without readying the type: `None` where
+/// it is NULL or cannot be read. No Python code and no allocation (a new
+/// reference to the tuple the type holds), so phase 2 may call it.
+fn read_mro<'py>(tp: &Bound<'py, pyo3::types::PyType>) -> Option<Bound<'py, PyAny>> {
+    let py = tp.py();
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `tp` is a live type object; `tp_mro` is NULL or a tuple
+        // the type holds (a new strong reference is taken).
+        let mro = unsafe { (*tp.as_type_ptr()).tp_mro };
+        // SAFETY: as above.
+        (!mro.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, mro) })
+    }
+    #[cfg(Py_LIMITED_API)]
+    {
+        let def = type_descrs(py).mro as *mut ffi::PyMemberDef;
+        if def.is_null() {
+            return None;
+        }
+        // SAFETY: `def` is CPython's own definition of `type.__mro__`
+        // (checked in `type_descrs`), whose offset is `tp_mro`'s in every
+        // type object: `PyMember_GetOne` reads that field of `tp` (a live
+        // type object) as the descriptor's getter does, and returns a new
+        // reference (`None` for NULL) or NULL with an exception set.
+        let got = unsafe {
+            Bound::from_owned_ptr_or_err(py, ffi::PyMember_GetOne(tp.as_ptr().cast(), def))
+        };
+        got.map_err(|_| ()).ok().filter(|m| !m.is_none())
+    }
 }
 
 /// The dictionary of `tp` as CPython holds it (a read-only view of it),
@@ -511,6 +516,201 @@ pub(crate) fn class_lookup<'py>(
         }
     }
     Some(None)
+}
+
+/// What each class of a type's real MRO holds in its own dictionary under
+/// some names, noted in phase 1 ([`ClassEntries::note`]) so that phase 2
+/// can tell, with no Python code and no allocation, that nothing an
+/// instance look-up of those names finds has changed since
+/// ([`ClassEntries::unchanged`]): the object still has that type (no
+/// `__class__` assignment), the type still has that MRO tuple (no
+/// `__bases__` assignment), and each class's dictionary holds the same
+/// objects under the names (none set or deleted). Strong references to the
+/// type, the MRO and every entry are kept, so no address compared can be
+/// another object's. The dictionaries are read as CPython holds them: the
+/// type's `tp_dict` (a CPython builtin type of 3.12+ has none there, and
+/// its dictionary cannot change), or under the limited API the read-only
+/// views of [`type_dict`], taken in phase 1 and kept. A key of a class's
+/// dictionary that collides with a name's hash could run its `__eq__`
+/// during a look-up (Python code, which only a hostile class has): such a
+/// look-up that fails counts as a change.
+pub(crate) struct ClassEntries {
+    tp: Py<pyo3::types::PyType>,
+    mro: Py<PyAny>,
+    names: Vec<Py<pyo3::types::PyString>>,
+    /// For each class of `mro` in order, its entry under each name.
+    entries: Vec<Option<Py<PyAny>>>,
+    /// The dictionary views, one per class of `mro`.
+    #[cfg(Py_LIMITED_API)]
+    dicts: Vec<Py<PyAny>>,
+}
+
+impl ClassEntries {
+    /// Notes what `obj`'s type's classes hold under `names` (phase 1: the
+    /// MRO may be readied, the views are allocated). `None` where the MRO
+    /// or a dictionary cannot be read.
+    pub(crate) fn note<'py>(
+        obj: &Bound<'py, PyAny>,
+        names: &[&Bound<'py, pyo3::types::PyString>],
+    ) -> Option<Self> {
+        let tp = obj.get_type();
+        let mro = mro(&tp)?;
+        let mut entries = Vec::with_capacity(mro.len() * names.len());
+        #[cfg(Py_LIMITED_API)]
+        let mut dicts = Vec::with_capacity(mro.len());
+        for class in mro.iter() {
+            #[cfg(not(Py_LIMITED_API))]
+            let dict = own_dict(&class)?;
+            #[cfg(Py_LIMITED_API)]
+            let dict = Some(type_dict(&class)?);
+            for name in names {
+                entries.push(match &dict {
+                    Some(d) => dict_entry(d, name)?.map(Bound::unbind),
+                    None => None,
+                });
+            }
+            #[cfg(Py_LIMITED_API)]
+            dicts.push(dict?.unbind());
+        }
+        Some(ClassEntries {
+            tp: tp.unbind(),
+            mro: mro.into_any().unbind(),
+            names: names.iter().map(|n| (*n).clone().unbind()).collect(),
+            entries,
+            #[cfg(Py_LIMITED_API)]
+            dicts,
+        })
+    }
+
+    /// Whether `obj` still has the type noted, with the same MRO, whose
+    /// classes hold the same entries. No Python code (but see the type's
+    /// documentation on colliding keys) and no allocation: phase 2.
+    pub(crate) fn unchanged(&self, obj: &Bound<'_, PyAny>) -> bool {
+        let py = obj.py();
+        // SAFETY: `obj` is live; reading its type pointer.
+        if unsafe { ffi::Py_TYPE(obj.as_ptr()) } != self.tp.as_ptr().cast() {
+            return false;
+        }
+        let Some(mro) = read_mro(self.tp.bind(py)) else {
+            return false;
+        };
+        if !mro.is(&self.mro) {
+            return false;
+        }
+        let Ok(mro) = mro.cast_into_exact::<pyo3::types::PyTuple>() else {
+            return false;
+        };
+        let mut noted = self.entries.iter();
+        for (i, class) in mro.iter().enumerate() {
+            #[cfg(not(Py_LIMITED_API))]
+            let Some(dict) = own_dict(&class) else {
+                return false;
+            };
+            #[cfg(not(Py_LIMITED_API))]
+            let _ = i;
+            #[cfg(Py_LIMITED_API)]
+            let dict = {
+                let _ = class;
+                match self.dicts.get(i) {
+                    Some(d) => Some(d.bind(py).clone()),
+                    None => return false,
+                }
+            };
+            for name in &self.names {
+                let now = match &dict {
+                    Some(d) => match dict_entry(d, name.bind(py)) {
+                        Some(e) => e,
+                        None => return false,
+                    },
+                    None => None,
+                };
+                let Some(then) = noted.next() else {
+                    return false;
+                };
+                let same = match (then, &now) {
+                    (Some(a), Some(b)) => a.is(b),
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    return false;
+                }
+            }
+        }
+        noted.next().is_none()
+    }
+}
+
+/// `class`'s own dictionary as CPython holds it (`tp_dict`): `Some(None)`
+/// for a CPython builtin type of 3.12+, which keeps it elsewhere (and whose
+/// dictionary Python code cannot change); `None` where `class` is not a
+/// type. No allocation (a new reference to the dictionary).
+#[cfg(not(Py_LIMITED_API))]
+fn own_dict<'py>(class: &Bound<'py, PyAny>) -> Option<Option<Bound<'py, PyAny>>> {
+    // SAFETY: `class` is live; PyType_Check reads its type's flags.
+    if unsafe { ffi::PyType_Check(class.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: `class` is a type object (checked); `tp_dict` is NULL or a
+    // dictionary it holds (a new strong reference is taken).
+    let dict = unsafe { (*class.as_ptr().cast::<ffi::PyTypeObject>()).tp_dict };
+    // SAFETY: as above.
+    Some((!dict.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(class.py(), dict) }))
+}
+
+/// The entry of `dict` (a class's dictionary, or under the limited API its
+/// read-only view) under `name`: `Some(None)` where it has none, `None`
+/// where the look-up failed (its error cleared). No allocation: a missing
+/// key is asked with `PyDict_GetItemWithError` / `PySequence_Contains`,
+/// which raise nothing for it.
+fn dict_entry<'py>(
+    dict: &Bound<'py, PyAny>,
+    name: &Bound<'py, pyo3::types::PyString>,
+) -> Option<Option<Bound<'py, PyAny>>> {
+    let py = dict.py();
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `dict` is a type's `tp_dict`, an exact dictionary; the
+        // look-up returns a borrowed reference, or NULL (with an error set
+        // only where it failed).
+        let got = unsafe { ffi::PyDict_GetItemWithError(dict.as_ptr(), name.as_ptr()) };
+        if got.is_null() {
+            // SAFETY: the GIL is held.
+            if unsafe { ffi::PyErr_Occurred() }.is_null() {
+                return Some(None);
+            }
+            // SAFETY: as above.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        // SAFETY: `got` is a live borrowed reference; a new one is taken.
+        Some(Some(unsafe { Bound::from_borrowed_ptr(py, got) }))
+    }
+    #[cfg(Py_LIMITED_API)]
+    {
+        // SAFETY: `dict` is a `mappingproxy` of a type's dictionary, whose
+        // `__contains__` is the dictionary's (`PyDict_Contains`).
+        match unsafe { ffi::PySequence_Contains(dict.as_ptr(), name.as_ptr()) } {
+            0 => return Some(None),
+            1 => {}
+            _ => {
+                // SAFETY: the GIL is held; an error is set.
+                unsafe { ffi::PyErr_Clear() };
+                return None;
+            }
+        }
+        // SAFETY: as above; the key is there, so the look-up returns a new
+        // reference (NULL with an error set only if the dictionary changed
+        // in between, which only a colliding key's `__eq__` could do).
+        let got = unsafe { ffi::PyObject_GetItem(dict.as_ptr(), name.as_ptr()) };
+        if got.is_null() {
+            // SAFETY: the GIL is held; an error is set.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        // SAFETY: `got` is a new reference.
+        Some(Some(unsafe { Bound::from_owned_ptr(py, got) }))
+    }
 }
 
 #[cfg(test)]

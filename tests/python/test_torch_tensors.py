@@ -706,6 +706,32 @@ def test_a_subclass_declaring_read_only_through_its_own_dlpack_is_never_written(
     assert x.tolist() == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.hostile
+def test_a_view_of_a_tensor_declared_read_only_by_its_own_dlpack_goes_back_read_only():
+    """Hostile (review 2 of #32): `declared_by_class` is asked only for
+    writable parameters, so a read-only parameter's view of a tensor whose
+    class exports read-only through its own `__dlpack__` keeps the alias's
+    writable mark, and a returned view of it is writable: `dlcast.Array`
+    says `read_only == False`, `returns = numpy` gives a writable NumPy
+    array over the tensor's memory (written below). PyTorch's
+    ReadOnlyTensorWrapper, recognised by its type, goes back read-only."""
+
+    class ReadOnlyExport(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**{**kw, "read_only": True})
+
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    x = torch.zeros(3, dtype=torch.float64)
+    assert ext.identity(x.as_subclass(ReadOnlyExport)).read_only
+    out = ext.identity_numpy(x.as_subclass(ReadOnlyExport))
+    assert not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0] = 5.0
+    assert x.tolist() == [0.0, 0.0, 0.0]
+
+
 # Tables, callbacks and data of the table below: alive for the process (the
 # type cache keeps the address of a type's table).
 _KEEP = []
@@ -753,6 +779,65 @@ def test_a_subclass_declaring_read_only_through_its_own_exchange_table_is_never_
     assert deleted == [True]
     # Read-only parameters still read the tensor through PyTorch's alias.
     assert ext.sum_f64(torch.ones(3, dtype=torch.float64).as_subclass(Foreign)) == 3.0
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("declaring", ["ReadOnlyTensorWrapper", "own __dlpack__"])
+def test_a_read_only_declaration_made_by_a_later_argument_is_decided_at_the_read(declaring):
+    """Hostile (review 2 of #32): whether the tensor's class declares it
+    read-only is decided in phase 1 (`declared_by_class`, the type flags),
+    and not re-established at the read like requires_grad, inference and
+    swaps (`check_write`). A later argument's `__dlpack__` changes the
+    tensor's class to one that declares it read-only (`__class__`
+    assignment, allowed between tensor classes): the body then writes a
+    tensor its class declares read-only."""
+    if declaring == "ReadOnlyTensorWrapper":
+        declares = _read_only_wrapper()
+    else:
+        if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+            if os.environ.get("CI") != "true":
+                pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+        class declares(torch.Tensor):
+            def __dlpack__(self, **kw):
+                return super().__dlpack__(**{**kw, "read_only": True})
+
+    x = torch.zeros(3, dtype=torch.float64)
+
+    def declare_read_only():
+        x.__class__ = declares
+
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_then_len(x, Exports(declare_read_only), 7.0)
+    assert type(x) is declares
+    assert x.as_subclass(torch.Tensor).tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.hostile
+def test_a_read_only_declaration_set_on_the_class_by_a_later_argument_is_decided_at_the_read():
+    """Hostile (#32): as above, but the tensor keeps its class and a later
+    argument's `__dlpack__` gives the class a `__dlpack__` that exports
+    read-only (a class attribute set, which phase 1 decided without). The
+    class's entries are compared at the read: the tensor is read read-only."""
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+    class Sub(torch.Tensor):
+        pass
+
+    def read_only_export(self, **kw):
+        return torch.Tensor.__dlpack__(self, **{**kw, "read_only": True})
+
+    x = torch.zeros(3, dtype=torch.float64).as_subclass(Sub)
+    assert ext.fill_then_len(x, np.ones(2), 1.0) == 2
+
+    def declare_read_only():
+        Sub.__dlpack__ = read_only_export
+
+    with pytest.raises(TypeError, match=RO_MESSAGE):
+        ext.fill_then_len(x, Exports(declare_read_only), 7.0)
+    assert x.as_subclass(torch.Tensor).tolist() == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.hostile

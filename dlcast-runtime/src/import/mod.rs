@@ -365,6 +365,9 @@ pub(crate) enum Source {
         /// The tensor's class declared it read-only (see
         /// `torch::declared_by_class`).
         read_only: bool,
+        /// What that was decided from, checked at the read (see
+        /// `torch::Declared`).
+        declared: torch::Declared,
         /// For a writable parameter: what is checked again at the read.
         write: Option<torch::WriteCheck>,
     },
@@ -389,6 +392,10 @@ pub(crate) enum Source {
         /// An object that must still be referenced by dlcast alone when
         /// read (the private alias whose capsule this is).
         private: Option<Py<PyAny>>,
+        /// For a PyTorch tensor: what its read-only declaration (in
+        /// `immutable`) was decided from, checked at the read (see
+        /// `torch::Declared`).
+        declared: Option<torch::Declared>,
         /// For a PyTorch tensor taken by a writable parameter: what is
         /// checked again at the read (see `torch::check_write`).
         write: Option<torch::WriteCheck>,
@@ -618,6 +625,7 @@ pub(crate) fn prepare(
             legacy_writable,
             said: device,
             private: None,
+            declared: None,
             write: None,
         });
     }
@@ -646,6 +654,7 @@ pub(crate) fn managed(owner: Owner, path: ImportPath) -> Source {
         legacy_writable: false,
         said: None,
         private: None,
+        declared: None,
         write: None,
     }
 }
@@ -697,6 +706,7 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             api,
             stream,
             read_only,
+            declared,
             write,
             ..
         } => {
@@ -708,7 +718,9 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
                 torch::check_write(py, w)?;
             }
             let mut raw = exchange::read_with(tensor, api)?;
-            raw.read_only |= *read_only;
+            // A declaration that may have changed since it was decided is
+            // taken as made (declarations only add the mark).
+            raw.read_only |= *read_only || !declared.holds(py);
             raw.stream = if stream::stream_kind(raw.device.device_type) == StreamKind::None {
                 None
             } else {
@@ -724,6 +736,7 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             legacy_writable,
             said,
             private,
+            declared,
             write,
         } => {
             if private.as_ref().is_some_and(|p| !is_private(p.bind(py))) {
@@ -736,6 +749,10 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             // JAX arrays and TensorFlow tensors are immutable, but they
             // answer with capsules that do not say so (DLPack notes).
             raw.read_only |= *immutable;
+            // As for `Source::Torch`.
+            if declared.as_ref().is_some_and(|d| !d.holds(py)) {
+                raw.read_only = true;
+            }
             // A legacy capsule cannot say read-only: read-only unless its
             // producer is known to export only writable memory that way.
             if matches!(owner, Owner::Legacy(_)) && !*legacy_writable && !raw.read_only {

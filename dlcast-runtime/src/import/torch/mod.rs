@@ -673,6 +673,10 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ImportError> {
     let py = obj.py();
     refuse_py_dispatch(flags)?;
+    // What the read-only declaration below is decided from, noted before
+    // anything of this call's decides it (`flags` were looked up just
+    // before): phase 2 reads the tensor read-only unless it is unchanged.
+    let declared = Declared::note(obj);
     let h = handles(py)?;
     let keys = keys(py, h);
     let api = exchange::torch_table(py);
@@ -777,8 +781,9 @@ pub(crate) fn prepare(
     refuse_lazy_bits(bits)?;
     drop(off);
     // The class's own read-only declaration (Python code of the class:
-    // after the alias, outside the regions, as any producer's is run).
-    let read_only = flags.declared_read_only() || (writable && declared_by_class(obj)?);
+    // after the alias, outside the regions, as any producer's is run), for
+    // every parameter: a read-only parameter's view is exported read-only.
+    let read_only = flags.declared_read_only() || declared_by_class(obj)?;
     // Inference tensors track no version: they are not bumped.
     let bump = keep.filter(|_| !inference).map(Bound::unbind);
     let write = tensor_impl.map(|tensor_impl| WriteCheck {
@@ -789,7 +794,7 @@ pub(crate) fn prepare(
     let Some((api, exchange::Described { device, .. })) = described else {
         // No exchange table (a PyTorch without it, or one that failed its
         // checks): the alias exported by PyTorch's C code.
-        return via_dlpack(alias, None, sx, bump, h, read_only, write);
+        return via_dlpack(alias, None, sx, bump, h, (read_only, declared), write);
     };
     // CUDA/ROCm memory is taken as it is on the producer's current work
     // stream (no synchronisation, see `crate::stream`), unless the function
@@ -814,11 +819,61 @@ pub(crate) fn prepare(
                 original: obj.clone().unbind(),
                 stream,
                 read_only,
+                declared,
                 write,
             },
             bump,
         }),
-        None => via_dlpack(alias, Some(device), sx, bump, h, read_only, write),
+        None => via_dlpack(
+            alias,
+            Some(device),
+            sx,
+            bump,
+            h,
+            (read_only, declared),
+            write,
+        ),
+    }
+}
+
+/// What a tensor's read-only declaration was decided from in phase 1 (its
+/// type, its MRO, and what each class holds under `__dlpack__` and
+/// `__dlpack_c_exchange_api__`, the names [`TypeFlags::declared_read_only`]
+/// and [`declared_by_class`] consult), noted before the decision. Python
+/// code run later in phase 1 (another argument's `__dlpack__`) can change
+/// any of them (`x.__class__ = ReadOnlyTensorWrapper`, a class attribute
+/// set), and the decision cannot be made again in phase 2 (it runs the
+/// class's `__dlpack__`): phase 2 reads the tensor read-only unless all of
+/// them are unchanged ([`Declared::holds`]), so a writable parameter
+/// refuses it and a read-only parameter's view is exported read-only.
+pub(crate) struct Declared {
+    /// The caller's tensor.
+    original: Py<PyAny>,
+    /// `None` where the MRO could not be read: then never unchanged.
+    entries: Option<crate::trust::ClassEntries>,
+}
+
+impl Declared {
+    /// Phase 1 (reading the MRO may ready the type).
+    fn note(obj: &Bound<'_, PyAny>) -> Self {
+        let py = obj.py();
+        let names = [
+            intern!(py, "__dlpack__"),
+            intern!(py, "__dlpack_c_exchange_api__"),
+        ];
+        Declared {
+            original: obj.clone().unbind(),
+            entries: crate::trust::ClassEntries::note(obj, &names),
+        }
+    }
+
+    /// Phase 2: whether the declaration decided in phase 1 still holds (see
+    /// [`crate::trust::ClassEntries::unchanged`]: no Python code, no
+    /// allocation).
+    pub(crate) fn holds(&self, py: Python<'_>) -> bool {
+        self.entries
+            .as_ref()
+            .is_some_and(|e| e.unchanged(self.original.bind(py)))
     }
 }
 
@@ -829,8 +884,8 @@ pub(crate) fn prepare(
 /// PyTorch's own read-only table is recognised by the type alone
 /// ([`TypeFlags::declared_read_only`]). Each is asked only where the class
 /// has one of its own (an exact `torch.Tensor`, and a subclass that
-/// inherits `torch.Tensor`'s `__dlpack__`, have none), and only for a
-/// writable parameter; an answer can only add the mark: a class that
+/// inherits `torch.Tensor`'s `__dlpack__`, have none), for every
+/// parameter; an answer can only add the mark: a class that
 /// claims writable undoes no declaration. Python code (phase 1); an error
 /// of the class's own code refuses the tensor.
 fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<bool, ImportError> {
@@ -934,7 +989,7 @@ fn via_dlpack(
     sx: StreamCx,
     bump: Option<Py<PyAny>>,
     h: &'static Handles,
-    read_only: bool,
+    (read_only, declared): (bool, Declared),
     write: Option<WriteCheck>,
 ) -> Result<Prepared, ImportError> {
     let py = alias.py();
@@ -958,6 +1013,7 @@ fn via_dlpack(
                 legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
                 said: device,
                 private: Some(alias.unbind()),
+                declared: Some(declared),
                 write,
             },
             bump,
@@ -984,6 +1040,7 @@ fn via_dlpack(
             legacy_writable: crate::facts::Framework::Torch.facts().legacy_writable,
             said: device,
             private: Some(alias.unbind()),
+            declared: Some(declared),
             write,
         },
         bump,
