@@ -537,12 +537,14 @@ pub(crate) fn class_lookup<'py>(
 pub(crate) struct ClassEntries {
     tp: Py<pyo3::types::PyType>,
     mro: Py<PyAny>,
-    names: Vec<Py<pyo3::types::PyString>>,
+    // Inline up to a tensor subclass's MRO of 4 classes and two names, so
+    // that a call allocates nothing on the heap (`test_fast_paths.py`).
+    names: smallvec::SmallVec<[Py<pyo3::types::PyString>; 2]>,
     /// For each class of `mro` in order, its entry under each name.
-    entries: Vec<Option<Py<PyAny>>>,
+    entries: smallvec::SmallVec<[Option<Py<PyAny>>; 8]>,
     /// The dictionary views, one per class of `mro`.
     #[cfg(Py_LIMITED_API)]
-    dicts: Vec<Py<PyAny>>,
+    dicts: smallvec::SmallVec<[Py<PyAny>; 4]>,
 }
 
 impl ClassEntries {
@@ -555,9 +557,9 @@ impl ClassEntries {
     ) -> Option<Self> {
         let tp = obj.get_type();
         let mro = mro(&tp)?;
-        let mut entries = Vec::with_capacity(mro.len() * names.len());
+        let mut entries = smallvec::SmallVec::new();
         #[cfg(Py_LIMITED_API)]
-        let mut dicts = Vec::with_capacity(mro.len());
+        let mut dicts = smallvec::SmallVec::new();
         for class in mro.iter() {
             #[cfg(not(Py_LIMITED_API))]
             let dict = own_dict(&class)?;
