@@ -307,7 +307,9 @@ pub enum ReadOnly {
     /// alone; device memory is refused.
     Immutable,
     /// The framework has no read-only arrays (it ignores DLPack's
-    /// `READ_ONLY`): it is refused before anything is handed over.
+    /// `READ_ONLY`): host memory goes as a writable copy (made as a read in
+    /// the borrow registry), the framework's alone; device memory is
+    /// refused before anything is handed over.
     Refused,
 }
 

@@ -11,6 +11,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+import jax.numpy as jnp
 from numpy.lib.stride_tricks import sliding_window_view
 
 import dlcast_testext as ext
@@ -46,14 +47,13 @@ def test_returned_windows_are_the_callers_memory(window, step):
     assert address(frames) == address(x)
     if want.shape[0] > 1:
         assert frames.strides == want.strides
-    # PyTorch's unfold: the same values, strides and memory.
+    # PyTorch's unfold: the same values; PyTorch has no read-only tensors,
+    # so a tensor argument gets them as a copy of its own.
     t = torch.arange(10.0)
-    out = torch.from_dlpack(ext.win_frames(t, 0, window, step))
+    out = ext.win_frames(t, 0, window, step)
     unfolded = t.unfold(0, window, step)
     assert out.tolist() == unfolded.tolist()
-    assert out.data_ptr() == t.data_ptr()
-    if unfolded.shape[0] > 1:
-        assert out.stride() == unfolded.stride()
+    assert out.data_ptr() != t.data_ptr()
     del frames, out
     collect()
     assert ext.live_borrows() == 0
@@ -84,8 +84,8 @@ def test_returned_windows_are_read_only():
     assert not frames.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         frames[0, 1] = 5.0
-    arr = ext.win_frames(torch.arange(10.0), 0, 3, 1)  # dlcast.Array: torch has no read-only tensors
-    assert "read_only=True" in repr(arr)
+    # PyTorch has no read-only tensors: it gets a writable copy (below).
+    assert type(ext.win_frames(torch.arange(10.0), 0, 3, 1)) is torch.Tensor
     assert memoryview(ext.win_frames(x, 0, 3, 1)).readonly
     assert not ext.win_frames_numpy(x.astype(np.float64), 4, 1).flags.writeable
     assert not ext.win_frames_dyn(x, 0, 2, 1).flags.writeable
@@ -166,3 +166,61 @@ def test_owned_result_states_its_rank():
     )
     with pytest.raises(TypeError, match=r"into_rank\(\): expected a tensor of 2 dimensions, got shape \[3\]"):
         ext.win_wrong_rank(3)
+
+
+def _is_own_copy(out, x):
+    """`out` is a torch.Tensor of memory that is not `x`'s: writing it
+    leaves `x` as it was."""
+    assert type(out) is torch.Tensor and not out.requires_grad
+    before = x.clone()
+    xs = x.untyped_storage()
+    lo, hi = xs.data_ptr(), xs.data_ptr() + xs.nbytes()
+    assert not lo <= out.data_ptr() < hi
+    out.fill_(-7.0)
+    assert torch.equal(x, before)
+
+
+def test_torch_in_torch_out_for_read_only_windows():
+    """torch in, torch out in every corner: a read-only view (overlapping
+    windows) going to PyTorch, which has no read-only tensors, comes back
+    as a torch.Tensor holding a materialised copy, the caller's alone, by
+    the default return, returns = like(x) and returns = torch alike, and in
+    tuples and lists; a later call given it returns torch again."""
+    x = torch.arange(10.0)
+    want = x.unfold(0, 4, 2)
+    for call in (
+        lambda: ext.win_frames(x, 0, 4, 2),
+        lambda: ext.win_frames_like(x, x, 4, 2),
+        lambda: ext.win_frames_torch(x, 4, 2),
+    ):
+        out = call()
+        assert type(out) is torch.Tensor and out.shape == (4, 4)
+        assert torch.equal(out, want) and out.is_contiguous()
+        _is_own_copy(out, x)
+    # The pipeline stays in PyTorch.
+    again = ext.win_frames(ext.win_frames(x, 0, 4, 2).reshape(-1), 0, 2, 2)
+    assert type(again) is torch.Tensor
+    a, (b,) = ext.win_frames_nested(x, x, 3)
+    assert torch.equal(a, x.unfold(0, 3, 1)) and torch.equal(b, x.unfold(0, 3, 3))
+    _is_own_copy(a, x)
+    _is_own_copy(b, x)
+
+
+def test_read_only_input_returned_like_a_tensor_is_a_copy():
+    """A view of a read-only NumPy (or JAX) input returned like a torch
+    argument: a torch.Tensor of its own; the input is never written."""
+    ro = np.arange(8.0, dtype=np.float32)
+    ro.flags.writeable = False
+    t = torch.zeros(1)
+    out = ext.win_frames_like(ro, t, 4, 4)
+    assert type(out) is torch.Tensor and out.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    out.fill_(-1.0)
+    assert ro.tolist() == list(range(8))
+    j = jnp.arange(6.0, dtype=jnp.float32)
+    out = ext.win_frames_like(j, t, 3, 1)
+    assert type(out) is torch.Tensor and out.tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 5]]
+    out.fill_(-1.0)
+    assert j.tolist() == list(range(6))
+    # NumPy in: the view itself, read-only, as before.
+    assert not ext.win_frames_like(ro, ro, 4, 4).flags.writeable
+

@@ -62,6 +62,46 @@ fn win_frames_dyn(
     Ok(x.sliding_windows(axis, window, step)?)
 }
 
+/// The windows of `x` returned like `like` (`returns = like(like)`): a
+/// read-only view handed to `like`'s framework.
+#[dlpack_fn(returns = like(like))]
+#[pyfunction]
+fn win_frames_like<'a>(
+    x: TensorRef<'a, f32, 1>,
+    like: TensorDyn<'_>,
+    window: usize,
+    step: usize,
+) -> PyResult<TensorRef<'a, f32>> {
+    let _ = like;
+    Ok(x.sliding_windows(0, window, step)?)
+}
+
+/// The windows of `x` (step 1) and of `y` (step `window`), in a tuple and
+/// a list (the default return).
+#[dlpack_fn]
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn win_frames_nested<'a>(
+    x: TensorRef<'a, f32, 1>,
+    y: TensorRef<'a, f32, 1>,
+    window: usize,
+) -> PyResult<(TensorRef<'a, f32>, Vec<TensorRef<'a, f32>>)> {
+    let a = x.sliding_windows(0, window, 1)?;
+    let b = y.sliding_windows(0, window, window)?;
+    Ok((a, vec![b]))
+}
+
+/// The windows view to PyTorch (`returns = torch`).
+#[dlpack_fn(returns = torch)]
+#[pyfunction]
+fn win_frames_torch(
+    x: TensorRef<'_, f32, 1>,
+    window: usize,
+    step: usize,
+) -> PyResult<TensorRef<'_, f32>> {
+    Ok(x.sliding_windows(0, window, step)?)
+}
+
 /// The windows copied into an owned 2-d tensor: its rank is in the type,
 /// and so in the signature line.
 #[dlpack_fn]
@@ -94,6 +134,9 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         win_frames_dyn,
         win_frames_owned,
         win_wrong_rank,
+        win_frames_like,
+        win_frames_nested,
+        win_frames_torch,
     );
     Ok(())
 }

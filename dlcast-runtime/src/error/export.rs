@@ -296,14 +296,14 @@ pub(crate) enum ExportError {
         name: &'static str,
         dtype: DType,
     },
-    /// Read-only data, for a framework without read-only arrays.
+    /// Read-only device memory, for a framework without read-only arrays
+    /// (read-only host memory goes to it as a copy).
     #[error(
-        "returns = {option}: the array is read-only (a view of a read-only input, a Tensor \
-         made read-only, static data or a read-only ArrayBuffer view), and {name} has no \
+        "returns = {option}: the array is read-only device memory, and {name} has no \
          read-only tensors: it ignores DLPack's READ_ONLY flag, so Python code could write \
-         into memory that must not change. Return a writable copy instead (e.g. \
-         Tensor::from_vec(view.to_vec()?, view.shape()), or ArrayBuffer::to_tensor), or use \
-         returns = numpy, whose arrays carry writeable=False"
+         into memory that must not change, and dlcast copies only host memory. Return a \
+         writable copy made on the device instead, or use returns = cupy or returns = \
+         dlcast, which keep it read-only"
     )]
     ReadOnlyRefused {
         option: &'static str,

@@ -116,10 +116,11 @@ const _: () = {
 };
 
 /// What the framework's `read_only` and `layout` columns make of `array`:
-/// refused (read-only data for a framework without read-only arrays, or
-/// in device memory for an immutable one; negative strides), copied (into
-/// an aligned C-order buffer that the framework takes without a copy of its
-/// own; then `true`), or handed over as it is (`false`).
+/// refused (read-only device memory for a framework without read-only
+/// arrays or an immutable one; negative strides), copied (into an aligned
+/// C-order buffer that the framework takes without a copy of its own;
+/// writable for a framework without read-only arrays; then `true`), or
+/// handed over as it is (`false`).
 fn layout_for<'py>(
     array: &Bound<'py, Array>,
     f: &FrameworkFacts,
@@ -133,14 +134,20 @@ fn layout_for<'py>(
         }
         .into());
     }
-    if f.read_only == ReadOnly::Refused && e.read_only {
-        return Err(ExportError::ReadOnlyRefused {
-            option: f.option,
-            name: f.name,
-        }
-        .into());
-    }
     let host = e.device.is_host_accessible();
+    // A framework without read-only arrays gets read-only host memory as a
+    // writable copy of its own (see `writable_copy`); device memory, which
+    // dlcast does not copy, is refused.
+    if f.read_only == ReadOnly::Refused && e.read_only {
+        if !host {
+            return Err(ExportError::ReadOnlyRefused {
+                option: f.option,
+                name: f.name,
+            }
+            .into());
+        }
+        return Ok((writable_copy(array, f.returns)?, true));
+    }
     let immutable = f.read_only == ReadOnly::Immutable;
     // An immutable framework's importer asks for a legacy capsule, which
     // cannot say read-only: read-only data goes to it as a copy (below), as
@@ -179,6 +186,21 @@ fn layout_for<'py>(
         return Ok((array.clone(), false));
     }
     Ok((Array::new(py, e.aligned_copy(py, f.returns)?)?, true))
+}
+
+/// Read-only host memory as a framework without read-only arrays (PyTorch,
+/// PaddlePaddle) takes it: a new aligned C-order buffer holding its
+/// elements (overlapping windows materialised), made as a read in the
+/// borrow registry (`aligned_copy`), and marked writable: the buffer is
+/// fresh and the framework's tensor its only owner, so writes through it
+/// reach no memory but its own. `what` names the copy in errors.
+fn writable_copy<'py>(
+    array: &Bound<'py, Array>,
+    what: &'static str,
+) -> PyResult<Bound<'py, Array>> {
+    let mut copy = array.get().inner.aligned_copy(array.py(), what)?;
+    copy.read_only = false;
+    Array::new(array.py(), copy)
 }
 
 /// For [`Layout::CompactCopy`] (JAX, jaxlib 0.10, CPU): whether the
@@ -396,10 +418,11 @@ pub fn into_py_result<'py, R: IntoPyObject<'py>>(
 /// Converts a function's result to Python without `returns = ...`: every
 /// exported array goes to `like` (the first array argument's framework),
 /// or to NumPy where that is `None`; an array that framework does not take
-/// (read-only data for PyTorch, device memory for NumPy, NumPy not
-/// installed) stays a `dlcast.Array`, so the default fails a call only for
-/// a view of a tensor that requires grad going back to PyTorch (see
-/// `convert_default`).
+/// (read-only device memory for PyTorch, device memory for NumPy, NumPy not
+/// installed) stays a `dlcast.Array`, and read-only host memory goes to
+/// PyTorch as a copy, so the default fails a call only for a view of a
+/// tensor that requires grad going back to PyTorch, or a copy that cannot
+/// be made (see `convert_default`).
 #[doc(hidden)]
 pub fn into_py_default<'py, R: IntoPyObject<'py>>(
     py: Python<'py>,
@@ -410,25 +433,47 @@ pub fn into_py_default<'py, R: IntoPyObject<'py>>(
     convert_default(out, like.unwrap_or(Framework::Numpy))
 }
 
+/// How errors of [`convert_default`] name the conversion.
+const DEFAULT_RETURN: &str = "the default return (like the first array argument)";
+
 /// [`convert_result`] for [`into_py_default`]: a refused hand-over keeps
 /// the `dlcast.Array` (only `Exception`s: an interrupt still propagates),
-/// except for a view of a tensor that requires grad going to a framework
-/// without read-only tensors (PyTorch): that raises as under `returns =
-/// torch`, naming `x.detach()`. A read-only `dlcast.Array` in its place
-/// would fail only at its first in-place write, far from the call; a
-/// writable tensor would let writes bypass autograd.
+/// except where a framework without read-only tensors (PyTorch) is
+/// concerned: a view of a tensor that requires grad raises as under
+/// `returns = torch`, naming `x.detach()` (a read-only `dlcast.Array` in
+/// its place would fail only at its first in-place write, far from the
+/// call; a writable tensor would let writes bypass autograd), and other
+/// read-only host memory goes as a writable copy, as under `returns =
+/// torch`, so that a PyTorch argument gives a `torch.Tensor` back whatever
+/// the view (a `dlcast.Array` there would turn the next call's result into
+/// NumPy).
 fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<PyAny>> {
     let py = out.py();
     let f = fw.facts();
     let mut hand = |array: &Bound<'py, Array>| -> PyResult<Bound<'py, PyAny>> {
         if f.read_only == ReadOnly::Refused && array.get().inner.requires_grad {
             return Err(ExportError::RequiresGrad {
-                how: "the default return (like the first array argument)",
+                how: DEFAULT_RETURN,
                 name: f.name,
             }
             .into());
         }
-        match fw.convert(array) {
+        // Read-only host memory for a framework without read-only arrays
+        // (of a dtype it has): the copy `returns = torch` makes, made here
+        // so that its failure (no memory for it; a writable view of the
+        // memory live in a call still running) raises rather than leaves a
+        // `dlcast.Array` (torch in, torch out, in every such corner).
+        let e = &array.get().inner;
+        let copied = if f.read_only == ReadOnly::Refused
+            && e.read_only
+            && e.device.is_host_accessible()
+            && !e.dtype.facts().is_some_and(|d| d.absent_from.contains(&fw))
+        {
+            Some(writable_copy(array, DEFAULT_RETURN)?)
+        } else {
+            None
+        };
+        match fw.convert(copied.as_ref().unwrap_or(array)) {
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
                 Ok(array.clone().into_any())
             }
