@@ -17,13 +17,15 @@ NumPy's with the dtype and rank the Rust type fixes
 `dlcast.Array` with the rank (`shape: tuple[int, int]`); `like(x)` a type
 variable bound to a protocol every DLPack array meets (`__dlpack__` and
 `__dlpack_device__`), so that the caller's array type comes back (an
-overload for any other argument returns `dlcast.Array`). The bound names no
+overload for any other argument returns `dlcast.Array`; for the default
+return, `like(x, numpy)`, NumPy's array, as the call does). The bound names no
 framework: a checker run where one is not installed takes its type as `Any`,
 and `Any` in the bound would let every argument through. A special method
 is typed from its kept line; the other halves of its slot (`__mul__` beside
 `__rmul__`), which Python shows but which answer `NotImplemented`, are left
 out. Functions without such a line (plain PyO3 functions) get their
-parameter names from `__text_signature__`, typed `Any`. The result passes
+parameter names from `__text_signature__`, typed `Any`. A `#[getter]` is a
+property with a setter only where the class has a `#[setter]` for it. The result passes
 `mypy --strict`. Standard library only.
 """
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import ctypes
 import importlib
 import inspect
 import pathlib
@@ -145,16 +148,26 @@ def _expr(text: str) -> ast.expr:
 
 
 def _is_like(node: ast.AST) -> bool:
-    """`like(x)`, or `like(x)[float32, ...]` (the dtype the function fixes)."""
+    """`like(x)`, or `like(x)[float32, ...]` (the dtype the function fixes);
+    also `like(x, numpy)`, the default return."""
     if isinstance(node, ast.Subscript):
         node = node.value
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id == "like"
-        and len(node.args) == 1
-        and isinstance(node.args[0], ast.Name)
+        and len(node.args) in (1, 2)
+        and all(isinstance(a, ast.Name) for a in node.args)
     )
+
+
+def _like_gives_numpy(node: ast.AST) -> bool:
+    """Whether `like(..)` is the default return, `like(x, numpy)`: NumPy for
+    an argument `like` does not recognise (a buffer, a capsule), where
+    `returns = like(x)` (`like(x)`) gives a `dlcast.Array`."""
+    call = node.value if isinstance(node, ast.Subscript) else node
+    assert isinstance(call, ast.Call)
+    return len(call.args) == 2 and ast.unparse(call.args[1]) == "numpy"
 
 
 def _like_param(node: ast.AST | None) -> str | None:
@@ -219,8 +232,10 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         if _is_like(node):
-            if self.like == DLCAST:  # any other producer: a dlcast.Array of that rank
-                return _expr(_dlcast_type(_parts(node)))
+            if self.like == DLCAST:  # any other producer: NumPy or a dlcast.Array of that rank
+                # (a dtype NumPy lacks, bfloat16, stays a dlcast.Array.)
+                numpy_type = self._numpy(_parts(node)) if _like_gives_numpy(node) else None
+                return numpy_type or _expr(_dlcast_type(_parts(node)))
             return self.visit_Call(node.value)  # type: ignore[arg-type]
         if isinstance(node.value, ast.Name) and node.value.id == "ndarray":
             text = ast.unparse(node)
@@ -232,10 +247,9 @@ class _Rewrite(ast.NodeTransformer):
             if framework == "dlcast.Array":
                 return _expr(_dlcast_type(parts))
             if framework == "numpy.ndarray":
-                numpy_type = _numpy_type(parts)
+                numpy_type = self._numpy(parts)
                 if numpy_type is not None:
-                    self.imports.update(KNOWN_TYPES[framework][1])
-                    return _expr(numpy_type)
+                    return numpy_type
             return self.visit_Attribute(node.value)
         if isinstance(node.value, ast.Name) and node.value.id == "memoryview":
             return node.value  # `memoryview[float32]`: the builtin
@@ -243,9 +257,20 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         if _is_like(node):
+            if self.like == DLCAST and _like_gives_numpy(node):
+                return self.visit_Attribute(ast.Attribute(ast.Name("numpy"), "ndarray"))
             self.uses_like |= self.like == "_Like"
             return _expr(self.like)
         return _expr("typing.Any")
+
+    def _numpy(self, parts: list[ast.expr]) -> ast.AST | None:
+        """NumPy's generic array type with the dtype and rank `parts` fix;
+        `None` for a dtype NumPy has no scalar type for."""
+        numpy_type = _numpy_type(parts)
+        if numpy_type is None:
+            return None
+        self.imports.update(KNOWN_TYPES["numpy.ndarray"][1])
+        return _expr(numpy_type)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         name = ast.unparse(node)
@@ -406,10 +431,35 @@ def _class(cls: type, rewrite: _Rewrite) -> str:
             getter = _signature_line(attr, name)
             ret = _from_line(getter, rewrite)[0].rpartition(" -> ")[2][: -len(": ...")] if getter else "Any"
             lines += ["    @property", f"    def {name}(self) -> {ret}: ..."]
-            lines += [f"    @{name}.setter", f"    def {name}(self, value: Any) -> None: ..."]
+            if _has_setter(attr):
+                lines += [f"    @{name}.setter", f"    def {name}(self, value: Any) -> None: ..."]
     if len(lines) == 1:
         lines.append("    pass")
     return "\n".join(lines)
+
+
+def _has_setter(attr: types.GetSetDescriptorType) -> bool:
+    """Whether the attribute `attr` (a `#[getter]`/`#[setter]` pair) can be
+    set. Python shows every getset descriptor with a `__set__`, also a
+    read-only `#[getter]`'s, whose `__set__` raises `AttributeError`: the
+    answer is in the descriptor's C-level `PyGetSetDef`, whose `set` pointer
+    PyO3 leaves null where the class has no `#[setter]`. Outside CPython
+    (another layout) the safe side: no setter, so that the checker refuses
+    `obj.prop = 3` rather than let through what raises at run time."""
+    if sys.implementation.name != "cpython" or type(attr) is not types.GetSetDescriptorType:
+        return False
+    ptr = ctypes.sizeof(ctypes.c_void_p)
+    # `PyGetSetDescrObject` is the descriptor header followed by
+    # `PyGetSetDef *d_getset`, its last field: at the end of the object,
+    # whatever the header's size in this build.
+    offset = type(attr).__basicsize__ - ptr
+    getset = ctypes.c_void_p.from_address(id(attr) + offset).value
+    if not getset:
+        return False
+    # `PyGetSetDef` is `{name, get, set, doc, closure}`: `set` is the third
+    # pointer. The definition lives as long as the class, which `attr`'s
+    # owner keeps alive while this reads it.
+    return bool(ctypes.c_void_p.from_address(getset + 2 * ptr).value)
 
 
 def _kept_line(cls: type, name: str) -> str | None:

@@ -353,9 +353,12 @@ pub(crate) fn expand_callable(
     // framework it takes (the stub generator reads it from here).
     let array_type = match &opts.returns {
         Some(Returns::Dlcast) => "dlcast.Array".to_string(),
-        // The default: like the first (required) array parameter, else NumPy.
+        // The default: like the first (required) array parameter, else NumPy;
+        // `like(x, numpy)`: an argument of no framework (a buffer, a capsule)
+        // gets NumPy, where `returns = like(x)` keeps a `dlcast.Array` (the
+        // stub generator types the two apart).
         None => match views.iter().find(|v| !v.optional).or(views.first()) {
-            Some(v) => format!("like({})", v.ident.unraw()),
+            Some(v) => format!("like({}, numpy)", v.ident.unraw()),
             None => "numpy.ndarray".to_string(),
         },
         Some(Returns::Like(p)) => format!("like({})", p.unraw()),

@@ -41,7 +41,7 @@ def test_fixed_result_special_method_returns_its_value():
 
 def test_special_methods_keep_their_line_and_doc():
     assert ext.FhLayer.__dlcast_call__ == (
-        "__call__(self, x: ndarray[float32, cpu]) -> like(x)[float32]\n\n"
+        "__call__(self, x: ndarray[float32, cpu]) -> like(x, numpy)[float32]\n\n"
         "The input itself, exported zero-copy: like the input."
     )
     assert ext.FhLayer.__dlcast_matmul__.startswith("__matmul__(self, x: ndarray[float32, cpu]) -> numpy.ndarray[float32]")

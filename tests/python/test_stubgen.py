@@ -127,9 +127,64 @@ def test_ranked_dlcast_results_have_their_rank(stub_text):
     lines = stub_text.splitlines()
     (line,) = [line for line in lines if line.startswith("def st_same_matrix_dlcast(")]
     assert line.endswith("-> _DLCastArray[tuple[int, int]]: ..."), line
-    # `like(x)`: the overload for an argument `like` does not recognise.
-    other = [line for line in lines if line.startswith("def st_same_matrix_like(")][1]
-    assert other.endswith("-> _DLCastArray[tuple[int, int]]: ..."), other
+
+
+def test_default_return_of_a_buffer_is_numpy_in_stub_and_call(stub_text):
+    import array
+
+    import numpy as np
+
+    import dlcast_testext as ext
+
+    # The default return (no `returns`) hands an argument of no framework
+    # (a buffer) NumPy's array; the line says so (`like(x, numpy)`), and
+    # the overload for such an argument is NumPy's type of that rank.
+    assert _first_line(ext.st_same_matrix_like).endswith("-> like(x, numpy)[float64, (_, _)]")
+    other = [line for line in stub_text.splitlines() if line.startswith("def st_same_matrix_like(")][1]
+    assert other.endswith("-> numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float64]]: ..."), other
+    buffer = memoryview(array.array("d", [1.0, 2.0, 3.0, 4.0])).cast("B").cast("d", [2, 2])
+    assert type(ext.st_same_matrix_like(buffer)) is np.ndarray
+    # `returns = like(x)` keeps a dlcast.Array for it, in the stub and the call.
+    assert _first_line(ext.st_row_sums).endswith("-> like(x)[float32]")
+    sums = ext.st_row_sums(memoryview(array.array("f", [1.0, 2.0, 3.0, 4.0])).cast("B").cast("f", [2, 2]))
+    assert type(sums).__module__ == "dlcast" and type(sums).__name__ == "Array"
+
+
+def test_default_return_fallback_types(stubgen):
+    rewrite = stubgen._Rewrite()
+    lines = stubgen._from_line("f(x: ndarray[float32, cpu]) -> like(x, numpy)[float32, (_,)]", rewrite)
+    assert lines[1] == "def f(x: _Like) -> _Like: ...  # type: ignore[overload-overlap, unused-ignore]"
+    assert lines[3] == (
+        "def f(x: Annotated[ArrayLike, 'ndarray[float32, cpu]']) -> numpy.ndarray[tuple[int], numpy.dtype[numpy.float32]]: ..."
+    )
+    assert any("import numpy" in line for line in rewrite.imports)
+    # No dtype or rank fixed: NumPy's array of any; a dtype NumPy lacks
+    # (bfloat16), which the call keeps as a dlcast.Array: that.
+    assert stubgen._from_line("f(x: ndarray[cpu]) -> like(x, numpy)", stubgen._Rewrite())[3].endswith(
+        "-> numpy.typing.NDArray[typing.Any]: ..."
+    )
+    assert stubgen._from_line("f(x: ndarray[cpu]) -> like(x, numpy)[bfloat16]", stubgen._Rewrite())[3].endswith(
+        "-> _DLCastArray[tuple[int, ...]]: ..."
+    )
+
+
+def test_read_only_getter_has_no_setter_in_stub(stub_text):
+    import dlcast_testext as ext
+
+    # Python shows a `__set__` on every getset descriptor; PyO3's read-only
+    # `#[getter]` raises there, so the stub must not declare a setter.
+    with pytest.raises(AttributeError):
+        ext.StScaler().k = 3.0
+    lines = stub_text.splitlines()
+
+    def body(cls):
+        start = lines.index(f"class {cls}:")
+        return lines[start + 1 : lines.index("", start)]
+
+    assert "    def k(self) -> float: ..." in body("StScaler")
+    assert not any("setter" in line for line in body("StScaler"))
+    # A `#[setter]` keeps one; `Bag.total` has only a getter.
+    assert "    @values.setter" in body("Bag") and "    @total.setter" not in body("Bag")
 
 
 def test_numpy_return_of_fixed_rank_has_numpys_shape_type(stub_text):
@@ -182,6 +237,7 @@ def test_ranked_owned_results_have_their_rank(stub_text):
     # `TensorRef<'_, f32, 2>` does: the stub says it.
     lines = stub_text.splitlines()
     owned = [line for line in lines if line.startswith("def win_frames_owned(")]
-    assert owned[1].endswith("-> _DLCastArray[tuple[int, int]]: ..."), owned
+    # (the default return: a buffer gets NumPy's array of that rank)
+    assert owned[1].endswith("-> numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]: ..."), owned
     (numpy_like,) = [line for line in lines if line.startswith("def win_wrong_rank(")]
     assert numpy_like.endswith("-> numpy.ndarray[tuple[int, int], numpy.dtype[numpy.float32]]: ..."), numpy_like

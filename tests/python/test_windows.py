@@ -162,7 +162,7 @@ def test_owned_result_states_its_rank():
     assert out.tolist() == sliding_window_view(x, 3).tolist()
     assert out.flags.writeable and not np.shares_memory(out, x)
     assert ext.win_frames_owned.__doc__.splitlines()[0] == (
-        "win_frames_owned(x: ndarray[float32, (_,), cpu], window: int, step: int) -> like(x)[float32, (_, _)]"
+        "win_frames_owned(x: ndarray[float32, (_,), cpu], window: int, step: int) -> like(x, numpy)[float32, (_, _)]"
     )
     with pytest.raises(TypeError, match=r"into_rank\(\): expected a tensor of 2 dimensions, got shape \[3\]"):
         ext.win_wrong_rank(3)

@@ -32,8 +32,8 @@ fn st_same_matrix_dlcast(x: TensorRef<'_, f64, 2>) -> TensorRef<'_, f64, 2> {
     x
 }
 
-/// The 2-d view `x` itself, like `x`: an argument `like` does not
-/// recognise (a buffer) gets a `dlcast.Array` with two dimensions.
+/// The 2-d view `x` itself, like `x` (the default return): an argument of
+/// no framework (a buffer) gets a 2-d NumPy array.
 #[dlpack_fn]
 #[pyfunction]
 fn st_same_matrix_like(x: TensorRef<'_, f64, 2>) -> TensorRef<'_, f64, 2> {

@@ -76,6 +76,22 @@ def row_sums_keep_framework(x: npt.NDArray[np.float32], t: torch.Tensor, b: byte
     return float(sums.sum()) + float(tsums.sum())
 
 
+def same_matrix_of_a_buffer(b: bytes) -> int:
+    # The default return: an argument of no framework (a buffer) gets NumPy,
+    # as the call does (`returns = like(x)` gives a dlcast.Array).
+    m: "np.ndarray[tuple[int, int], np.dtype[np.float64]]" = ext.st_same_matrix_like(b)
+    rows, cols = m.shape
+    return rows + cols
+
+
+def bag_setter(x: npt.NDArray[np.float64]) -> float:
+    # A `#[setter]` keeps its property's setter in the stub.
+    bag = ext.Bag()
+    bag.values = x
+    total: float = bag.total
+    return total
+
+
 def same_matrix(x: npt.NDArray[np.float64]) -> float:
     # A 2-d float64 NumPy return: NumPy's shape type says it.
     m: "np.ndarray[tuple[int, int], np.dtype[np.float64]]" = ext.st_same_matrix(x)

@@ -32,6 +32,9 @@ called: str = ext.Bag()(np.ones(2))  # E: assignment
 a, b, c = ext.rk_first_rows_flipped(np.ones((2, 2)), 1).shape  # E: misc
 p, q, r = ext.st_same_matrix_dlcast(np.ones((2, 2))).shape  # E: misc
 u, v, w = ext.st_same_matrix_like(b"\0" * 32).shape  # E: misc
+not_dlcast: str = ext.st_same_matrix_like(b"\0" * 32)  # E: assignment
+ext.StScaler().k = 3.0  # E: misc
+ext.Bag().total = 3.0  # E: misc
 ext.fh_handle_sum(None)  # E: arg-type
 ext.FhLayer(2.0, weights="x")  # E: arg-type
 ext.StoredMatrix([[1.0]])  # E: arg-type
