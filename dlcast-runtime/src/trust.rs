@@ -545,6 +545,45 @@ pub(crate) struct ClassEntries {
     /// The dictionary views, one per class of `mro`.
     #[cfg(Py_LIMITED_API)]
     dicts: smallvec::SmallVec<[Py<PyAny>; 4]>,
+    /// The type's version tag when noted (0: none), which CPython changes
+    /// whenever an attribute of the type or of a class of its MRO is set or
+    /// deleted, or its bases assigned: where it is valid, phase 2 compares it
+    /// instead of looking the names up (a look-up could run the `__eq__` of
+    /// a key whose hash collides with a name's: Python code).
+    #[cfg(not(Py_LIMITED_API))]
+    tag: u32,
+}
+
+/// Whether every key of `class`'s dictionary `dict` (a view) is an exact
+/// `str`; `true` for a static type, whose dictionary C code filled.
+#[cfg(Py_LIMITED_API)]
+fn str_keys_only(class: &Bound<'_, PyAny>, dict: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `class` is a type object (an entry of a real MRO).
+    let flags = unsafe { ffi::PyType_GetFlags(class.as_ptr().cast()) };
+    if flags & ffi::Py_TPFLAGS_HEAPTYPE == 0 {
+        return true;
+    }
+    let Ok(keys) = dict.try_iter() else {
+        return false;
+    };
+    keys.into_iter()
+        .all(|k| k.is_ok_and(|k| k.is_exact_instance_of::<pyo3::types::PyString>()))
+}
+
+/// `tp`'s version tag if CPython holds a valid one (0 otherwise). Reads a
+/// field of the type object: no Python code, no allocation.
+#[cfg(not(Py_LIMITED_API))]
+fn version_tag(tp: &Bound<'_, pyo3::types::PyType>) -> u32 {
+    let t = tp.as_ptr().cast::<ffi::PyTypeObject>();
+    // SAFETY: `tp` is a live type object; its flags and tag are read under
+    // the GIL, which every writer of them holds.
+    let (flags, tag) = unsafe { ((*t).tp_flags, (*t).tp_version_tag) };
+    // Before 3.12 a tag counts only with its flag (3.12+: 0 means none).
+    const VALID_VERSION_TAG: std::ffi::c_ulong = 1 << 19;
+    if cfg!(not(Py_3_12)) && flags & VALID_VERSION_TAG == 0 {
+        return 0;
+    }
+    tag
 }
 
 impl ClassEntries {
@@ -557,6 +596,14 @@ impl ClassEntries {
     ) -> Option<Self> {
         let tp = obj.get_type();
         let mro = mro(&tp)?;
+        // A look-up through the type has CPython give it a version tag (and
+        // its bases), if it can (phase 1: may run a descriptor's code, whose
+        // changes the tag then reflects); the tag is read before the entries.
+        #[cfg(not(Py_LIMITED_API))]
+        let tag = {
+            let _ = tp.getattr(names.first()?);
+            version_tag(&tp)
+        };
         let mut entries = smallvec::SmallVec::new();
         #[cfg(Py_LIMITED_API)]
         let mut dicts = smallvec::SmallVec::new();
@@ -565,6 +612,14 @@ impl ClassEntries {
             let dict = own_dict(&class)?;
             #[cfg(Py_LIMITED_API)]
             let dict = Some(type_dict(&class)?);
+            // No version tags here: phase 2 looks the names up again, which
+            // runs no Python code only if every key is an exact `str`
+            // (compared in C); a heap type's keys are fixed when it is made
+            // (`setattr` takes `str` names only), so they are checked here.
+            #[cfg(Py_LIMITED_API)]
+            if !str_keys_only(&class, dict.as_ref()?) {
+                return None;
+            }
             for name in names {
                 entries.push(match &dict {
                     Some(d) => dict_entry(d, name)?.map(Bound::unbind),
@@ -581,6 +636,8 @@ impl ClassEntries {
             entries,
             #[cfg(Py_LIMITED_API)]
             dicts,
+            #[cfg(not(Py_LIMITED_API))]
+            tag,
         })
     }
 
@@ -598,6 +655,12 @@ impl ClassEntries {
         };
         if !mro.is(&self.mro) {
             return false;
+        }
+        // A valid tag that has not moved: no attribute of the type or its
+        // bases was set or deleted since (no look-up, so no key's `__eq__`).
+        #[cfg(not(Py_LIMITED_API))]
+        if self.tag != 0 {
+            return version_tag(self.tp.bind(py)) == self.tag;
         }
         let Ok(mro) = mro.cast_into_exact::<pyo3::types::PyTuple>() else {
             return false;

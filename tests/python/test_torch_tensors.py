@@ -960,3 +960,36 @@ def test_a_subclass_hiding_torch_from_its_mro_still_gets_pytorchs_rules():
     g = torch.zeros(3, dtype=torch.float64, requires_grad=True)
     with pytest.raises(TypeError, match="requires grad"):
         ext.fill_f64(g.as_subclass(Hidden), 1.0)
+
+
+@pytest.mark.hostile
+def test_the_read_only_declarations_check_at_the_read_runs_no_python_code():
+    """Hostile (review 3 of #32): `ClassEntries::unchanged` looks the names
+    up in each class's dictionary in phase 2 with `PyDict_GetItemWithError`,
+    which calls `__eq__` of a key whose hash collides with the name's. Its
+    documentation counts only a look-up that fails as a change; one that
+    answers runs Python code in phase 2, after an earlier argument was read
+    and checked: here it makes the writable `out` read-only, and the body
+    then writes an array that is read-only."""
+    out = np.zeros(3)
+    ran = []
+
+    class Collides:
+        def __hash__(self):
+            return hash("__dlpack__")
+
+        def __eq__(self, other):
+            if ext.raw_reads_in_progress():
+                ran.append(True)
+                out.flags.writeable = False
+            return NotImplemented
+
+    Sub = type("Sub", (torch.Tensor,), {Collides(): 1})
+    x = torch.zeros(2, dtype=torch.float64).as_subclass(Sub)
+    try:
+        ext.fill_then_len(out, x, 7.0)
+    except (TypeError, BufferError):
+        pass
+    assert ext.raw_reads_in_progress() is not None, "needs a debug build"
+    assert not ran, "a class's dictionary key ran Python code at the read (phase 2)"
+    assert out.flags.writeable or out.tolist() == [0.0, 0.0, 0.0]
