@@ -577,7 +577,7 @@ fn version_tag(tp: &Bound<'_, pyo3::types::PyType>) -> u32 {
     let t = tp.as_ptr().cast::<ffi::PyTypeObject>();
     // SAFETY: `tp` is a live type object; its flags and tag are read under
     // the GIL, which every writer of them holds.
-    let (flags, tag) = unsafe { ((*t).tp_flags, (*t).tp_version_tag) };
+    let (flags, tag) = unsafe { (ffi::PyType_GetFlags(t), (*t).tp_version_tag) };
     // Before 3.12 a tag counts only with its flag (3.12+: 0 means none).
     const VALID_VERSION_TAG: std::ffi::c_ulong = 1 << 19;
     if cfg!(not(Py_3_12)) && flags & VALID_VERSION_TAG == 0 {
