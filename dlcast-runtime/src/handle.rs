@@ -270,8 +270,8 @@ impl<T: Element, const N: usize> ArrayHandle<T, N> {
         cx.prepare::<TensorRef<'_, T, N>>(0, obj)?;
         cx.finish()?;
         let view: TensorRef<'_, T, N> = cx.take(0)?;
-        // SAFETY: only the lifetime changes, from the call context's borrow
-        // to `'v`, which ends no later than the handle's borrow and the GIL
+        // Why the lifetime may change, from the call context's borrow to
+        // `'v`, which ends no later than the handle's borrow and the GIL
         // token `py` (a view's drop releases its owner with C-API calls: it
         // must happen while the GIL is held, as inside a call). A typed view
         // owns everything it reads through: `View::from_raw` for `TensorRef`
@@ -284,6 +284,8 @@ impl<T: Element, const N: usize> ArrayHandle<T, N> {
         // argument, which the handle holds for as long as it is borrowed
         // (`&self`: not cleared or replaced meanwhile), and from leaving the
         // GIL (views are neither `Send` nor `Sync`, and `'v` ends with `py`).
+        // SAFETY: only the lifetime changes, to `'v`, which the view may have
+        // (above: it owns what it reads, and `'v` ends with the GIL token).
         Ok(unsafe { std::mem::transmute::<TensorRef<'_, T, N>, TensorRef<'v, T, N>>(view) })
     }
 

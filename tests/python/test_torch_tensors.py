@@ -622,6 +622,15 @@ def test_a_tensor_swapped_by_a_later_argument_is_not_written(way):
 RO_MESSAGE = r"argument 'out': the array is read-only, but the parameter is writable"
 
 
+def _needs_read_only_dlpack():
+    """PyTorch 2.15+'s `__dlpack__(read_only=...)`: skipped outside CI on an
+    older PyTorch; in CI (which installs the newest) the test runs, and fails
+    there if it is missing: no framework test skips in CI."""
+    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
+        if os.environ.get("CI") != "true":
+            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+
+
 def _read_only_wrapper():
     wrapper = getattr(getattr(torch.utils, "dlpack", None), "ReadOnlyTensorWrapper", None)
     if wrapper is None and os.environ.get("CI") != "true":
@@ -696,9 +705,7 @@ def test_a_subclass_declaring_read_only_through_its_own_dlpack_is_never_written(
             return super().__dlpack__(**kw)
 
     x = torch.zeros(3, dtype=torch.float64)
-    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
-        if os.environ.get("CI") != "true":
-            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    _needs_read_only_dlpack()
     with pytest.raises(TypeError, match=RO_MESSAGE):
         ext.fill_f64(x.as_subclass(ReadOnlyExport), 1.0)
     assert x.tolist() == [0.0, 0.0, 0.0]
@@ -720,9 +727,7 @@ def test_a_view_of_a_tensor_declared_read_only_by_its_own_dlpack_goes_back_read_
         def __dlpack__(self, **kw):
             return super().__dlpack__(**{**kw, "read_only": True})
 
-    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
-        if os.environ.get("CI") != "true":
-            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    _needs_read_only_dlpack()
     x = torch.zeros(3, dtype=torch.float64)
     assert ext.identity(x.as_subclass(ReadOnlyExport)).read_only
     out = ext.identity_numpy(x.as_subclass(ReadOnlyExport))
@@ -794,9 +799,7 @@ def test_a_read_only_declaration_made_by_a_later_argument_is_decided_at_the_read
     if declaring == "ReadOnlyTensorWrapper":
         declares = _read_only_wrapper()
     else:
-        if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
-            if os.environ.get("CI") != "true":
-                pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+        _needs_read_only_dlpack()
 
         class declares(torch.Tensor):
             def __dlpack__(self, **kw):
@@ -819,9 +822,7 @@ def test_a_read_only_declaration_set_on_the_class_by_a_later_argument_is_decided
     argument's `__dlpack__` gives the class a `__dlpack__` that exports
     read-only (a class attribute set, which phase 1 decided without). The
     class's entries are compared at the read: the tensor is read read-only."""
-    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
-        if os.environ.get("CI") != "true":
-            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    _needs_read_only_dlpack()
 
     class Sub(torch.Tensor):
         pass
@@ -912,9 +913,7 @@ def test_a_subclass_of_a_read_only_export_cannot_hide_its_dlpack_behind_its_meta
     says whether it exports read-only) is decided by what its instances
     find (the real MRO's dictionaries), not by `type(obj).__dlpack__`,
     which a metaclass property can answer with `torch.Tensor`'s."""
-    if "read_only" not in torch.Tensor.__dlpack__.__code__.co_varnames:
-        if os.environ.get("CI") != "true":
-            pytest.skip("PyTorch's __dlpack__ has no read_only (2.15+)")
+    _needs_read_only_dlpack()
 
     class ReadOnlyExport(torch.Tensor):
         def __dlpack__(self, **kw):

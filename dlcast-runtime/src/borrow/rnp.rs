@@ -406,7 +406,7 @@ unsafe fn look(
     let module = place.module.as_ptr();
     let module_type = std::ptr::addr_of_mut!(ffi::PyModule_Type);
     let key = place.key.as_ptr();
-    // SAFETY: (caller) the GIL is held. The pointers found are only
+    // The GIL is held (the caller's contract). The pointers found are only
     // compared, never read through, but for the type checks of live
     // objects: `modules`, `module` (kept by `PLACE`), and `other` right
     // after its look-up returned it (a borrowed reference the dictionary
@@ -415,6 +415,8 @@ unsafe fn look(
     // `place.dict` is `module`'s dictionary and the keys are exact strs.
     // (`PyDict_GetItemWithError`: no saving and restoring of the error
     // state around the look-up, as `PyDict_GetItem` does.)
+    // SAFETY: the GIL is held, and every pointer is live or only compared
+    // (above).
     unsafe {
         // `shadowed` first: in abi3 builds (phase 1) its attribute look-up
         // may run Python code, which the look-ups below then see the

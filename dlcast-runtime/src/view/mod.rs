@@ -509,6 +509,8 @@ impl RawTensor {
         // `extent - window` does not underflow (checked above), and the
         // quotient is at most `extent - 1`, so `+ 1` does not overflow.
         let count = (extent - window) / step + 1;
+        // `axis < ndim` (checked by `get` above), and `strides` has `ndim`
+        // entries too: the indexing below cannot panic.
         let mut shape = self.shape.clone();
         shape[axis] = count;
         shape.push(window);
