@@ -600,9 +600,12 @@ impl ClassEntries {
         // its bases), if it can (phase 1: may run a descriptor's code, whose
         // changes the tag then reflects); the tag is read before the entries.
         #[cfg(not(Py_LIMITED_API))]
-        let tag = {
-            let _ = tp.getattr(names.first()?);
-            version_tag(&tp)
+        let tag = match version_tag(&tp) {
+            0 => {
+                let _ = tp.getattr(names.first()?);
+                version_tag(&tp)
+            }
+            tag => tag,
         };
         let mut entries = smallvec::SmallVec::new();
         #[cfg(Py_LIMITED_API)]

@@ -116,6 +116,23 @@ impl Who {
         }
     }
 
+    /// The refusal of an argument no conversion applies to.
+    #[cold]
+    pub(super) fn unconvertible(
+        &self,
+        param: &ParamSpec,
+        what: &str,
+        why: crate::error::Unconvertible,
+    ) -> PyErr {
+        CallError::Unconvertible {
+            func: self.spec.name,
+            param: param.name,
+            what: what.to_owned(),
+            why,
+        }
+        .into()
+    }
+
     #[cold]
     pub(super) fn convert<'py>(
         &self,
@@ -129,13 +146,7 @@ impl Who {
         let param = &self.spec.params[index];
         match convert::convert(obj, host, ndim, target) {
             Ok(tmp) => Ok(tmp),
-            Err(ConvertError::Unsupported(why)) => Err(CallError::Unconvertible {
-                func: self.spec.name,
-                param: param.name,
-                what: what.to_owned(),
-                why,
-            }
-            .into()),
+            Err(ConvertError::Unsupported(why)) => Err(self.unconvertible(param, what, why)),
             // Not an error of the argument: propagates unchanged, as the
             // import paths do (KeyboardInterrupt, MemoryError, ...).
             Err(ConvertError::Raised(_, cause))

@@ -95,13 +95,8 @@ impl<const N: usize> CallCx<N> {
                 match crate::convert::numpy_view(py, &raw, owner)? {
                     Some(view) => view,
                     None => {
-                        return Err(CallError::Unconvertible {
-                            func: self.spec.name,
-                            param: param.name,
-                            what: what.to_owned(),
-                            why: crate::error::Unconvertible::NotViewable,
-                        }
-                        .into())
+                        let why = crate::error::Unconvertible::NotViewable;
+                        return Err(self.unconvertible(param, what, why));
                     }
                 }
             }
