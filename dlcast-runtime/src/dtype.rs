@@ -92,13 +92,20 @@ impl DType {
     /// Rust element type.
     #[inline]
     pub(crate) fn facts(&self) -> Option<&'static DTypeFacts> {
+        DTYPES.get(self.row()?)
+    }
+
+    /// The index of this dtype's row in [`crate::facts::DTYPES`] (see
+    /// [`DType::facts`]).
+    #[inline]
+    pub(crate) fn row(&self) -> Option<usize> {
         if self.lanes != 1 || !self.bits.is_power_of_two() || self.bits < 8 || self.bits > 128 {
             return None;
         }
         let row = *ROWS
             .get(usize::from(self.code))?
             .get(self.bits.trailing_zeros() as usize - 3)?;
-        DTYPES.get(usize::from(row).checked_sub(1)?)
+        usize::from(row).checked_sub(1)
     }
 
     /// The NumPy-style name (`"float32"`) of the data types dlcast maps to a

@@ -573,10 +573,16 @@ fn str_keys_only(class: &Bound<'_, PyAny>, dict: &Bound<'_, PyAny>) -> bool {
 /// `tp`'s version tag if CPython holds a valid one (0 otherwise). Reads a
 /// field of the type object: no Python code, no allocation.
 #[cfg(not(Py_LIMITED_API))]
-fn version_tag(tp: &Bound<'_, pyo3::types::PyType>) -> u32 {
-    let t = tp.as_ptr().cast::<ffi::PyTypeObject>();
-    // SAFETY: `tp` is a live type object; its flags and tag are read under
-    // the GIL, which every writer of them holds.
+pub(crate) fn version_tag(tp: &Bound<'_, pyo3::types::PyType>) -> u32 {
+    type_version_tag(tp.as_ptr().cast())
+}
+
+/// [`version_tag`] of the type object `t`, which must be live.
+#[cfg(not(Py_LIMITED_API))]
+#[inline(always)]
+pub(crate) fn type_version_tag(t: *mut ffi::PyTypeObject) -> u32 {
+    // SAFETY: `t` is a live type object (the caller's contract); its flags
+    // and tag are read under the GIL, which every writer of them holds.
     let (flags, tag) = unsafe { (ffi::PyType_GetFlags(t), (*t).tp_version_tag) };
     // Before 3.12 a tag counts only with its flag (3.12+: 0 means none).
     const VALID_VERSION_TAG: std::ffi::c_ulong = 1 << 19;

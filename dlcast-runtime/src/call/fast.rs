@@ -75,9 +75,16 @@ impl<'a, const N: usize> FastCx<'a, N> {
         }
         // Phase 1, which for exact `numpy.ndarray` arguments runs Python code
         // only to find the registry or rust-numpy's table the first time (an
-        // error: left to the general path, which reports it).
+        // error: left to the general path, which reports it), and for
+        // PyTorch tensors none: their layout is learnt by the general path's
+        // phase 1 (`import::torch::direct::learn`), until then they go there.
+        let torch = crate::import::torch::direct::layout();
+        let mut arrays = false;
         for a in &args {
-            if a.needs.is_none() || a.dtype.is_none() || !numpy::is_ndarray(a.obj) {
+            let array = numpy::is_ndarray(a.obj);
+            arrays |= array;
+            let known = array || torch.is_some_and(|l| l.accepts(a.obj));
+            if a.needs.is_none() || a.dtype.is_none() || !known {
                 return None;
             }
         }
@@ -92,7 +99,9 @@ impl<'a, const N: usize> FastCx<'a, N> {
         // build has version tags (see `borrow::rnp::ready`); otherwise the
         // general path checks it (`borrow::rnp::check`) and reports. And
         // views of NumPy arrays are dlcast's registry's alone.
-        if !crate::borrow::rnp::ready(py) || crate::borrow::rnp::foreign().is_some() {
+        // (The general path consults rust-numpy's table for NumPy arrays
+        // only, and so does this one.)
+        if arrays && (!crate::borrow::rnp::ready(py) || crate::borrow::rnp::foreign().is_some()) {
             return None;
         }
         #[cfg(Py_GIL_DISABLED)]
@@ -108,7 +117,7 @@ impl<'a, const N: usize> FastCx<'a, N> {
         let names = &mut names[..spec.dim_names.len()];
         let held: [Cell<Option<crate::borrow::Borrow>>; N] =
             std::array::from_fn(|_| Cell::new(None));
-        let mut reads = [None::<NpRead>; N];
+        let mut reads: [Option<NpRead>; N] = std::array::from_fn(|_| None);
         for (index, a) in args.iter().enumerate() {
             let (Some(needs), Some(dtype)) = (a.needs, a.dtype) else {
                 return None;
@@ -119,6 +128,12 @@ impl<'a, const N: usize> FastCx<'a, N> {
             held[index].set(Some(borrow));
             reads[index] = Some(read);
         }
+        // Every argument passed: the version counters of the PyTorch tensors
+        // the body may write are bumped, as PyTorch's in-place operations do.
+        reads
+            .iter()
+            .flatten()
+            .for_each(crate::import::torch::direct::bump);
         fast_switch::taken();
         Some(FastCx {
             spec,

@@ -840,7 +840,12 @@ fn fast_read(
     dtype: DType,
     writable: bool,
 ) -> Option<(NpRead, crate::borrow::Borrow)> {
-    let read = numpy::read_fast(obj, dtype, needs.itemsize)?;
+    let read = match numpy::read_fast(obj, dtype, needs.itemsize) {
+        Some(read) => read,
+        // A PyTorch tensor, read directly where its layout was learnt (the
+        // straight-line call only: `FastCx::read` checked its class).
+        None => crate::import::torch::direct::layout()?.read(obj, dtype, needs.itemsize, writable)?,
+    };
     let param = who.spec.params.get(index)?;
     let (shape, strides) = (read.shape(), read.elem_strides());
     let fits = param

@@ -65,13 +65,15 @@ pub enum ImportPath {
     Buffer,
     /// `tf.experimental.dlpack.to_dlpack`.
     Tensorflow,
+    /// A PyTorch tensor's C++ fields read directly (see `torch::direct`).
+    Torch,
     /// Not imported: a view over Rust data (`TensorRef::from_slice`, ...).
     Rust,
 }
 
 impl ImportPath {
     /// A short name: `"numpy"`, `"exchange_api"`, `"capsule"`, `"dlpack"`,
-    /// `"buffer"`, `"tensorflow"`, `"rust"`.
+    /// `"buffer"`, `"tensorflow"`, `"torch"`, `"rust"`.
     pub fn name(self) -> &'static str {
         match self {
             ImportPath::Numpy => "numpy",
@@ -80,6 +82,7 @@ impl ImportPath {
             ImportPath::Dlpack => "dlpack",
             ImportPath::Buffer => "buffer",
             ImportPath::Tensorflow => "tensorflow",
+            ImportPath::Torch => "torch",
             ImportPath::Rust => "rust",
         }
     }
@@ -105,6 +108,13 @@ pub(crate) enum Owner {
     Exchange {
         obj: Py<PyAny>,
         api: NonNull<DLPackExchangeAPI>,
+        original: Py<PyAny>,
+    },
+    /// A PyTorch tensor read directly (see `torch::direct`): its storage,
+    /// held, and the caller's tensor it was read from.
+    Storage {
+        #[allow(dead_code)]
+        storage: torch::direct::Hold,
         original: Py<PyAny>,
     },
     /// Nothing yet: a tensor read in phase 2 of a call, whose owner stays
@@ -147,7 +157,13 @@ impl Drop for Owner {
             // Released only here, with the GIL (see above).
             Owner::Buffer(view) => buffer_protocol::release(view),
             // The reference drops with the GIL held (see above).
-            Owner::Object(_) | Owner::Exchange { .. } | Owner::None | Owner::Rust => {}
+            // The storage's reference is given back by its own drop, an
+            // atomic step that needs no GIL.
+            Owner::Object(_)
+            | Owner::Exchange { .. }
+            | Owner::Storage { .. }
+            | Owner::None
+            | Owner::Rust => {}
         }
     }
 }
@@ -230,7 +246,7 @@ impl RawTensor {
     /// alias), if any.
     pub(crate) fn torch_original(&self) -> Option<&Py<PyAny>> {
         match &self.owner {
-            Owner::Exchange { original, .. } => Some(original),
+            Owner::Exchange { original, .. } | Owner::Storage { original, .. } => Some(original),
             _ => None,
         }
     }

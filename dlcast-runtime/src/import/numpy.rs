@@ -240,7 +240,6 @@ pub(crate) const FAST_DIMS: usize = 4;
 /// `isize::MAX`. Plain values, no owner: the call context that made it holds
 /// the array (and its borrow-registry entry) while views of it live.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
 pub struct NpRead {
     /// Element 0, the lowest address the array reaches.
     pub(crate) data: *mut u8,
@@ -253,6 +252,9 @@ pub struct NpRead {
     pub(crate) read_only: bool,
     /// One past the highest byte reached, relative to `data`.
     pub(crate) hi: isize,
+    /// A PyTorch tensor read directly: the storage held and the version
+    /// counter to bump (see `import::torch::direct`); `None` for NumPy.
+    pub(crate) torch: Option<crate::import::torch::direct::TorchRead>,
 }
 
 impl NpRead {
@@ -360,6 +362,7 @@ pub(crate) fn read_fast(obj: &Bound<'_, PyAny>, want: DType, itemsize: usize) ->
         dtype: want,
         read_only: arr.flags & NPY_ARRAY_WRITEABLE == 0,
         hi: item,
+        torch: None,
     };
     let mut count = 1usize;
     for (k, (&n, &s)) in dims.iter().zip(byte_strides).enumerate() {

@@ -775,7 +775,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
         // The view owns what its general-path twin owns: a reference to the
         // array and the registry entry (so that it may be returned, and its
         // entry ends when it drops).
-        let raw = fast_raw(read, &keep);
+        let raw = fast_raw(read, &keep)?;
         let origin = Origin::param(keep.spec, keep.index);
         rank_fits::<N>(&raw).map_err(|k| origin.error("", k))?;
         Ok(TensorRef::new(raw, origin))
@@ -786,7 +786,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorRef<'a, T, N> {
 /// `import::numpy::read_fast`): the same fields, the argument as owner, and
 /// the read's registry entry, taken from the call context.
 #[inline(always)]
-fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> RawTensor {
+fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> pyo3::PyResult<RawTensor> {
     // Inline dims filled from the read's fixed arrays (a fixed-size copy,
     // no `memcpy` of variable length; the read's arrays fit: checked at
     // compile time).
@@ -796,6 +796,25 @@ fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> RawTensor {
         buf[..FAST_DIMS].copy_from_slice(v);
         smallvec::SmallVec::from_buf_and_len(buf, n.min(FAST_DIMS))
     }
+    // A PyTorch tensor read directly hands its held storage to the view
+    // (each parameter's read is taken by one view); a NumPy array is held
+    // by a reference to it.
+    let (owner, path) = match read.torch.as_ref().map(|t| t.storage.take()) {
+        None => (
+            crate::import::Owner::Object(keep.obj.clone().unbind()),
+            crate::import::ImportPath::Numpy,
+        ),
+        Some(storage) => {
+            let Some(storage) = storage else {
+                return Err(keep.refuse(Native::NoFastView));
+            };
+            let original = keep.obj.clone().unbind();
+            (
+                crate::import::Owner::Storage { storage, original },
+                crate::import::ImportPath::Torch,
+            )
+        }
+    };
     let mut raw = RawTensor::new(
         read.data,
         inline(&read.dims, read.ndim),
@@ -803,11 +822,11 @@ fn fast_raw(read: &NpRead, keep: &FastKeep<'_>) -> RawTensor {
         read.dtype,
         read.read_only,
         Some(crate::layout::ByteExtent { lo: 0, hi: read.hi }),
-        crate::import::ImportPath::Numpy,
+        path,
     );
     raw.borrow = keep.borrow.take();
-    raw.set_owner(crate::import::Owner::Object(keep.obj.clone().unbind()));
-    raw
+    raw.set_owner(owner);
+    Ok(raw)
 }
 
 impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {

@@ -74,6 +74,7 @@ use crate::stream::{self, StreamKind, StreamRequest};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+pub(crate) mod direct;
 mod key_set;
 mod phase2;
 use key_set::keys;
@@ -679,8 +680,12 @@ pub(crate) fn prepare(
     // What the read-only declaration below is decided from, noted before
     // anything of this call's decides it (`flags` were looked up just
     // before): phase 2 reads the tensor read-only unless it is unchanged.
+    let tag = direct::class_tag(obj);
     let declared = Declared::note(obj);
     let h = handles(py)?;
+    // The direct read's layout, learnt at the first PyTorch argument (later
+    // calls read plain tensors directly: `direct`).
+    direct::learn(py);
     let keys = keys(py, h);
     let api = exchange::torch_table(py);
     crate::import::ready_private_check(py)?;
@@ -786,7 +791,11 @@ pub(crate) fn prepare(
     // The class's own read-only declaration (Python code of the class:
     // after the alias, outside the regions, as any producer's is run), for
     // every parameter: a read-only parameter's view is exported read-only.
-    let read_only = flags.declared_read_only() || declared_by_class(obj)?;
+    let (by_class, class_declares_nothing) = declared_by_class(obj)?;
+    let read_only = flags.declared_read_only() || by_class;
+    if !read_only && class_declares_nothing && is_tensor(obj, h) {
+        direct::note_class(obj, tag);
+    }
     // Inference tensors track no version: they are not bumped.
     let bump = keep.filter(|_| !inference).map(Bound::unbind);
     let write = tensor_impl.map(|tensor_impl| WriteCheck {

@@ -60,10 +60,16 @@ impl Declared {
 /// parameter; an answer can only add the mark: a class that
 /// claims writable undoes no declaration. Python code (phase 1); an error
 /// of the class's own code refuses the tensor.
-pub(super) fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<bool, ImportError> {
+///
+/// The second answer says whether the class declares nothing on its own
+/// (it inherits `torch.Tensor`'s `__dlpack__` and has no other producer's
+/// exchange table): then no code of the class was asked, and the answer
+/// holds for every instance while the class is unchanged (see
+/// `direct::note_class`).
+pub(super) fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<(bool, bool), ImportError> {
     let py = obj.py();
     if exchange::is_exactly_torch_tensor(obj) {
-        return Ok(false);
+        return Ok((false, true));
     }
     // What the instance's own look-ups find (the class's real MRO and
     // dictionaries), not what the class answers: a metaclass can answer
@@ -84,14 +90,16 @@ pub(super) fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<bool, Im
     let pytorchs = |t: Option<&'static dlpack_rs::ffi::DLPackExchangeAPI>, a| {
         t.is_some_and(|t| std::ptr::eq(t, a))
     };
+    let mut foreign = false;
     if let Some(api) = table.filter(|&a| {
         !pytorchs(exchange::torch_table(py), a) && !pytorchs(exchange::torch_const_table(py), a)
     }) {
         if let Some(owner) = exchange::owning(obj, api)? {
             if capsule::read(&owner, ImportPath::ExchangeApi)?.read_only {
-                return Ok(true);
+                return Ok((true, false));
             }
         }
+        foreign = true;
     }
     let name = intern!(py, "__dlpack__");
     let own = lookup(name)?;
@@ -104,15 +112,15 @@ pub(super) fn declared_by_class<'py>(obj: &Bound<'py, PyAny>) -> Result<bool, Im
         (Some(_), None) => false,
     };
     if inherited {
-        return Ok(false);
+        return Ok((false, !foreign));
     }
     // Memory on a device with streams is not synchronised for this look
     // (`stream=-1`): only the flag is read.
     let Some(cap) = capsule::call_dlpack(obj, Some(-1))? else {
-        return Ok(false);
+        return Ok((false, false));
     };
     let owner = capsule::take(&cap)?;
-    Ok(capsule::read(&owner, ImportPath::Dlpack)?.read_only)
+    Ok((capsule::read(&owner, ImportPath::Dlpack)?.read_only, false))
 }
 
 /// What a writable parameter's tensor must still be when it is read

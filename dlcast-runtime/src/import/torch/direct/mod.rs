@@ -1,0 +1,497 @@
+//! The direct read of a PyTorch CPU tensor: its `TensorImpl` and
+//! `StorageImpl` read where PyTorch's C++ keeps them, at a layout verified
+//! once per process ([`learn`]), with no PyTorch call and no Python code.
+//!
+//! Why it is sound. What the general path asks PyTorch through Python-level
+//! calls (the Python dispatch key, the negative, conjugate and zero-tensor
+//! bits, inference, the device) are all functions of the tensor's
+//! dispatch key set: the read compares the whole key set for **equality**
+//! with the value of a tensor PyTorch's own C methods verified as plain
+//! (never a bit test, so a key PyTorch adds later sends the tensor to the
+//! general path), and the `TensorImpl`'s vtable with plain
+//! `c10::TensorImpl`'s (every subclass of it — batched, functional,
+//! wrapper, nested, sparse, quantized, opaque — has its own). The private
+//! alias of the general path is replaced by a reference to the
+//! `StorageImpl`, taken by one atomic step of its reference count
+//! ([`Hold`]): `x.set_()`, `x.data = ...` and `torch.utils.swap_tensors`
+//! change the caller's tensor, not the held storage, and sizes, strides and
+//! offset were copied out at the read. The read runs in phase 2, after the
+//! last Python code of the call, and no Python code runs between it and
+//! the body, so nothing can change what it read in between.
+//!
+//! What is not read directly goes to the general path, which stays the one
+//! definition of what is accepted: another class (but verified subclasses,
+//! see [`Layout::accepts`]), another key set or vtable, a rank above
+//! [`FAST_DIMS`], a dtype the view does not take, a storage whose accesses
+//! PyTorch checks first (copy-on-write, throw-on-access: its
+//! `has_mutable_data_ptr_check_` byte), a reference count in a state where
+//! taking a reference would not be a plain increment, and for a writable
+//! parameter a tensor with autograd state (whether it requires grad takes
+//! a PyTorch call).
+//!
+//! The layout is one of [`KNOWN`], chosen by PyTorch's version and then
+//! pinned, field by field, by exact values PyTorch's C code reports for
+//! probe tensors (see [`learn`]); any disagreement, an unknown version, or
+//! `DLCAST_TORCH_DIRECT=off` in the environment leaves the direct read off
+//! for the process: Python code can only make dlcast slower.
+
+use crate::dtype::DType;
+use crate::import::numpy::{NpRead, FAST_DIMS};
+use pyo3::prelude::*;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+mod learn;
+pub(super) use learn::learn;
+
+/// Where PyTorch keeps what the read needs, in bytes, for one release (one
+/// row of [`KNOWN`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Offsets {
+    /// In the tensor's Python object (`THPVariable`): its `TensorImpl *`.
+    pub(crate) cdata: usize,
+    /// In `c10::TensorImpl`.
+    pub(crate) storage: usize,
+    pub(crate) autograd_meta: usize,
+    pub(crate) version_counter: usize,
+    /// The rank (`SizesAndStrides::size_`), then the inline sizes and the
+    /// inline strides ([`INLINE`] each).
+    pub(crate) rank: usize,
+    pub(crate) sizes: usize,
+    pub(crate) strides: usize,
+    pub(crate) storage_offset: usize,
+    pub(crate) numel: usize,
+    /// `caffe2::TypeMeta`'s 16-bit index: `c10::ScalarType` for every
+    /// scalar type ([`SCALAR_TYPES`]).
+    pub(crate) dtype: usize,
+    pub(crate) key_set: usize,
+    /// In `c10::StorageImpl`: its combined reference count, the data
+    /// pointer, `size_bytes_` and the `has_mutable_data_ptr_check_` byte.
+    pub(crate) storage_refcount: usize,
+    pub(crate) data: usize,
+    pub(crate) size_bytes: usize,
+    pub(crate) mutable_check: usize,
+    /// In `c10::VariableVersion::VersionCounter`: `version_`.
+    pub(crate) version: usize,
+}
+
+/// The sizes and strides `SizesAndStrides` keeps inline (more: out of line,
+/// not read).
+pub(crate) const INLINE: usize = 5;
+
+/// A release's layout: the versions it was verified for, by the headers
+/// they ship and by [`learn`] on a machine (`make torch-versions`).
+pub(crate) struct Known {
+    /// `torch.__version__` up to its local part (`"2.15.0"` of
+    /// `"2.15.0+cu132"`).
+    pub(crate) versions: &'static [&'static str],
+    pub(crate) at: Offsets,
+}
+
+/// The layouts dlcast knows. Adding a release: its headers give the
+/// offsets, and `make torch-versions` runs the PyTorch tests under it.
+pub(crate) const KNOWN: &[Known] = &[Known {
+    versions: &["2.15.0"],
+    at: Offsets {
+        cdata: 16,
+        storage: 16,
+        autograd_meta: 24,
+        version_counter: 40,
+        rank: 56,
+        sizes: 64,
+        strides: 104,
+        storage_offset: 144,
+        numel: 152,
+        dtype: 160,
+        key_set: 168,
+        storage_refcount: 8,
+        data: 16,
+        size_bytes: 48,
+        mutable_check: 59,
+        version: 16,
+    },
+}];
+
+/// PyTorch's `c10::ScalarType` number of each dtype of dlcast's table that
+/// PyTorch has (the index its `TypeMeta` keeps), by the table's name;
+/// each is checked against a probe tensor of that dtype by [`learn`], and
+/// against [`crate::facts::DTYPES`] by a test.
+pub(crate) const SCALAR_TYPES: &[(&str, u16)] = &[
+    ("uint8", 0),
+    ("int8", 1),
+    ("int16", 2),
+    ("int32", 3),
+    ("int64", 4),
+    ("float16", 5),
+    ("float32", 6),
+    ("float64", 7),
+    ("complex64", 9),
+    ("complex128", 10),
+    ("bool", 11),
+    ("bfloat16", 15),
+    ("float8_e5m2", 23),
+    ("float8_e4m3fn", 24),
+    ("float8_e5m2fnuz", 25),
+    ("float8_e4m3fnuz", 26),
+    ("uint16", 27),
+    ("uint32", 28),
+    ("uint64", 29),
+    ("float8_e8m0fnu", 44),
+];
+
+/// What [`learn`] verified: the layout, and the values a plain tensor
+/// carries.
+pub(crate) struct Layout {
+    pub(crate) at: Offsets,
+    /// The vtable address points of `c10::TensorImpl` and
+    /// `c10::StorageImpl` (libc10's exported vtables + 16).
+    pub(crate) impl_vtable: u64,
+    pub(crate) storage_vtable: u64,
+    /// The key set of a dense CPU tensor PyTorch verified plain.
+    pub(crate) plain_keys: u64,
+    /// The `TypeMeta` index of each row of [`crate::facts::DTYPES`]
+    /// (`u16::MAX`: none, or not verified).
+    pub(crate) scalar_types: [u16; crate::facts::DTYPES.len()],
+}
+
+/// The direct read of the process: `None` until [`learn`] ran, then its
+/// verdict (the reason it is off, for tests and the guide).
+static LAYOUT: std::sync::OnceLock<Result<Layout, &'static str>> = std::sync::OnceLock::new();
+
+/// The learnt layout, if the direct read is on (phase 2: a load, no Python
+/// code; never learns).
+#[inline(always)]
+pub(crate) fn layout() -> Option<&'static Layout> {
+    LAYOUT.get().and_then(|l| l.as_ref().ok())
+}
+
+/// For tests: `None` before the first PyTorch argument, then `Ok(())` if
+/// tensors are read directly, else why not.
+#[doc(hidden)]
+pub fn state() -> Option<Result<(), &'static str>> {
+    LAYOUT.get().map(|l| l.as_ref().map(|_| ()).map_err(|e| *e))
+}
+
+/// What a direct read leaves for the call: the held storage, and for a
+/// writable parameter the version counter to bump once every argument
+/// passed.
+pub(crate) struct TorchRead {
+    /// Taken by the first view that owns its read (see `view::fast_raw`);
+    /// else dropped with the call.
+    pub(crate) storage: std::cell::Cell<Option<Hold>>,
+    pub(crate) version: Option<std::ptr::NonNull<AtomicU32>>,
+}
+
+impl Layout {
+    /// Whether `obj`'s class is one whose instances are read directly:
+    /// `torch.Tensor` or a subclass, noted by the general path while it
+    /// declared nothing, and unchanged since ([`CLASSES`]).
+    #[inline(always)]
+    pub(crate) fn accepts(&self, obj: &Bound<'_, PyAny>) -> bool {
+        class_ok(obj)
+    }
+
+    /// Phase 2: the read of `obj` as a view of `want` (`itemsize` bytes an
+    /// element) needs it, or `None` for the general path (any object
+    /// [`Layout::accepts`] does not accept among them). No Python code, no
+    /// allocation, no PyTorch call.
+    #[inline(always)]
+    pub(crate) fn read(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        want: DType,
+        itemsize: usize,
+        writable: bool,
+    ) -> Option<NpRead> {
+        let at = &self.at;
+        if !self.accepts(obj) {
+            return None;
+        }
+        let code = *self.scalar_types.get(want.row()?)?;
+        if code == u16::MAX || want == DType::BOOL || usize::from(want.bits) != itemsize * 8 {
+            return None;
+        }
+        // SAFETY: `obj` is an instance of `torch.Tensor` or a subclass
+        // (`accepts`), whose C struct is PyTorch's `THPVariable`, holding
+        // its `TensorImpl *` at `cdata` (verified by `learn`); word aligned.
+        let tensor = unsafe { word(obj.as_ptr().cast(), at.cdata) } as *const u8;
+        if tensor.is_null() {
+            return None;
+        }
+        // SAFETY (every `word`/`read` of `tensor` below): `tensor` is the
+        // live `TensorImpl` the caller's object holds (the caller holds the
+        // object; no Python code and no PyTorch call runs here, and tensor
+        // metadata changes only under the GIL, which this thread holds);
+        // `c10::TensorImpl`'s vtable is checked first, so it is of that
+        // class, whose fields lie at the verified offsets, within it.
+        if unsafe { word(tensor, 0) } != self.impl_vtable
+            || unsafe { word(tensor, at.key_set) } != self.plain_keys
+            || unsafe { tensor.add(at.dtype).cast::<u16>().read() } != code
+        {
+            return None;
+        }
+        let rank = usize::try_from(unsafe { word(tensor, at.rank) }).ok()?;
+        if rank == 0 || rank > FAST_DIMS.min(INLINE) {
+            return None;
+        }
+        let offset = isize::try_from(unsafe { word(tensor, at.storage_offset) } as i64).ok()?;
+        let storage = unsafe { word(tensor, at.storage) } as *const u8;
+        if storage.is_null() || offset < 0 {
+            return None;
+        }
+        // SAFETY (every `word`/`read` of `storage`): the live `StorageImpl`
+        // the `TensorImpl` holds (as above); its vtable checked first.
+        if unsafe { word(storage, 0) } != self.storage_vtable
+            || unsafe { storage.add(at.mutable_check).read() } != 0
+        {
+            return None;
+        }
+        let data = unsafe { word(storage, at.data) } as *mut u8;
+        let size_bytes = isize::try_from(unsafe { word(storage, at.size_bytes) } as i64).ok()?;
+        if data.is_null() || size_bytes < 0 {
+            return None;
+        }
+        let version = match writable {
+            // Autograd state: whether it requires grad is PyTorch's to say.
+            true if unsafe { word(tensor, at.autograd_meta) } != 0 => return None,
+            true => Some(std::ptr::NonNull::new(
+                unsafe { word(tensor, at.version_counter) } as *mut u8,
+            )?),
+            false => None,
+        };
+        let item = itemsize as isize;
+        let mut read = NpRead {
+            data,
+            ndim: rank,
+            dims: [0; FAST_DIMS],
+            strides: [0; FAST_DIMS],
+            dtype: want,
+            read_only: false,
+            hi: item,
+            torch: None,
+        };
+        let mut count = 1usize;
+        for k in 0..rank {
+            let n = unsafe { word(tensor, at.sizes + 8 * k) } as i64;
+            let s = unsafe { word(tensor, at.strides + 8 * k) } as i64;
+            // Empty tensors and negative strides: the general path.
+            let (n, s) = (isize::try_from(n).ok()?, isize::try_from(s).ok()?);
+            if n <= 0 || s < 0 {
+                return None;
+            }
+            count = count.checked_mul(n as usize)?;
+            read.hi = read.hi.checked_add((n - 1).checked_mul(s)?.checked_mul(item)?)?;
+            read.dims[k] = n as usize;
+            read.strides[k] = s;
+        }
+        // Every byte reached lies in the storage's bytes (a storage resized
+        // under the tensor before the call is refused), and is addressable.
+        let start = offset.checked_mul(item)?;
+        if start.checked_add(read.hi)? > size_bytes || count > isize::MAX as usize {
+            return None;
+        }
+        read.data = (data as usize).checked_add(start as usize)? as *mut u8;
+        (read.data as usize).checked_add(read.hi as usize)?;
+        // SAFETY: `storage_refcount` is the storage's combined reference
+        // count (verified by `learn`), an aligned 64-bit atomic PyTorch
+        // updates only atomically; live (as above).
+        let hold = unsafe { Hold::take(storage.add(at.storage_refcount).cast_mut().cast()) }?;
+        read.torch = Some(TorchRead {
+            storage: std::cell::Cell::new(Some(hold)),
+            version: version.map(|v| {
+                // SAFETY: a live `VersionCounter` (held by the `TensorImpl`,
+                // as above); `version_` an aligned 32-bit atomic at a
+                // verified offset. Only the address is taken here.
+                unsafe { v.add(at.version) }.cast::<AtomicU32>()
+            }),
+        });
+        Some(read)
+    }
+}
+
+/// The 64-bit word at `base + at`.
+///
+/// # Safety
+/// `base + at` must be an aligned, readable word of a live object.
+#[inline(always)]
+unsafe fn word(base: *const u8, at: usize) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { base.add(at).cast::<u64>().read() }
+}
+
+/// Bumps each version counter a writable direct read noted (see
+/// [`TorchRead::version`]): what PyTorch's own `VariableVersion::bump()`
+/// does for a tensor with a counter (one atomic increment), so that a graph
+/// that saved the tensor raises instead of using changed data. Phase 2,
+/// once every argument passed, in the same step as the reads (no Python
+/// code in between, so each counter is still its tensor's).
+#[inline(always)]
+pub(crate) fn bump(read: &NpRead) {
+    if let Some(v) = read.torch.as_ref().and_then(|t| t.version) {
+        // SAFETY: see `TorchRead::version`: the counter of a `TensorImpl`
+        // the caller's object still holds (no Python code ran since the
+        // read).
+        unsafe { v.as_ref() }.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A reference to a `c10::StorageImpl`, taken and given back by one atomic
+/// step of its combined reference count, only where PyTorch's own
+/// `intrusive_ptr` retain and release would do nothing else (the low 32
+/// bits count strong references, bit 63 says a Python object is attached:
+/// PyTorch increments that object when the count goes from 1 to 2 and
+/// decrements it when it goes from 2 to 1, and destroys the storage at 0).
+/// A release that would be one of those transitions is not made: the
+/// reference is leaked, the storage never freed (it happens only where
+/// Python code dropped every other reference to the storage during the
+/// call).
+pub(crate) struct Hold(std::ptr::NonNull<AtomicU64>);
+
+const STRONG: u64 = 0xffff_ffff;
+const HAS_PYOBJECT: u64 = 1 << 63;
+
+impl Hold {
+    /// A new reference, if taking it is a plain increment.
+    ///
+    /// # Safety
+    /// `count` must be the combined reference count of a live
+    /// `StorageImpl` of a layout [`learn`] verified.
+    #[inline(always)]
+    unsafe fn take(count: *mut AtomicU64) -> Option<Hold> {
+        let count = std::ptr::NonNull::new(count)?;
+        // SAFETY: the caller's contract.
+        let atomic = unsafe { count.as_ref() };
+        let mut now = atomic.load(Ordering::Relaxed);
+        loop {
+            let strong = now & STRONG;
+            if strong == 0 || strong == STRONG || (strong == 1 && now & HAS_PYOBJECT != 0) {
+                return None;
+            }
+            match atomic.compare_exchange_weak(now, now + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(Hold(count)),
+                Err(seen) => now = seen,
+            }
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // SAFETY: the storage lives while this reference is held.
+        let atomic = unsafe { self.0.as_ref() };
+        let mut now = atomic.load(Ordering::Acquire);
+        loop {
+            let strong = now & STRONG;
+            // After the decrement: at least 2, or 1 without a Python object.
+            if !(strong > 2 || (strong == 2 && now & HAS_PYOBJECT == 0)) {
+                return;
+            }
+            match atomic.compare_exchange_weak(now, now - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+}
+
+/// The classes whose instances are read directly: `torch.Tensor` and its
+/// subclasses, each noted by the general path once it found, in phase 1,
+/// that the class declares nothing (no read-only declaration of its own or
+/// planted on it, no `__torch_dispatch__`, `torch.Tensor`'s `__dlpack__`:
+/// see [`note_class`]), with the class's version tag then, and accepted
+/// while the class still has that tag (CPython gives a type a new tag
+/// whenever an attribute of it or of a base is set or deleted). Builds
+/// without version tags (the limited API) read no tensor directly.
+/// Written and read under the GIL; atomics so that a read is one load.
+static CLASSES: [(AtomicUsize, AtomicU32); 4] = [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 4];
+
+#[inline(always)]
+fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        // SAFETY: `obj` is live; reading its type pointer.
+        let tp = unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) };
+        let key = tp as usize;
+        for (class, tag) in &CLASSES {
+            if class.load(Ordering::Relaxed) == key {
+                let now = crate::trust::type_version_tag(tp);
+                return now != 0 && now == tag.load(Ordering::Relaxed);
+            }
+        }
+        false
+    }
+    #[cfg(Py_LIMITED_API)]
+    {
+        let _ = obj;
+        false
+    }
+}
+
+/// Notes `obj`'s class as one whose instances may be read directly (see
+/// [`CLASSES`]): the general path found, in phase 1, that the class
+/// declares nothing, from what it held when its version tag was `tag`
+/// (read before the look-ups). A class noted is kept alive for the
+/// process, so its address is never another class's; four at most.
+pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tag: u32) {
+    #[cfg(not(Py_LIMITED_API))]
+    {
+        let tp = obj.get_type();
+        let key = tp.as_ptr() as usize;
+        if tag == 0 || layout().is_none() {
+            return;
+        }
+        if let Some((_, t)) = CLASSES.iter().find(|(c, _)| c.load(Ordering::Relaxed) == key) {
+            t.store(tag, Ordering::Relaxed);
+            return;
+        }
+        if let Some((c, t)) = CLASSES.iter().find(|(c, _)| c.load(Ordering::Relaxed) == 0) {
+            std::mem::forget(tp.unbind());
+            t.store(tag, Ordering::Relaxed);
+            c.store(key, Ordering::Relaxed);
+        }
+    }
+    #[cfg(Py_LIMITED_API)]
+    let _ = (obj, tag);
+}
+
+/// `obj`'s class's version tag (0: none), read before the general path
+/// looks at what the class declares.
+pub(crate) fn class_tag(obj: &Bound<'_, PyAny>) -> u32 {
+    #[cfg(not(Py_LIMITED_API))]
+    return crate::trust::version_tag(&obj.get_type());
+    #[cfg(Py_LIMITED_API)]
+    {
+        let _ = obj;
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_pytorch_has_has_a_scalar_type() {
+        use crate::facts::{Framework, DTYPES};
+        for d in DTYPES {
+            let has = SCALAR_TYPES.iter().filter(|(n, _)| *n == d.name).count();
+            let expected = usize::from(!d.absent_from.contains(&Framework::Torch));
+            assert_eq!(has, expected, "{}", d.name);
+        }
+        assert_eq!(SCALAR_TYPES.len(), DTYPES.iter().filter(|d| !d.absent_from.contains(&Framework::Torch)).count());
+    }
+
+    #[test]
+    fn known_layouts_stay_inside_the_objects() {
+        for k in KNOWN {
+            let a = k.at;
+            // PyTorch static-asserts sizeof(TensorImpl) <= 208 (and the
+            // fields read lie in its first 176 bytes).
+            for end in [a.key_set + 8, a.strides + 8 * INLINE, a.dtype + 2] {
+                assert!(end <= 176, "{:?}", k.versions);
+            }
+            assert_eq!(a.sizes, a.rank + 8);
+            assert_eq!(a.strides, a.sizes + 8 * INLINE);
+        }
+    }
+}
