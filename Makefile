@@ -9,7 +9,7 @@ export PYO3_PYTHON := $(PY)
 export JAX_PLATFORMS ?= cpu
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all venv ext test lint doc guide rust-test free-threaded abi3-check abi3 py-test typecheck demo demo-ext bench fuzz sanitize clean
+.PHONY: all venv ext test lint doc guide rust-test free-threaded abi3-check abi3 py-test typecheck demo demo-ext bench fuzz sanitize torch-versions clean
 
 all: test
 
@@ -149,6 +149,15 @@ fuzz: ext
 ## NumPy-only test files. Not part of `make test`.
 sanitize: ext
 	$(PY) scripts/sanitize.py
+
+## The PyTorch tests (every tests/python file that imports torch, CI=true)
+## under each other PyTorch release listed in scripts/torch-versions.txt,
+## each in a virtualenv of its own, target/torch-versions/<version>, that
+## sees the project's packages (scripts/torch-versions.sh; a release whose
+## CUDA pins differ brings its own CUDA wheels: about 4 GB each). Not part
+## of `make test`.
+torch-versions: ext
+	bash scripts/torch-versions.sh
 
 clean:
 	cargo clean
