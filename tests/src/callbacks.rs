@@ -28,6 +28,41 @@ fn sum_around_call(x: TensorRef<'_, f64>, callback: &Bound<'_, PyAny>) -> PyResu
     Ok((before, x.to_vec()?.iter().sum()))
 }
 
+/// How `x` was read, then its sum, `callback()`, its sum again through the
+/// same view (tests/python/test_torch_direct.py: PyTorch's direct read).
+#[dlpack_fn]
+#[pyfunction]
+fn path_sum_around_call(
+    x: TensorRef<'_, f64>,
+    callback: &Bound<'_, PyAny>,
+) -> PyResult<(&'static str, f64, f64)> {
+    let before = x.to_vec()?.iter().sum();
+    callback.call0()?;
+    Ok((x.import_path().name(), before, x.to_vec()?.iter().sum()))
+}
+
+/// As [`path_sum_around_call`] through a slice (a view that borrows the
+/// call's read): the sums only.
+#[dlpack_fn]
+#[pyfunction]
+fn slice_sum_around_call(x: &[f64], callback: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+    let before = x.iter().sum();
+    callback.call0()?;
+    Ok((before, x.iter().sum()))
+}
+
+/// Fills `x` with `value`, calls `callback()`, then fills it again through
+/// the same view (writes to memory the call holds, whatever the callback
+/// did to the caller's tensor).
+#[dlpack_fn]
+#[pyfunction]
+fn fill_around_call(x: &mut [f64], value: f64, callback: &Bound<'_, PyAny>) -> PyResult<()> {
+    x.fill(value);
+    callback.call0()?;
+    x.fill(value);
+    Ok(())
+}
+
 /// Writes `value` into every element of `out` (first), then reads the
 /// length of `other` (second argument, prepared after `out`).
 #[dlpack_fn]
@@ -48,6 +83,9 @@ fn raw_reads_in_progress() -> Option<bool> {
 /// Registers the functions above.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(raw_reads_in_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(path_sum_around_call, m)?)?;
+    m.add_function(wrap_pyfunction!(slice_sum_around_call, m)?)?;
+    m.add_function(wrap_pyfunction!(fill_around_call, m)?)?;
     m.add_function(wrap_pyfunction!(view_after_call, m)?)?;
     m.add_function(wrap_pyfunction!(sum_around_call, m)?)?;
     m.add_function(wrap_pyfunction!(fill_then_len, m)?)?;

@@ -88,9 +88,12 @@ pub(crate) struct Known {
 }
 
 /// The layouts dlcast knows. Adding a release: its headers give the
-/// offsets, and `make torch-versions` runs the PyTorch tests under it.
+/// offsets (2.14.1's and 2.15.0's are the same, byte for byte), it goes
+/// into `scripts/torch-versions.txt`, and `make torch-versions` runs the
+/// PyTorch tests under it, `test_torch_direct.py` included (which fails
+/// unless its layout is learnt).
 pub(crate) const KNOWN: &[Known] = &[Known {
-    versions: &["2.15.0"],
+    versions: &["2.15.0", "2.14.1"],
     at: Offsets {
         cdata: 16,
         storage: 16,
