@@ -3,6 +3,8 @@
 # second build of dlcast_bench with cargo's default profile, py-default):
 #   dlcast_bench  (bench/rust: floor, dlcast, rust-numpy, dlpark functions)
 #   nb_bench      (bench/nanobind: the same functions with nanobind)
+# and bench/target/tvmffi (bench/tvmffi: the tvm-ffi peer, built by
+# tvm-ffi's own tvm_ffi.cpp.load_inline with ninja and g++),
 # and installs the bench-only Python packages (bench/requirements.txt) into
 # the project venv. Idempotent: cargo rebuilds only what changed, g++ runs
 # only when a source, a flag or the nanobind version changed.
@@ -75,6 +77,14 @@ if [ ! -f "$NB_SO" ] || [ bench/nanobind/nb_bench.cpp -nt "$NB_SO" ] || [ "$NB_O
   $CXX -shared -Wl,-s -Wl,--gc-sections "$OUT/nanobind/nb_bench.o" "$NB_OBJ" -o "$NB_SO"
 fi
 echo "$SIG" > "$SIG_FILE"
+
+# --- tvm-ffi: bench/tvmffi/bench.cc through tvm_ffi.cpp.load_inline ---------
+# tvm-ffi's inline build (its headers, `-std=c++17 -fPIC -O2` then ours,
+# -O3 -DNDEBUG, linked against libtvm_ffi) with PyPI's ninja and $CXX;
+# ninja recompiles only when the source or a flag changed.
+echo "bench: tvm-ffi module (tvm_ffi.cpp.load_inline, $CXX)"
+CXX="$CXX" "$PY" bench/tvmffi/tvmffi_bench.py
+TVM_FFI_VER=$("$PY" -c "import tvm_ffi; print(tvm_ffi.__version__)")
 # Build settings, for BENCHMARKS.md.
 cat > "$OUT/build-info.txt" <<INFO
 rustc: $(rustc --version)
@@ -82,5 +92,6 @@ cargo profile: release, opt-level 3, lto = "fat", codegen-units = 1, panic = "un
 pyo3 features: extension-module, no abi3 (version-specific build for $("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])'), METH_FASTCALL)
 c++: $($CXX --version | head -1)
 nanobind: $NB_VER, libnanobind $LIB_FLAGS, module $MOD_FLAGS, -std=c++17 -fvisibility=hidden -DNDEBUG -DNB_COMPACT_ASSERTIONS, linked -shared -Wl,-s -Wl,--gc-sections
+tvm-ffi: apache-tvm-ffi $TVM_FFI_VER, bench/tvmffi/bench.cc by tvm_ffi.cpp.load_inline (ninja, $CXX): -std=c++17 -fPIC -O2 then -O3 -DNDEBUG, linked -shared -ltvm_ffi
 INFO
 echo "bench: modules in $OUT/py"

@@ -30,8 +30,12 @@ Each figure is the difference between a run of N_LARGE and one of N_SMALL
 calls of every function, over the difference in calls, so warm-up and
 first-call costs cancel. It also writes the per-call instruction profile
 (exclusive cost per function) of `dlcast_sum_len` with a NumPy and with a
-PyTorch argument. Writes bench/callgrind.md, which bench/run.py puts into
-BENCHMARKS.md.
+PyTorch argument. Then the tvm-ffi functions (bench/tvmffi) with PyTorch
+inputs, in two more processes, counted differently (see TVM_TABLE) and
+compared above each library's own floor. Writes bench/callgrind.md, which
+bench/run.py puts into BENCHMARKS.md.
+
+    python bench/callgrind.py --tvm-only   # only the tvm-ffi rows, printed
 """
 
 from __future__ import annotations
@@ -127,6 +131,8 @@ TABLE = {
         ("dlpark + checks (`sum_pts`)", "dlpark_sum_pts", "pts"),
         ("dlpark `cpu_slice` (`slice_len`)", "dlpark_slice_len", "v10"),
         ("dlpark `ArrayViewD` (`view_first`)", "dlpark_view_first", "pts"),
+        ("dlpark `args1`", "dlpark_args1", "args1"),
+        ("dlpark `args4`", "dlpark_args4", "args4"),
         ("floor4 (bare PyO3 call, four arguments)", "floor4", "args4"),
         ("dlcast `args1` (one `#[shape(n, 3)]`)", "dlcast_args1", "args1"),
         ("dlcast `args4` (3 `TensorRef` + 1 `TensorMut`, shared `n`)", "dlcast_args4", "args4"),
@@ -136,6 +142,30 @@ TABLE = {
     ],
 }
 T_SMALL, T_LARGE = 1_000, 3_000
+# tvm-ffi (bench/tvmffi), PyTorch inputs: its functions are not PyO3's, so
+# there is no `__pyfunction_*` entry to toggle on, and tvm-ffi's own entry
+# (the Cython `Function.__call__` in tvm_ffi/core*.so) has no symbol: the
+# wheel's module is stripped, and its `Function` is called by vectorcall
+# straight from the eval loop (no named CPython function in between). What
+# is comparable is the cost above each library's own floor. So the calls
+# are made by `map` (consumed by a zero-length deque): collection is
+# switched on inside CPython's `map_next`, which takes the next arguments
+# from `itertools.repeat` iterators and makes the whole call (tvm-ffi's
+# `Function.__call__`, the argument setters and the tensor conversion, the
+# packed C call, the result's conversion, the temporaries' release, and
+# the result's decref by the deque); `map_next`'s own work is the same for
+# every function of one arity and cancels above the floor. The functions of
+# one process are told apart by a dump (`--dump-before=os_getpid`) before
+# each one's loop.
+TVM_TABLE = [
+    ("tvm-ffi floor `floor1(0)` (one int)", "floor1", "int1"),
+    ("tvm-ffi floor `floor4(0, 0, 0, 0)` (four ints)", "floor4", "int4"),
+    ("tvm-ffi `TensorView` (`sum_len`)", "sum_len", "v10"),
+    ("tvm-ffi `args1`", "args1", "args1"),
+    ("tvm-ffi `args4` (4 `TensorView`)", "args4", "args4"),
+]
+TVM_TOGGLE = "map_next"
+TVM_MARKER = "os_getpid"
 # Measured as whole calls (see table_mode): the returning functions and the
 # bare call (all in TABLE["numpy"]).
 WHOLE = ["floor", "dlcast_make_f32_numpy", "rnp_make_f32_numpy"]
@@ -161,7 +191,26 @@ def inputs(fw: str) -> dict:
     d["args1"] = (d["a"],)
     d["args4"] = (d["a"], d["b"], d["w"], d["out"])
     d["v10"], d["pts"], d["n"] = (d["v10"],), (d["pts"],), (1000,)
+    d["int1"], d["int4"] = (0,), (0, 0, 0, 0)
     return d
+
+
+def inner_tvm(fw: str, n: int) -> None:
+    """The measured process of the tvm-ffi table: `os.getpid()` (the dump
+    marker) before each function's n + 10 calls and after the last."""
+    sys.path.insert(0, str(HERE / "tvmffi"))
+    from tvmffi_bench import load
+
+    from collections import deque
+    from itertools import repeat
+
+    m = load()
+    d = inputs(fw)
+    for _, fn, inp in TVM_TABLE:
+        f, a = getattr(m, fn), d[inp]
+        os.getpid()
+        deque(map(f, *[repeat(v, n + 10) for v in a]), maxlen=0)
+    os.getpid()
 
 
 def inner_table(module_dir: str, fw: str, n: int, only: str | None) -> None:
@@ -193,14 +242,15 @@ def annotate(path: Path, inclusive: bool) -> dict:
     return costs
 
 
-def run_cg(out: Path, tag: str, args: list[str], toggle: str | None) -> Path:
+def run_cg(out: Path, tag: str, args: list[str], toggle: str | None,
+           extra: tuple = ()) -> Path:
     """One callgrind run of this script with `args`; collection only inside
     functions matching `toggle`, or everywhere when it is None."""
     f = out / f"callgrind.{tag}"
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1")
     collect = ["--collect-atstart=no", f"--toggle-collect={toggle}"] if toggle else []
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}", *collect,
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}", *collect, *extra,
                     sys.executable, __file__, *args], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return f
@@ -237,6 +287,8 @@ def table_mode(module_dir: str, out: Path) -> None:
                                  None)) for n in (T_SMALL, T_LARGE)}
         whole[fn] = (ir[T_LARGE] - ir[T_SMALL]) / (T_LARGE - T_SMALL)
     print("whole calls: " + ", ".join(f"{fn}={v:,.0f}" for fn, v in whole.items()), flush=True)
+    tvm = tvm_table(out)
+    print("tvm-ffi (torch): " + ", ".join(f"{fn}={v:,.0f}" for fn, v in tvm.items()), flush=True)
     profiles = {}
     for fw in ("numpy", "torch"):
         f = run_cg(out, f"profile.{fw}", ["-", fw, "--module-dir", module_dir, "--table-inner",
@@ -293,6 +345,8 @@ def table_mode(module_dir: str, out: Path) -> None:
         "|---|---|",
         *[f"| `{fn}` | {v - whole['floor']:,.0f} |" for fn, v in whole.items() if fn != "floor"],
     ]
+    md += tvm_md(tvm, {fn: per for (_, fn, _), (_, per) in zip(TABLE["torch"],
+                                                                lines_by_fw["torch"])})
     for fw, (total, top, itop) in profiles.items():
         name = "NumPy" if fw == "numpy" else "PyTorch"
         md += [
@@ -313,9 +367,67 @@ def table_mode(module_dir: str, out: Path) -> None:
     (HERE / "callgrind.json").write_text(json.dumps(
         {"commit": rev, "per_call": {fw: {fn: per for (_, fn, _), (_, per) in zip(TABLE[fw], rows)}
                                      for fw, rows in lines_by_fw.items()},
-         "whole": whole}, indent=1) + "\n")
+         "whole": whole, "tvm-ffi": {"torch": tvm}}, indent=1) + "\n")
     print("\n".join(md))
     print(f"wrote {HERE / 'callgrind.md'}")
+
+
+def tvm_table(out: Path) -> dict:
+    """{function: instructions per call inside `map_next`} for
+    TVM_TABLE with PyTorch inputs (see TVM_TABLE)."""
+    seg = {}
+    for n in (T_SMALL, T_LARGE):
+        f = run_cg(out, f"tvm.torch.{n}", ["-", "torch", "--tvm-inner", str(n)], TVM_TOGGLE,
+                   (f"--dump-before={TVM_MARKER}",))
+        # One dump per marker call: imports may call os.getpid() too, so
+        # the loops' dumps are the last ones (the last marker's dump holds
+        # the last function's loop).
+        dumps = sorted(f.parent.glob(f.name + ".*"), key=lambda p: int(p.suffix[1:]))
+        seg[n] = [total_ir(p) for p in dumps[-len(TVM_TABLE):]]
+    return {fn: (seg[T_LARGE][i] - seg[T_SMALL][i]) / (T_LARGE - T_SMALL)
+            for i, (_, fn, _) in enumerate(TVM_TABLE)}
+
+
+def tvm_md(tvm: dict, pyo3: dict) -> list[str]:
+    """The tvm-ffi table and the per-tensor-above-its-floor table (PyTorch)."""
+    def above(d, fn, fl, k=1):
+        return f"{(d[fn] - d[fl]) / k:,.0f}" if d.get(fn) and d.get(fl) else "—"
+
+    return [
+        "",
+        "tvm-ffi (bench/tvmffi), PyTorch input: instructions per call of "
+        "`deque(map(f, repeat(a, n), ...), maxlen=0)`, collected inside CPython's "
+        f"`{TVM_TOGGLE}`: the whole call (tvm-ffi's Cython `Function.__call__`, the "
+        "argument setters with the tensors' conversion through PyTorch's C exchange "
+        "table, the packed C function, the result's conversion and release, the "
+        "temporaries' release) plus `map_next`'s own steps, the same for every function "
+        "of one arity. tvm-ffi's own entry has no symbol to toggle on (the wheel's "
+        "`core` module is stripped), so these are not the PyO3 rows' `__pyfunction_*` "
+        "region: compare the figures above each library's own floor (next table), not "
+        "these with the PyO3 rows. One difference remains above the floor: a float "
+        "result's deallocation (`args1`, `args4`) is counted here (the deque drops it "
+        "inside `map_next`), not in the PyO3 rows.",
+        "",
+        "| function | PyTorch input |",
+        "|---|---|",
+        *[f"| {label} | {tvm[fn]:,.0f} |" for label, fn, _ in TVM_TABLE if fn in tvm],
+        "",
+        "Per tensor above each library's own floor, PyTorch input, instructions: dlcast "
+        "and dlpark above the PyO3 floor (`floor`, `floor4`), tvm-ffi above its own "
+        "(`floor1(0)`, `floor4(0, 0, 0, 0)`); four arguments divided by 4:",
+        "",
+        "| input | dlcast | dlpark | tvm-ffi |",
+        "|---|---|---|---|",
+        "| `sum_len`, float64 (10,) | " + " | ".join([
+            above(pyo3, "dlcast_sum_len", "floor"), above(pyo3, "dlpark_sum_len", "floor"),
+            above(tvm, "sum_len", "floor1")]) + " |",
+        "| `args1`, float32 (1000, 3) | " + " | ".join([
+            above(pyo3, "dlcast_args1", "floor"), above(pyo3, "dlpark_args1", "floor"),
+            above(tvm, "args1", "floor1")]) + " |",
+        "| `args4`, per argument | " + " | ".join([
+            above(pyo3, "dlcast_args4", "floor4", 4), above(pyo3, "dlpark_args4", "floor4", 4),
+            above(tvm, "args4", "floor4", 4)]) + " |",
+    ]
 
 
 def short(name: str) -> str:
@@ -342,7 +454,19 @@ def main() -> None:
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--table-inner", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--only", help=argparse.SUPPRESS)
+    ap.add_argument("--tvm-inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tvm-only", action="store_true",
+                    help="only the tvm-ffi rows (PyTorch), printed, nothing written")
     a = ap.parse_args()
+    if a.tvm_inner is not None:
+        inner_tvm(a.input, a.tvm_inner)
+        return
+    if a.tvm_only:
+        out = Path(a.keep or tempfile.mkdtemp(prefix="dlcast-cg-"))
+        out.mkdir(parents=True, exist_ok=True)
+        tvm = tvm_table(out)
+        print("\n".join(tvm_md(tvm, {})))
+        return
     if a.table_inner is not None:
         inner_table(a.module_dir, a.input, a.table_inner, a.only)
         return

@@ -10,7 +10,10 @@ per library:
 - dlcast:     `#[dlpack_fn]` with `TensorRef` / `Tensor` (this repository);
 - rust-numpy: `PyReadonlyArray` / `PyArray1` (crate `numpy` 0.30);
 - dlpark:     `dlpark::python::from_dlpack` (crate `dlpark` 0.10);
-- nanobind:   `nb::ndarray` (PyPI `nanobind`, compiled with the system g++).
+- nanobind:   `nb::ndarray` (PyPI `nanobind`, compiled with the system g++);
+- tvm-ffi:    `tvm::ffi::TensorView` (PyPI `apache-tvm-ffi`, bench/tvmffi,
+              built by `tvm_ffi.cpp.load_inline`), with its own floors
+              (`floor1(0)`, `floor4(0, 0, 0, 0)`: int arguments).
 
 The rows of a table take turns (one repeat of every cell of a row before
 the next repeat of any), and the whole table is timed PASSES (3) times: a
@@ -64,6 +67,12 @@ try:
     import nb_bench as nb  # noqa: E402
 except ImportError as e:  # pragma: no cover - a message, not a test
     sys.exit(f"bench/run.py: {e}; build the modules first: bash bench/build.sh")
+sys.path.insert(0, str(HERE / "tvmffi"))
+from tvmffi_bench import load as _load_tvmffi  # noqa: E402
+
+# The tvm-ffi module (bench/tvmffi/bench.cc): built by bench/build.sh, or
+# here on first use (ninja skips the compile when nothing changed).
+tv = _load_tvmffi()
 
 def _load_default_profile():
     """dlcast_bench built with cargo's default release profile (a second copy
@@ -83,12 +92,13 @@ def _load_default_profile():
 
 rs_default = _load_default_profile()
 
-LIBS = ["floor", "dlcast", "rust-numpy", "dlpark", "nanobind"]
+LIBS = ["floor", "dlcast", "rust-numpy", "dlpark", "nanobind", "tvm-ffi"]
 RUST_LIBS = ["floor", "dlcast", "rust-numpy", "dlpark"]
 # Reference columns, no ratios: what the producer's own export costs.
 EXTRA = {"__dlpack__": "`x.__dlpack__(max_version=(1, 3))` alone",
-         "limit": "sound limit (hand-written, bench/rust/src/limit.rs)"}
-PEERS = ["rust-numpy", "dlpark", "nanobind"]
+         "limit": "sound limit (hand-written, bench/rust/src/limit.rs)",
+         "tvm-ffi floor": "tvm-ffi's floor (`floor1(0)`, an int argument)"}
+PEERS = ["rust-numpy", "dlpark", "nanobind", "tvm-ffi"]
 
 
 # ------------------------------------------------------------------ timing
@@ -177,6 +187,7 @@ def scalar_rows():
         "rust-numpy": rs.rnp_sum_len,
         "dlpark": rs.dlpark_sum_len,
         "nanobind": nb.sum_len,
+        "tvm-ffi": tv.sum_len,
     }
     pts_fns = {
         "floor": rs.floor,
@@ -274,7 +285,16 @@ def return_rows():
 
 
 # The several-arguments table: one (n, 3) argument against four.
-ARGS_COLS = ["floor", "dlcast", "dlcast (native types)", "rust-numpy", "nanobind"]
+# tvm-ffi's figures above its own floor (`tvm-ffi floor`: `floor1(0)` and
+# `floor4(0, 0, 0, 0)`, int arguments), the others' above the PyO3 floor.
+ARGS_COLS = ["floor", "dlcast", "dlcast (native types)", "rust-numpy", "dlpark", "nanobind",
+             "tvm-ffi floor", "tvm-ffi"]
+ARGS_LIBS = [c for c in ARGS_COLS if "floor" not in c]
+
+
+def own_floor(col: str) -> str:
+    """The floor column a library's figures are taken above."""
+    return "tvm-ffi floor" if col == "tvm-ffi" else "floor"
 
 
 def args_rows():
@@ -289,7 +309,10 @@ def args_rows():
         "dlcast": (rs.dlcast_args1, rs.dlcast_args4),
         "dlcast (native types)": (rs.dlcast_args1_native, rs.dlcast_args4_native),
         "rust-numpy": (rs.rnp_args1, rs.rnp_args4),
+        "dlpark": (rs.dlpark_args1, rs.dlpark_args4),
         "nanobind": (nb.args1, nb.args4),
+        "tvm-ffi floor": (tv.floor1, tv.floor4),
+        "tvm-ffi": (tv.args1, tv.args4),
     }
     t = [torch.from_numpy(v.copy()) for v in (a, b, w, out)]
     return [("NumPy", fns, (a, b, w, out)), ("PyTorch", fns, tuple(t))]
@@ -444,7 +467,8 @@ def py_versions() -> dict:
     import importlib.metadata as md
 
     out = {"Python": platform.python_version() + f" ({platform.python_implementation()})"}
-    for dist in ("numpy", "torch", "jax", "jaxlib", "array-api-strict", "nanobind", "matplotlib"):
+    for dist in ("numpy", "torch", "jax", "jaxlib", "array-api-strict", "nanobind",
+                 "apache-tvm-ffi", "ninja", "matplotlib"):
         try:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
@@ -567,7 +591,7 @@ def chart(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     colors = {"floor": "#888888", "dlcast": "#d62728", "rust-numpy": "#1f77b4",
-              "dlpark": "#2ca02c", "nanobind": "#9467bd"}
+              "dlpark": "#2ca02c", "nanobind": "#9467bd", "tvm-ffi": "#ff7f0e"}
     panels = [("inputs", "Take one array, return a scalar (TensorRef, slice, ArrayView2) / "
                "return a new array"),
               ("sizes", "sum_len by array size"), ("ndim", "sum_len on NumPy by ndim")]
@@ -649,13 +673,14 @@ def args_stats(rows: list, inp: str, col: str):
     their ratio), each (median, min, max) over the passes; ns."""
     one = dict(rows)[f"{inp}: 1 argument"]
     four = dict(rows)[f"{inp}: 4 arguments"]
-    if not all(isinstance(c.get(k), dict) for c in (one, four) for k in (col, "floor")):
+    fl = own_floor(col)
+    if not all(isinstance(c.get(k), dict) for c in (one, four) for k in (col, fl)):
         return None
-    cells = {("1", k): one[k] for k in (col, "floor")} | {("4", k): four[k] for k in (col, "floor")}
-    c1 = per_pass(cells, lambda f: f[("1", col)] - f[("1", "floor")])
-    c4 = per_pass(cells, lambda f: (f[("4", col)] - f[("4", "floor")]) / 4)
-    r = per_pass(cells, lambda f: ((f[("4", col)] - f[("4", "floor")]) / 4)
-                 / max(f[("1", col)] - f[("1", "floor")], 1e-9))
+    cells = {("1", k): one[k] for k in (col, fl)} | {("4", k): four[k] for k in (col, fl)}
+    c1 = per_pass(cells, lambda f: f[("1", col)] - f[("1", fl)])
+    c4 = per_pass(cells, lambda f: (f[("4", col)] - f[("4", fl)]) / 4)
+    r = per_pass(cells, lambda f: ((f[("4", col)] - f[("4", fl)]) / 4)
+                 / max(f[("1", col)] - f[("1", fl)], 1e-9))
     return c1, c4, r
 
 
@@ -720,7 +745,7 @@ def main() -> None:
         return {lib: cells[lib] for lib in order if lib in cells}
 
     def show(label: str, cells: dict) -> None:
-        print(f"  {label[:58]:<58}" + "".join(f"{lib.split()[0]}={fmt_ns(c):>7} "
+        print(f"  {label[:58]:<58}" + "".join(f"{lib.replace(' floor', '-floor').split()[0]}={fmt_ns(c):>7} "
                                                for lib, c in cells.items()), flush=True)
 
     img, k, outs, xt = body_inputs()
@@ -738,6 +763,9 @@ def main() -> None:
                 # is dropped unconsumed, so its deleter runs: a round trip).
                 cases["__dlpack__"] = ("f(x, max_version=v)",
                                        {"f": type(x).__dlpack__, "x": x, "v": (1, 3)})
+            if section == "inputs" and "tvm-ffi" in fns:
+                # tvm-ffi's own floor in the same row: its cost above it.
+                cases["tvm-ffi floor"] = ("f(z)", {"f": tv.floor1, "z": 0})
             res[section].append((label, time_row(label, cases, [*LIBS, *EXTRA])))
             show(label, res[section][-1][1])
         for label, fns in rrows:
@@ -752,6 +780,9 @@ def main() -> None:
             one = {col: ("f(a)", {"f": f1, "a": a}) for col, (f1, _) in fns.items()}
             four = {col: ("f(a, b, w, o)", {"f": f4, "a": a, "b": b, "w": w, "o": o})
                     for col, (_, f4) in fns.items()}
+            # tvm-ffi's floors take ints: an array would be converted.
+            one["tvm-ffi floor"] = ("f(z)", {"f": tv.floor1, "z": 0})
+            four["tvm-ffi floor"] = ("f(z, z, z, z)", {"f": tv.floor4, "z": 0})
             for label, cases in ((f"{inp}: 1 argument", one), (f"{inp}: 4 arguments", four)):
                 res["args"].append((label, time_row(label, cases, ARGS_COLS)))
                 show(label, res["args"][-1][1])
@@ -884,7 +915,7 @@ def main() -> None:
     conv_by, conv_best, conv_idx = body_stats(conv_cells, CONV_COLS)
     sum_by, sum_best, sum_idx = body_stats(sum_cells, SUM_COLS)
     a_stats = {(inp, col): args_stats(results["args"], inp, col)
-               for inp in ("NumPy", "PyTorch") for col in ARGS_COLS[1:]}
+               for inp in ("NumPy", "PyTorch") for col in ARGS_LIBS}
     ret_np = cg_whole("dlcast_make_f32_numpy", "rnp_make_f32_numpy")
     # (target, threshold, [(case, measured (median, min, max), shown beside)]):
     # a verdict per case; instruction targets from bench/callgrind.json.
@@ -945,16 +976,54 @@ def main() -> None:
                 cells = dict(results["args"])[f"{inp}: {n_args}"]
                 lines.append(f"| {inp}: {n_args}, ns | "
                              + " | ".join(fmt_ns(cells.get(c)) for c in ARGS_COLS) + " |")
-            st = {c: args_stats(results["args"], inp, c) for c in ARGS_COLS[1:]}
-            for name, i, fmt in (("1 argument, above the floor, ns", 0, 0),
-                                 ("4 arguments, above the floor, per argument, ns", 1, 0),
+            st = {c: args_stats(results["args"], inp, c) for c in ARGS_LIBS}
+            for name, i, fmt in (("1 argument, above its floor, ns", 0, 0),
+                                 ("4 arguments, above its floor, per argument, ns", 1, 0),
                                  ("per argument of 4 / 1 argument", 2, 2)):
                 vals = []
-                for c in ARGS_COLS[1:]:
-                    s_ = st[c][i] if st[c] else None
+                for c in ARGS_COLS:
+                    s_ = st[c][i] if st.get(c) else None
                     vals.append(fmt_r(s_) if fmt else (f"{s_[0]:,.0f}" if s_ else "—"))
-                lines.append(f"| {inp}: {name} | — | " + " | ".join(vals) + " |")
+                lines.append(f"| {inp}: {name} | " + " | ".join(vals) + " |")
         return lines
+
+    def floor_table() -> list[str]:
+        """Per tensor above each library's own floor: dlcast and dlpark above
+        the bare PyO3 call, tvm-ffi above its own (an int argument), for
+        one float64 (10,) argument (`sum_len`), one float32 (n, 3) (`args1`)
+        and four (`args4`, per argument); ns, median (min–max of the passes)."""
+        libs = ["dlcast", "dlpark", "tvm-ffi"]
+        head = ["input", *[f"{lib} (above {'its own floor' if lib == 'tvm-ffi' else 'the PyO3 floor'})"
+                           for lib in libs]]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for inp in ("PyTorch", "NumPy"):
+            row = dict(results["inputs"]).get(f"sum_len: {inp} float64 (10,)", {})
+            vals = []
+            for lib in libs:
+                fl = own_floor(lib)
+                cells = {k: row[k] for k in (lib, fl) if isinstance(row.get(k), dict)}
+                st = (per_pass(cells, lambda f, lib=lib, fl=fl: f[lib] - f[fl])
+                      if len(cells) == 2 else None)
+                vals.append(fmt_r(st, 0))
+            lines.append(f"| {inp}: `sum_len`, 1 argument float64 (10,) | " + " | ".join(vals)
+                         + " |")
+            st = {lib: args_stats(results["args"], inp, lib) for lib in libs}
+            lines.append(f"| {inp}: `args1`, 1 argument float32 (1000, 3) | "
+                         + " | ".join(fmt_r(st[lib][0], 0) if st[lib] else "—" for lib in libs)
+                         + " |")
+            lines.append(f"| {inp}: `args4`, 4 arguments, per argument | "
+                         + " | ".join(fmt_r(st[lib][1], 0) if st[lib] else "—" for lib in libs)
+                         + " |")
+        fl_lines = []
+        for inp in ("PyTorch", "NumPy"):
+            one = dict(results["args"])[f"{inp}: 1 argument"]
+            four = dict(results["args"])[f"{inp}: 4 arguments"]
+            fl_lines.append(
+                f"{inp} rows: the PyO3 floor {fmt_ns(one.get('floor'))} ns (one argument), "
+                f"{fmt_ns(four.get('floor'))} ns (four); tvm-ffi's "
+                f"{fmt_ns(one.get('tvm-ffi floor'))} ns and "
+                f"{fmt_ns(four.get('tvm-ffi floor'))} ns.")
+        return lines + ["", " ".join(fl_lines)]
 
     def body_table(cells: dict, by: dict, unit: str, scale: float) -> list[str]:
         lines = [f"| style | {unit} per call | / fastest peer | / fastest dlcast slices |",
@@ -1064,12 +1133,32 @@ def main() -> None:
         "dlcast: `TensorRef`/`TensorMut`; dlcast (native types): `ArrayView2`, "
         "`&[f32]`, `&mut [f32]`; rust-numpy `PyReadonlyArray2/1` and `PyReadwriteArray1`; "
         "nanobind `nb::ndarray<const float, nb::shape<-1, 3>>` ... and a writable "
-        "`nb::ndarray<float, nb::ndim<1>>`. The floor is a bare PyO3 function with one "
-        "argument and one with four (`floor4`). The target compares the cost above the "
+        "`nb::ndarray<float, nb::ndim<1>>`; dlpark `from_dlpack` and `validate` per "
+        "argument, dtype, device, rank, `n` and `out`'s read-only flag checked by hand "
+        "(bench/rust/src/lib.rs); tvm-ffi four `tvm::ffi::TensorView` parameters, the "
+        "same checks by hand except the read-only flag, which a `TensorView` does not "
+        "carry (bench/tvmffi/bench.cc). The floor is a bare PyO3 function with one "
+        "argument and one with four (`floor4`); tvm-ffi's own floor is `floor1(0)` / "
+        "`floor4(0, 0, 0, 0)` (ints: a tensor argument is converted whatever the "
+        "parameter type), and its figures above the floor are above that one. The "
+        "target compares the cost above the "
         "floor: per argument of the four-argument call, `(args4 - floor4) / 4`, against "
         "the one-argument call's `args1 - floor`.",
         "",
         *args_table(),
+        "",
+        "### Per tensor above each library's own floor",
+        "",
+        "The cost of the conversion alone: each library's figure minus its own floor's "
+        "in the same row (pass by pass; the median and, in brackets, the lowest and "
+        "highest pass), for four arguments divided by 4. dlcast and dlpark are PyO3 "
+        "functions and take the PyO3 floor (`floor(x)`, `floor4(a, b, w, out)`); "
+        "tvm-ffi calls go through its own dispatch (a Cython `Function.__call__`, "
+        "argument setters, a packed C call, the GIL released), so it takes its own "
+        "floor: `floor1(0)` and `floor4(0, 0, 0, 0)`, int arguments that need no "
+        "conversion.",
+        "",
+        *floor_table(),
         "",
         "## The body: access styles",
         "",
@@ -1157,9 +1246,22 @@ def main() -> None:
         "as n/a, not timed.",
         "- JAX runs on CPU with `jax_enable_x64` (float64 arrays); PyTorch is the CPU build.",
         "- The Rust functions (bench/rust/src) and the C++ ones "
-        "(bench/nanobind/nb_bench.cpp) do the same work per library: the conversion at the "
+        "(bench/nanobind/nb_bench.cpp, bench/tvmffi/bench.cc) do the same work per "
+        "library: the conversion at the "
         "boundary, the checks the signature states, and a minimal touch of the data (the "
         "body tables: the same loops).",
+        "- tvm-ffi (PyPI `apache-tvm-ffi`, Apache TVM's stand-alone FFI: a C ABI for "
+        "packed functions, a Cython call path, DLPack tensors as `tvm::ffi::TensorView`): "
+        "bench/tvmffi/bench.cc, compiled by tvm-ffi's own `tvm_ffi.cpp.load_inline` "
+        "(its headers, PyPI's ninja, the system g++, `-O3 -DNDEBUG` after its "
+        "`-O2`) into bench/target/tvmffi; every function exported with "
+        "`TVM_FFI_DLL_EXPORT_TYPED_FUNC` and called as tvm-ffi ships it (the GIL "
+        "released around the call, its default). It takes a PyTorch tensor through the "
+        "C exchange table of `type(x).__dlpack_c_exchange_api__` and any other array "
+        "through `x.__dlpack__()`; it checks no dtype, rank or device (the functions do, "
+        "as the dlpark ones), and neither it nor PyTorch's table refuses a "
+        "`requires_grad` tensor, a conj or neg view, or (having no flag to look at) a "
+        "`out` its producer flagged read-only.",
         f"- Whole run: {elapsed:.0f} s; 1-minute load average {load_start:.2f} at the start, "
         f"{load_end:.2f} at the end"
         + (" (other processes were busy on this machine: every figure is inflated, re-run "
@@ -1211,6 +1313,8 @@ def main() -> None:
         print("\n".join(table(results[sec], sec)))
         print()
     print("\n".join(args_table()))
+    print()
+    print("\n".join(floor_table()))
     print()
     print("\n".join(body_table(conv_cells, conv_by, "ms", 1e6)))
     print()

@@ -27,8 +27,8 @@
 use dlcast_runtime::prelude::*;
 use ndarray::ArrayView2;
 use numpy::{
-    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyReadwriteArray1, PyReadwriteArrayDyn,
-    PyUntypedArrayMethods,
+    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn, PyReadwriteArray1,
+    PyReadwriteArrayDyn, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -268,7 +268,9 @@ fn rnp_make_f32_numpy(py: Python<'_>, n: usize) -> Bound<'_, PyArray1<f32>> {
 mod dlpark_fns {
     use dlpark::ffi::{DLDeviceType, DLManagedTensorVersioned};
     use dlpark::python::{from_dlpack, ImportedDlpack};
-    use dlpark::{allocation::dynamic, DlpackElement, Managed, TryFromDlpack};
+    use dlpark::{
+        allocation::dynamic, DlpackElement, DlpackFlags, Managed, TensorRef, TryFromDlpack,
+    };
     use ndarray::ArrayViewD;
     use pyo3::exceptions::{PyBufferError, PyTypeError};
     use pyo3::prelude::*;
@@ -355,6 +357,99 @@ mod dlpark_fns {
         Ok(view.first().copied().unwrap_or(0.0))
     }
 
+    /// One float32 CPU argument of `args1`/`args4`: dtype, device and rank
+    /// checked by hand (`ndim` 2 also wants 3 columns); its extent `n`.
+    fn args_check(t: &TensorRef<'_>, param: &str, ndim: usize) -> PyResult<i64> {
+        if t.dtype() != <f32 as DlpackElement>::DTYPE {
+            return Err(PyTypeError::new_err(format!("{param}: expected float32")));
+        }
+        if t.device().device_type != DLDeviceType::CPU {
+            return Err(PyTypeError::new_err(format!(
+                "{param}: expected a CPU array"
+            )));
+        }
+        if t.ndim() != ndim || (ndim == 2 && t.shape()[1] != 3) {
+            return Err(PyTypeError::new_err(format!(
+                "{param}: expected shape {}",
+                if ndim == 2 { "(n, 3)" } else { "(n,)" }
+            )));
+        }
+        Ok(t.shape()[0])
+    }
+
+    /// The first element (index 0 in every dimension; strides do not
+    /// matter for it) of a checked float32 CPU tensor, or None when empty.
+    fn args_first(t: &TensorRef<'_>) -> PyResult<Option<*const f32>> {
+        if t.num_elements() == 0 {
+            return Ok(None);
+        }
+        // SAFETY: a validated non-empty CPU float32 tensor: the offset
+        // pointer is its first element, inside the producer's allocation.
+        Ok(Some(unsafe { t.offset_data_ptr::<f32>() }.map_err(err)?))
+    }
+
+    /// `args1` with dlpark: `from_dlpack`, `validate`, the checks by hand.
+    #[pyfunction]
+    pub fn dlpark_args1(a: &Bound<'_, PyAny>) -> PyResult<f32> {
+        let ia = from_dlpack(a.as_borrowed(), None, None)?;
+        let ta = ia.validate().map_err(err)?;
+        args_check(&ta, "a", 2)?;
+        // SAFETY: the first element of a live imported tensor, read once.
+        Ok(args_first(&ta)?.map_or(0.0, |p| unsafe { *p }))
+    }
+
+    /// `args4` with dlpark: each argument imported and validated, dtype,
+    /// device, rank and the shared extent `n` compared by hand, `out`
+    /// refused when its producer flagged it read-only (what dlcast's
+    /// `TensorMut` refuses too); the first elements read, `out`'s written.
+    #[pyfunction]
+    pub fn dlpark_args4(
+        a: &Bound<'_, PyAny>,
+        b: &Bound<'_, PyAny>,
+        w: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<f32> {
+        let (ia, ib) = (
+            from_dlpack(a.as_borrowed(), None, None)?,
+            from_dlpack(b.as_borrowed(), None, None)?,
+        );
+        let (iw, io) = (
+            from_dlpack(w.as_borrowed(), None, None)?,
+            from_dlpack(out.as_borrowed(), None, None)?,
+        );
+        let (ta, tb) = (ia.validate().map_err(err)?, ib.validate().map_err(err)?);
+        let (tw, to) = (iw.validate().map_err(err)?, io.validate().map_err(err)?);
+        let n = args_check(&ta, "a", 2)?;
+        let ns = [
+            args_check(&tb, "b", 2)?,
+            args_check(&tw, "w", 1)?,
+            args_check(&to, "out", 1)?,
+        ];
+        if ns.iter().any(|&m| m != n) {
+            return Err(PyTypeError::new_err(
+                "dimension 'n' differs between arguments",
+            ));
+        }
+        if io.flags().contains(DlpackFlags::READ_ONLY) {
+            return Err(PyTypeError::new_err("out: expected a writable array"));
+        }
+        let (Some(pa), Some(pb), Some(pw), Some(po)) = (
+            args_first(&ta)?,
+            args_first(&tb)?,
+            args_first(&tw)?,
+            args_first(&to)?,
+        ) else {
+            return Ok(0.0);
+        };
+        // SAFETY: first elements of live imported CPU tensors; `out` is not
+        // flagged read-only, and nothing else runs during the call. The
+        // reads happen before the write, so an `out` aliasing an input is
+        // read before it is written.
+        let v = unsafe { *pa + *pb + *pw };
+        unsafe { *po.cast_mut() = v };
+        Ok(v)
+    }
+
     /// dlpark has no Python array type to return: it hands out a DLPack
     /// capsule (here a versioned one), which the caller gives to
     /// `torch.from_dlpack`. NumPy's `from_dlpack` takes no capsules.
@@ -383,6 +478,8 @@ fn dlcast_bench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rnp_args4, m)?)?;
     m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_slice_len, m)?)?;
     m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_view_first, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_args1, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpark_fns::dlpark_args4, m)?)?;
     body::add(m)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_len, m)?)?;
     m.add_function(wrap_pyfunction!(dlcast_sum_pts, m)?)?;
