@@ -734,6 +734,16 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
                 torch::check_write(py, w)?;
             }
             let mut raw = exchange::read_with(tensor, api)?;
+            // Every byte reached lies in the storage (one shrunk under the
+            // tensor, `untyped_storage().resize_()`, is refused), where the
+            // direct read's layout says where the storage keeps its size.
+            if torch::direct::verified().is_some_and(|l| !l.within_storage(tensor, &raw)) {
+                return Err(ImportError::Invalid(
+                    "the tensor reaches beyond its storage (the storage was resized under \
+                     it); pass a tensor whose storage holds it"
+                        .into(),
+                ));
+            }
             // A declaration that may have changed since it was decided is
             // taken as made (declarations only add the mark).
             raw.read_only |= *read_only || !declared.holds(py);

@@ -22,6 +22,7 @@
 //! agreement with a few samples. Any failure leaves the direct read off.
 
 use super::*;
+use super::OFF;
 use crate::import::torch::{get, handles, is_true, phase2::tensor_impl, Handles, NoTorchFunction};
 use dlpack_rs::ffi::DLTensor;
 use pyo3::types::{PyDict, PyTuple};
@@ -36,11 +37,8 @@ pub(crate) fn learn(py: Python<'_>) {
         return;
     }
     let off = std::env::var("DLCAST_TORCH_DIRECT").is_ok_and(|v| v == "off" || v == "0");
-    let verdict = if off {
-        Err("turned off (DLCAST_TORCH_DIRECT=off)")
-    } else {
-        verify(py)
-    };
+    OFF.store(off, Ordering::Relaxed);
+    let verdict = verify(py);
     // A probe that failed half-way leaves no error behind.
     drop(PyErr::take(py));
     let _ = LAYOUT.set(verdict);

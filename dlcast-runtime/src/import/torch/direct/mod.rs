@@ -160,10 +160,21 @@ pub(crate) struct Layout {
 /// verdict (the reason it is off, for tests and the guide).
 static LAYOUT: std::sync::OnceLock<Result<Layout, &'static str>> = std::sync::OnceLock::new();
 
-/// The learnt layout, if the direct read is on (phase 2: a load, no Python
+/// `DLCAST_TORCH_DIRECT=off` in the environment when the layout was learnt:
+/// no tensor is read directly (the layout is still learnt and verified, for
+/// the general path's storage check, [`Layout::within_storage`]).
+static OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The learnt layout, if the direct read is on (phase 2: loads, no Python
 /// code; never learns).
 #[inline(always)]
 pub(crate) fn layout() -> Option<&'static Layout> {
+    verified().filter(|_| !OFF.load(Ordering::Relaxed))
+}
+
+/// The learnt layout, whether or not the direct read is on.
+#[inline(always)]
+pub(crate) fn verified() -> Option<&'static Layout> {
     LAYOUT.get().and_then(|l| l.as_ref().ok())
 }
 
@@ -171,7 +182,11 @@ pub(crate) fn layout() -> Option<&'static Layout> {
 /// tensors are read directly, else why not.
 #[doc(hidden)]
 pub fn state() -> Option<Result<(), &'static str>> {
-    LAYOUT.get().map(|l| l.as_ref().map(|_| ()).map_err(|e| *e))
+    match LAYOUT.get()? {
+        Ok(_) if OFF.load(Ordering::Relaxed) => Some(Err("turned off (DLCAST_TORCH_DIRECT=off)")),
+        Ok(_) => Some(Ok(())),
+        Err(e) => Some(Err(*e)),
+    }
 }
 
 /// What a direct read leaves for the call: the held storage, and for a
@@ -308,6 +323,42 @@ impl Layout {
             }),
         });
         Some(read)
+    }
+}
+
+impl Layout {
+    /// Whether every byte `raw` (a read of `tensor`, an exact tensor PyTorch
+    /// made: the general path's private alias) reaches lies in its storage's
+    /// bytes; `true` where the `TensorImpl` or the `StorageImpl` is not of
+    /// the plain classes whose layout was verified (nothing known). Phase 2:
+    /// no Python code.
+    pub(crate) fn within_storage(&self, tensor: &Bound<'_, PyAny>, raw: &crate::import::RawTensor) -> bool {
+        let at = &self.at;
+        let Some(extent) = raw.extent else {
+            return true;
+        };
+        // SAFETY: as in `read`: a `THPVariable` (an exact tensor), its
+        // `TensorImpl` and `StorageImpl` live, each vtable checked before
+        // its other fields are read.
+        let storage = unsafe {
+            let tensor = word(tensor.as_ptr().cast(), at.cdata) as *const u8;
+            if tensor.is_null() || word(tensor, 0) != self.impl_vtable {
+                return true;
+            }
+            let storage = word(tensor, at.storage) as *const u8;
+            if storage.is_null() || word(storage, 0) != self.storage_vtable {
+                return true;
+            }
+            storage
+        };
+        // SAFETY: as above.
+        let (data, size) = unsafe { (word(storage, at.data) as usize, word(storage, at.size_bytes) as i64) };
+        let Ok(size) = usize::try_from(size) else {
+            return false;
+        };
+        let base = raw.data as usize + raw.byte_offset;
+        let span = base.checked_add_signed(extent.lo).zip(base.checked_add_signed(extent.hi));
+        span.is_some_and(|(lo, hi)| lo >= data && data.checked_add(size).is_some_and(|end| hi <= end))
     }
 }
 
