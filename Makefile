@@ -100,8 +100,12 @@ abi3: ext abi3-check
 	PYTHONPATH=$(abspath target/abi3/site) $(PY) -m pytest -q -p no:cacheprovider \
 		$(patsubst %,tests/python/%.py,$(ABI3_PYTEST_FILES)) $(ABI3_PYTEST_ARGS)
 
+## The pytest suite, then every PyTorch test (every test whose id names
+## torch) again with PyTorch's direct read off (DLCAST_TORCH_DIRECT=off:
+## the general path alone).
 py-test: ext
 	$(PY) -m pytest tests/python -q
+	DLCAST_TORCH_DIRECT=off $(PY) -m pytest tests/python -q -k torch
 
 ## The stubs of the test extension (dlcast-stubgen) and of the inline-module
 ## extension tests/inspect (maturin generate-stubs and dlcast-stubgen), each

@@ -581,13 +581,18 @@ pub(crate) fn version_tag(tp: &Bound<'_, pyo3::types::PyType>) -> u32 {
 #[cfg(not(Py_LIMITED_API))]
 #[inline(always)]
 pub(crate) fn type_version_tag(t: *mut ffi::PyTypeObject) -> u32 {
-    // SAFETY: `t` is a live type object (the caller's contract); its flags
-    // and tag are read under the GIL, which every writer of them holds.
-    let (flags, tag) = unsafe { (ffi::PyType_GetFlags(t), (*t).tp_version_tag) };
+    // SAFETY: `t` is a live type object (the caller's contract); its tag is
+    // read under the GIL, which every writer of it holds.
+    let tag = unsafe { (*t).tp_version_tag };
     // Before 3.12 a tag counts only with its flag (3.12+: 0 means none).
-    const VALID_VERSION_TAG: std::ffi::c_ulong = 1 << 19;
-    if cfg!(not(Py_3_12)) && flags & VALID_VERSION_TAG == 0 {
-        return 0;
+    #[cfg(not(Py_3_12))]
+    {
+        const VALID_VERSION_TAG: std::ffi::c_ulong = 1 << 19;
+        // SAFETY: as above (no free-threaded build before 3.13: a plain
+        // field).
+        if unsafe { (*t).tp_flags } & VALID_VERSION_TAG == 0 {
+            return 0;
+        }
     }
     tag
 }

@@ -78,13 +78,13 @@ impl<'a, const N: usize> FastCx<'a, N> {
         // error: left to the general path, which reports it), and for
         // PyTorch tensors none: their layout is learnt by the general path's
         // phase 1 (`import::torch::direct::learn`), until then they go there.
-        let torch = crate::import::torch::direct::layout();
+        // (Whether a tensor's class is read directly is decided at its read.)
+        let torch = crate::import::torch::direct::layout().is_some();
         let mut arrays = false;
         for a in &args {
             let array = numpy::is_ndarray(a.obj);
             arrays |= array;
-            let known = array || torch.is_some_and(|l| l.accepts(a.obj));
-            if a.needs.is_none() || a.dtype.is_none() || !known {
+            if a.needs.is_none() || a.dtype.is_none() || !(array || torch) {
                 return None;
             }
         }
