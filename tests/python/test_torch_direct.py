@@ -391,3 +391,41 @@ def test_the_direct_read_allocates_nothing_the_collector_tracks():
         gc.enable()
     gc.collect()
     assert fired and not any(fired)
+
+
+# What PyTorch's own DLPack exchange table hands out as it is (measured in
+# the design study, PyTorch 2.15), which consumers that trust it (dlpark,
+# tvm-ffi) read or write: dlcast refuses each, on both paths.
+RAW_FROM_THE_TABLE = {
+    "a negative view (raw memory holds -x)": (
+        lambda: torch._neg_view(torch.arange(3, dtype=F64)), ext.typed_path, "negative"),
+    "a conjugate view (imaginary parts not negated)": (
+        lambda: torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex128).conj(), ext.sum_c128,
+        "conjugate"),
+    "the negative bit on a real view": (
+        lambda: torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex128).conj().imag,
+        ext.typed_path, "negative"),
+    "a zero tensor (data NULL)": (
+        lambda: torch._efficientzerotensor(3, dtype=F64), ext.typed_path, "zero tensor"),
+    "a sliced zero tensor (NULL + offset)": (
+        lambda: torch._efficientzerotensor(4, dtype=F64)[1:], ext.typed_path, "zero tensor"),
+    "a requires-grad leaf, written": (
+        lambda: torch.zeros(3, dtype=F64, requires_grad=True), ext.typed_path_mut, "requires grad"),
+    "an inference tensor, written outside inference mode": (
+        lambda: _inference_tensor(), ext.typed_path_mut, "inference"),
+}
+
+
+def _inference_tensor():
+    with torch.inference_mode():
+        return torch.zeros(3, dtype=F64)
+
+
+@pytest.mark.parametrize("case", RAW_FROM_THE_TABLE)
+def test_what_pytorchs_exchange_table_hands_out_raw_is_refused(case):
+    make, f, why = RAW_FROM_THE_TABLE[case]
+    _direct_on()
+    for _ in range(2):  # the general path, then the direct read's turn
+        x = make()
+        with pytest.raises((TypeError, BufferError), match=why):
+            f(x)
