@@ -844,7 +844,9 @@ fn fast_read(
         Some(read) => read,
         // A PyTorch tensor, read directly where its layout was learnt (the
         // straight-line call only: `FastCx::read` checked its class).
-        None => crate::import::torch::direct::layout()?.read(obj, dtype, needs.itemsize, writable)?,
+        None => {
+            crate::import::torch::direct::layout()?.read(obj, dtype, needs.itemsize, writable)?
+        }
     };
     let param = who.spec.params.get(index)?;
     let (shape, strides) = (read.shape(), read.elem_strides());

@@ -496,6 +496,7 @@ mod tests {
                     dtype: DType::FLOAT64,
                     read_only: false,
                     hi: 0,
+                    torch: None,
                 };
                 for k in 0..ndim {
                     read.dims[k] = extents[c % extents.len()];

@@ -21,8 +21,8 @@
 //! exports under that class's name. A value is never inferred from
 //! agreement with a few samples. Any failure leaves the direct read off.
 
-use super::*;
 use super::OFF;
+use super::*;
 use crate::import::torch::{get, handles, is_true, phase2::tensor_impl, Handles, NoTorchFunction};
 use dlpack_rs::ffi::DLTensor;
 use pyo3::types::{PyDict, PyTuple};
@@ -123,13 +123,15 @@ impl<'py> Builtins<'py> {
         // signature (`ml_doc`, which Python code cannot change) is `sig`.
         let pybind = |f: Bound<'py, PyAny>, name: &str, sig: &str| {
             let f = crate::trust::instancemethod_function(&f).unwrap_or(f);
-            let doc = crate::trust::builtin_doc(&f).map(|d| d.to_bytes().starts_with(sig.as_bytes()));
+            let doc =
+                crate::trust::builtin_doc(&f).map(|d| d.to_bytes().starts_with(sig.as_bytes()));
             (crate::trust::is_builtin(&f, name, image) && doc == Some(true))
                 .then_some(f)
                 .ok_or("torch._C._dispatch_keys is not PyTorch's own")
         };
         let dispatch_keys = pybind(
-            c.getattr("_dispatch_keys").map_err(|_| "no torch._C._dispatch_keys")?,
+            c.getattr("_dispatch_keys")
+                .map_err(|_| "no torch._C._dispatch_keys")?,
             "_dispatch_keys",
             "_dispatch_keys(arg0: torch.Tensor) -> torch._C.DispatchKeySet",
         )?;
@@ -220,21 +222,62 @@ struct Expected {
 }
 
 const EXPECTED: [Expected; 4] = [
-    Expected { shape: &[3], strides: &[1], offset: 0, numel: 3, bits: 64, negative: false },
-    Expected { shape: &[2, 3], strides: &[3, 1], offset: 0, numel: 6, bits: 32, negative: false },
-    Expected { shape: &[2], strides: &[1], offset: 1, numel: 2, bits: 64, negative: false },
-    Expected { shape: &[3], strides: &[1], offset: 0, numel: 3, bits: 64, negative: true },
+    Expected {
+        shape: &[3],
+        strides: &[1],
+        offset: 0,
+        numel: 3,
+        bits: 64,
+        negative: false,
+    },
+    Expected {
+        shape: &[2, 3],
+        strides: &[3, 1],
+        offset: 0,
+        numel: 6,
+        bits: 32,
+        negative: false,
+    },
+    Expected {
+        shape: &[2],
+        strides: &[1],
+        offset: 1,
+        numel: 2,
+        bits: 64,
+        negative: false,
+    },
+    Expected {
+        shape: &[3],
+        strides: &[1],
+        offset: 0,
+        numel: 3,
+        bits: 64,
+        negative: true,
+    },
 ];
 
 impl<'py> Probes<'py> {
-    fn make(py: Python<'py>, b: &Builtins<'py>, torch: &Bound<'py, PyAny>) -> Result<Self, &'static str> {
-        let dtype = |name| torch.getattr(name).map_err(|_| "a dtype of torch is missing");
+    fn make(
+        py: Python<'py>,
+        b: &Builtins<'py>,
+        torch: &Bound<'py, PyAny>,
+    ) -> Result<Self, &'static str> {
+        let dtype = |name| {
+            torch
+                .getattr(name)
+                .map_err(|_| "a dtype of torch is missing")
+        };
         let a = b.zeros((3,), &dtype("float64")?)?;
         let probe_b = b.zeros((2, 3), &dtype("float32")?)?;
         let c = b.narrow.call1((&a, 0, 1, 2)).map_err(|_| "narrow")?;
         let n = b.neg_view.call1((&a,)).map_err(|_| "_neg_view")?;
         let _ = py;
-        Ok(Probes { a, b: probe_b, c, n })
+        Ok(Probes {
+            a,
+            b: probe_b,
+            c,
+            n,
+        })
     }
 
     fn all(&self) -> [&Bound<'py, PyAny>; 4] {
@@ -255,12 +298,17 @@ impl<'py> Probes<'py> {
         }
         let api = crate::import::exchange::torch_table(py).ok_or("no PyTorch exchange table")?;
         let yes_no = |m: &Py<PyAny>, t: &Bound<'py, PyAny>| {
-            m.bind(py).call1((t,)).and_then(|v| is_true(&v)).map_err(|_| "a C answer")
+            m.bind(py)
+                .call1((t,))
+                .and_then(|v| is_true(&v))
+                .map_err(|_| "a C answer")
         };
         let mut data = [0usize; 4];
         for (k, (t, e)) in self.all().into_iter().zip(&EXPECTED).enumerate() {
             let plain = t.get_type().is(&tensor_type)
-                && !get(&h.python_dispatch, t).and_then(|v| is_true(&v)).map_err(|_| "a C answer")?
+                && !get(&h.python_dispatch, t)
+                    .and_then(|v| is_true(&v))
+                    .map_err(|_| "a C answer")?
                 && yes_no(&h.is_neg, t)? == e.negative
                 && !yes_no(&h.is_conj, t)?
                 && !yes_no(&h.is_zerotensor, t)?
@@ -299,7 +347,12 @@ impl<'py> Probes<'py> {
     }
 
     /// The `TensorImpl` fields: returns its vtable and the plain key set.
-    fn check_impls(&self, at: Offsets, h: &Handles, b: &Builtins<'py>) -> Result<(u64, u64), &'static str> {
+    fn check_impls(
+        &self,
+        at: Offsets,
+        h: &Handles,
+        b: &Builtins<'py>,
+    ) -> Result<(u64, u64), &'static str> {
         let py = self.a.py();
         let api = crate::import::exchange::torch_table(py).ok_or("no PyTorch exchange table")?;
         let bad = |what| -> Result<(), &'static str> { Err(what) };
@@ -307,36 +360,44 @@ impl<'py> Probes<'py> {
         let mut keys = [0u64; 4];
         for (k, (t, e)) in self.all().into_iter().zip(&EXPECTED).enumerate() {
             let tensor = tensor_impl(t, h).map_err(|_| "_cdata")?;
-            // SAFETY: `t` is a live tensor of the class checked above, a
-            // `THPVariable` at least `cdata + 8` bytes long by the layout
-            // under test; an aligned word.
-            if tensor == 0 || unsafe { word(t.as_ptr().cast(), at.cdata) } != tensor as u64 {
+            // SAFETY: `t` is a live tensor of the class checked above (a
+            // `THPVariable`, 40 bytes: the `cdata` offset under test lies
+            // within), and `tensor` its live `TensorImpl` (PyTorch's
+            // `_cdata`), at least the 176 bytes of a `c10::TensorImpl`, in
+            // which every offset of `KNOWN` lies.
+            let (object, p) = unsafe {
+                (
+                    Object::new(t.as_ptr().cast()).ok_or("a probe")?,
+                    Object::new(tensor as *const u8).ok_or("_cdata")?,
+                )
+            };
+            if object.word(at.cdata) != tensor as u64 {
                 bad("the TensorImpl is not where the layout says")?;
             }
-            let p = tensor as *const u8;
             let (_, seen) = exchange_read(t, api)?;
-            // SAFETY: `p` is `t`'s live `TensorImpl` (PyTorch's `_cdata`),
-            // whose vtable (first word) is checked before any other field is
-            // read; the fields read lie within its first 176 bytes, which a
-            // plain `c10::TensorImpl` has (see `KNOWN`).
-            let v = unsafe { word(p, 0) };
-            if *vtable.get_or_insert(v) != v || !vtable_of(v, "_ZTVN3c1010TensorImplE", Some("libc10")) {
+            let v = p.word(0);
+            if *vtable.get_or_insert(v) != v
+                || !vtable_of(v, "_ZTVN3c1010TensorImplE", Some("libc10"))
+            {
                 bad("a TensorImpl's vtable is not c10::TensorImpl's")?;
             }
-            let (rank, offset, numel, dtype) = unsafe {
-                (word(p, at.rank), word(p, at.storage_offset), word(p, at.numel), p.add(at.dtype).cast::<u16>().read())
-            };
+            let (rank, offset, numel, dtype) = (
+                p.word(at.rank),
+                p.word(at.storage_offset),
+                p.word(at.numel),
+                p.half(at.dtype),
+            );
             let code = if e.bits == 64 { 7 } else { 6 };
             if rank != e.shape.len() as u64
-                || seen.shape != p as usize + at.sizes
-                || seen.strides != p as usize + at.strides
+                || seen.shape != p.field(at.sizes) as usize
+                || seen.strides != p.field(at.strides) as usize
                 || offset != e.offset
                 || numel != e.numel
                 || dtype != code
             {
                 bad("a TensorImpl field is not where the layout says")?;
             }
-            keys[k] = unsafe { word(p, at.key_set) };
+            keys[k] = p.word(at.key_set);
             if keys[k] != b.keys(t)? {
                 bad("the key set is not where the layout says")?;
             }
@@ -358,33 +419,38 @@ impl<'py> Probes<'py> {
     ) -> Result<u64, &'static str> {
         let py = self.a.py();
         let api = crate::import::exchange::torch_table(py).ok_or("no PyTorch exchange table")?;
-        let storage_of = |t: &Bound<'py, PyAny>| -> Result<*const u8, &'static str> {
+        let storage_of = |t: &Bound<'py, PyAny>| -> Result<Object, &'static str> {
             let p = tensor_impl(t, h).map_err(|_| "_cdata")? as *const u8;
-            // SAFETY: `t`'s live `TensorImpl`, verified by `check_impls`.
-            let s = unsafe { word(p, at.storage) } as *const u8;
-            let v = (!s.is_null()).then(|| unsafe { word(s, 0) });
-            match v {
-                Some(v) if vtable_of(v, "_ZTVN3c1011StorageImplE", Some("libc10")) => Ok(s),
+            // SAFETY: `t`'s live `TensorImpl` (verified by `check_impls`),
+            // and what its `storage_` points to: NULL or its live
+            // `StorageImpl`, at least 96 bytes (every storage offset of
+            // `KNOWN` lies within), whose vtable is checked before anything
+            // read of it is trusted.
+            let s = unsafe { Object::new(p).and_then(|p| p.at(at.storage)) };
+            match s {
+                Some(s) if vtable_of(s.word(0), "_ZTVN3c1011StorageImplE", Some("libc10")) => Ok(s),
                 _ => Err("a StorageImpl is not where the layout says"),
             }
         };
         let [sa, sb, sc, sn] = [&self.a, &self.b, &self.c, &self.n].map(storage_of);
         let (sa, sb) = (sa?, sb?);
-        if sc? != sa || sn? != sa || sb == sa {
+        let same = |x: Object, y: Object| x.field(0) == y.field(0);
+        if !same(sc?, sa) || !same(sn?, sa) || same(sb, sa) {
             return Err("the probes' storages are not where the layout says");
         }
-        // SAFETY (the reads below): live `StorageImpl`s (their vtables
-        // checked above) held by the probes; fields within their size.
         for (s, t) in [(sa, &self.a), (sb, &self.b)] {
-            let (data, size, check) =
-                unsafe { (word(s, at.data), word(s, at.size_bytes), s.add(at.mutable_check).read()) };
+            let (data, size, check) = (
+                s.word(at.data),
+                s.word(at.size_bytes),
+                s.byte(at.mutable_check),
+            );
             if data != exchange_read(t, api)?.1.data as u64 || size != 24 || check != 0 {
                 return Err("a StorageImpl field is not where the layout says");
             }
         }
         // A `.data` alias takes one reference to the storage and gives it
         // back when freed.
-        let count = || unsafe { word(sa, at.storage_refcount) } & STRONG;
+        let count = || sa.word(at.storage_refcount) & STRONG;
         let before = count();
         let alias = get(&h.data, &self.a).map_err(|_| "x.data")?;
         let with = count();
@@ -395,14 +461,14 @@ impl<'py> Probes<'py> {
         // Copy-on-write (`_lazy_clone`) marks both storages for checks.
         let w = b.zeros((3,), &torch.getattr("float64").map_err(|_| "float64")?)?;
         let sw = storage_of(&w)?;
-        let plain = unsafe { sw.add(at.mutable_check).read() };
+        let plain = sw.byte(at.mutable_check);
         let k = b.lazy_clone.call1((&w,)).map_err(|_| "_lazy_clone")?;
         let sk = storage_of(&k)?;
-        let marked = unsafe { (sw.add(at.mutable_check).read(), sk.add(at.mutable_check).read()) };
+        let marked = (sw.byte(at.mutable_check), sk.byte(at.mutable_check));
         if plain != 0 || marked != (1, 1) {
             return Err("the storage's check byte is not where the layout says");
         }
-        Ok(unsafe { word(sa, 0) })
+        Ok(sa.word(0))
     }
 
     /// Autograd state and the version counter.
@@ -414,32 +480,44 @@ impl<'py> Probes<'py> {
         torch: &Bound<'py, PyAny>,
     ) -> Result<(), &'static str> {
         let py = self.a.py();
-        let impl_of = |t: &Bound<'py, PyAny>| tensor_impl(t, h).map(|p| p as *const u8).map_err(|_| "_cdata");
+        let impl_of = |t: &Bound<'py, PyAny>| {
+            let p = tensor_impl(t, h).map_err(|_| "_cdata")? as *const u8;
+            // SAFETY: `t`'s live `TensorImpl` (PyTorch's `_cdata`), whose
+            // layout `check_impls` verified.
+            unsafe { Object::new(p) }.ok_or("_cdata")
+        };
         let g = b.zeros((3,), &torch.getattr("float64").map_err(|_| "float64")?)?;
         let pg = impl_of(&g)?;
-        // SAFETY (the reads below): live `TensorImpl`s of probes, verified
-        // by `check_impls`; the version counter's fields within it.
-        let before = unsafe { word(pg, at.autograd_meta) };
+        let before = pg.word(at.autograd_meta);
         b.requires_grad_
             .call1((&g, true))
             .map_err(|_| "requires_grad_")?;
-        let meta = unsafe { word(pg, at.autograd_meta) };
-        if before != 0
-            || meta == 0
-            || !vtable_of(unsafe { word(meta as *const u8, 0) }, "_ZTVN5torch8autograd12AutogradMetaE", None)
-        {
+        // SAFETY: what `autograd_meta_` points to: NULL or `g`'s live
+        // autograd metadata, of which only the first word (the vtable) is
+        // read.
+        let meta = unsafe { pg.at(at.autograd_meta) };
+        let autograd =
+            |m: Object| vtable_of(m.word(0), "_ZTVN5torch8autograd12AutogradMetaE", None);
+        if before != 0 || !meta.is_some_and(autograd) {
             return Err("autograd state is not where the layout says");
         }
         let pa = impl_of(&self.a)?;
-        let counter = unsafe { word(pa, at.version_counter) } as *const u8;
-        if counter.is_null()
-            || !vtable_of(unsafe { word(counter, 0) }, "_ZTVN3c1015VariableVersion14VersionCounterE", None)
-        {
-            return Err("the version counter is not where the layout says");
-        }
-        // SAFETY: `version_` of the live counter `a` holds: an aligned
-        // 32-bit atomic.
-        let version = unsafe { &*counter.add(at.version).cast::<AtomicU32>() };
+        let counter_class = |c: &Object| {
+            vtable_of(
+                c.word(0),
+                "_ZTVN3c1015VariableVersion14VersionCounterE",
+                None,
+            )
+        };
+        // SAFETY: what `version_counter_` points to: NULL or `a`'s live
+        // `VersionCounter` (24 bytes), whose vtable is checked before
+        // anything else of it is used.
+        let counter = unsafe { pa.at(at.version_counter) }
+            .filter(counter_class)
+            .ok_or("the version counter is not where the layout says")?;
+        // SAFETY: `version_` of that counter (its class checked): an
+        // aligned 32-bit atomic, live while `a` is.
+        let version = unsafe { &*counter.field(at.version).cast::<AtomicU32>() };
         let v0 = b.version(&self.a)?;
         let tuple = PyTuple::new(py, [&self.a]).map_err(|_| "a tuple")?;
         h.increment_version
@@ -479,10 +557,16 @@ fn scalar_types<'py>(
             continue;
         };
         let p = tensor_impl(&t, h).map_err(|_| "_cdata")? as *const u8;
-        // SAFETY: `t`'s live `TensorImpl` (vtable as verified for probes:
-        // checked again), its dtype field at the verified offset.
-        let (vtable, index) = unsafe { (word(p, 0), p.add(at.dtype).cast::<u16>().read()) };
-        if dl.dtype.code != d.code || dl.dtype.bits != d.bits || dl.dtype.lanes != 1 || index != code || !vtable_of(vtable, "_ZTVN3c1010TensorImplE", Some("libc10")) {
+        // SAFETY: `t`'s live `TensorImpl` (PyTorch's `_cdata`), at the
+        // layout verified on the probes.
+        let p = unsafe { Object::new(p) }.ok_or("_cdata")?;
+        let (vtable, index) = (p.word(0), p.half(at.dtype));
+        if dl.dtype.code != d.code
+            || dl.dtype.bits != d.bits
+            || dl.dtype.lanes != 1
+            || index != code
+            || !vtable_of(vtable, "_ZTVN3c1010TensorImplE", Some("libc10"))
+        {
             return Err("a dtype's ScalarType is not what the table says");
         }
         out[row] = code;
@@ -496,7 +580,9 @@ fn exchange_read(
     t: &Bound<'_, PyAny>,
     api: &'static dlpack_rs::ffi::DLPackExchangeAPI,
 ) -> Result<(DLTensor, Seen), &'static str> {
-    let read = api.dltensor_from_py_object_no_sync.ok_or("no exchange read")?;
+    let read = api
+        .dltensor_from_py_object_no_sync
+        .ok_or("no exchange read")?;
     // SAFETY: DLTensor is plain data; all-zero is a valid value to overwrite.
     let mut d: DLTensor = unsafe { std::mem::zeroed() };
     // SAFETY: `t` is a live tensor of PyTorch's class; the table fills `d`

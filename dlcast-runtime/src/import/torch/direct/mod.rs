@@ -229,50 +229,39 @@ impl Layout {
             return None;
         }
         // SAFETY: `obj` is an instance of `torch.Tensor` or a subclass
-        // (`accepts`), whose C struct is PyTorch's `THPVariable`, holding
-        // its `TensorImpl *` at `cdata` (verified by `learn`); word aligned.
-        let tensor = unsafe { word(obj.as_ptr().cast(), at.cdata) } as *const u8;
-        if tensor.is_null() {
-            return None;
-        }
-        // SAFETY (every `word`/`read` of `tensor` below): `tensor` is the
-        // live `TensorImpl` the caller's object holds (the caller holds the
-        // object; no Python code and no PyTorch call runs here, and tensor
-        // metadata changes only under the GIL, which this thread holds);
-        // `c10::TensorImpl`'s vtable is checked first, so it is of that
-        // class, whose fields lie at the verified offsets, within it.
-        if unsafe { word(tensor, 0) } != self.impl_vtable
-            || unsafe { word(tensor, at.key_set) } != self.plain_keys
-            || unsafe { tensor.add(at.dtype).cast::<u16>().read() } != code
+        // (`accepts`): a `THPVariable`, whose `TensorImpl *` lies at `cdata`
+        // (verified by `learn`), a live `TensorImpl` the object holds (the
+        // caller holds the object), whose `storage_` is NULL or a live
+        // `StorageImpl` it holds.
+        let (tensor, storage) = unsafe {
+            let tensor = Object::new(obj.as_ptr().cast())?.at(at.cdata)?;
+            (tensor, tensor.at(at.storage)?)
+        };
+        // The vtables are compared first: plain `c10::TensorImpl` and
+        // `StorageImpl`, whose fields lie at the verified offsets.
+        if tensor.word(0) != self.impl_vtable
+            || tensor.word(at.key_set) != self.plain_keys
+            || tensor.half(at.dtype) != code
+            || storage.word(0) != self.storage_vtable
+            || storage.byte(at.mutable_check) != 0
         {
             return None;
         }
-        let rank = usize::try_from(unsafe { word(tensor, at.rank) }).ok()?;
-        if rank == 0 || rank > FAST_DIMS.min(INLINE) {
+        let rank = usize::try_from(tensor.word(at.rank)).ok()?;
+        let offset = isize::try_from(tensor.word(at.storage_offset) as i64).ok()?;
+        if rank == 0 || rank > FAST_DIMS.min(INLINE) || offset < 0 {
             return None;
         }
-        let offset = isize::try_from(unsafe { word(tensor, at.storage_offset) } as i64).ok()?;
-        let storage = unsafe { word(tensor, at.storage) } as *const u8;
-        if storage.is_null() || offset < 0 {
-            return None;
-        }
-        // SAFETY (every `word`/`read` of `storage`): the live `StorageImpl`
-        // the `TensorImpl` holds (as above); its vtable checked first.
-        if unsafe { word(storage, 0) } != self.storage_vtable
-            || unsafe { storage.add(at.mutable_check).read() } != 0
-        {
-            return None;
-        }
-        let data = unsafe { word(storage, at.data) } as *mut u8;
-        let size_bytes = isize::try_from(unsafe { word(storage, at.size_bytes) } as i64).ok()?;
+        let data = storage.word(at.data) as *mut u8;
+        let size_bytes = isize::try_from(storage.word(at.size_bytes) as i64).ok()?;
         if data.is_null() || size_bytes < 0 {
             return None;
         }
         let version = match writable {
             // Autograd state: whether it requires grad is PyTorch's to say.
-            true if unsafe { word(tensor, at.autograd_meta) } != 0 => return None,
+            true if tensor.word(at.autograd_meta) != 0 => return None,
             true => Some(std::ptr::NonNull::new(
-                unsafe { word(tensor, at.version_counter) } as *mut u8,
+                tensor.word(at.version_counter) as *mut u8
             )?),
             false => None,
         };
@@ -289,15 +278,17 @@ impl Layout {
         };
         let mut count = 1usize;
         for k in 0..rank {
-            let n = unsafe { word(tensor, at.sizes + 8 * k) } as i64;
-            let s = unsafe { word(tensor, at.strides + 8 * k) } as i64;
+            let n = tensor.word(at.sizes + 8 * k) as i64;
+            let s = tensor.word(at.strides + 8 * k) as i64;
             // Empty tensors and negative strides: the general path.
             let (n, s) = (isize::try_from(n).ok()?, isize::try_from(s).ok()?);
             if n <= 0 || s < 0 {
                 return None;
             }
             count = count.checked_mul(n as usize)?;
-            read.hi = read.hi.checked_add((n - 1).checked_mul(s)?.checked_mul(item)?)?;
+            read.hi = read
+                .hi
+                .checked_add((n - 1).checked_mul(s)?.checked_mul(item)?)?;
             read.dims[k] = n as usize;
             read.strides[k] = s;
         }
@@ -312,7 +303,7 @@ impl Layout {
         // SAFETY: `storage_refcount` is the storage's combined reference
         // count (verified by `learn`), an aligned 64-bit atomic PyTorch
         // updates only atomically; live (as above).
-        let hold = unsafe { Hold::take(storage.add(at.storage_refcount).cast_mut().cast()) }?;
+        let hold = unsafe { Hold::take(storage.field(at.storage_refcount).cast_mut().cast()) }?;
         read.torch = Some(TorchRead {
             storage: std::cell::Cell::new(Some(hold)),
             version: version.map(|v| {
@@ -332,44 +323,99 @@ impl Layout {
     /// bytes; `true` where the `TensorImpl` or the `StorageImpl` is not of
     /// the plain classes whose layout was verified (nothing known). Phase 2:
     /// no Python code.
-    pub(crate) fn within_storage(&self, tensor: &Bound<'_, PyAny>, raw: &crate::import::RawTensor) -> bool {
+    pub(crate) fn within_storage(
+        &self,
+        tensor: &Bound<'_, PyAny>,
+        raw: &crate::import::RawTensor,
+    ) -> bool {
         let at = &self.at;
         let Some(extent) = raw.extent else {
             return true;
         };
-        // SAFETY: as in `read`: a `THPVariable` (an exact tensor), its
-        // `TensorImpl` and `StorageImpl` live, each vtable checked before
-        // its other fields are read.
-        let storage = unsafe {
-            let tensor = word(tensor.as_ptr().cast(), at.cdata) as *const u8;
-            if tensor.is_null() || word(tensor, 0) != self.impl_vtable {
-                return true;
-            }
-            let storage = word(tensor, at.storage) as *const u8;
-            if storage.is_null() || word(storage, 0) != self.storage_vtable {
-                return true;
-            }
-            storage
+        // SAFETY: as in `read`: a `THPVariable` (an exact tensor), its live
+        // `TensorImpl`, and that one's `StorageImpl`.
+        let Some((tensor, storage)) = (unsafe {
+            Object::new(tensor.as_ptr().cast())
+                .and_then(|t| t.at(at.cdata))
+                .and_then(|t| Some((t, t.at(at.storage)?)))
+        }) else {
+            return true;
         };
-        // SAFETY: as above.
-        let (data, size) = unsafe { (word(storage, at.data) as usize, word(storage, at.size_bytes) as i64) };
+        if tensor.word(0) != self.impl_vtable || storage.word(0) != self.storage_vtable {
+            return true;
+        }
+        let (data, size) = (
+            storage.word(at.data) as usize,
+            storage.word(at.size_bytes) as i64,
+        );
         let Ok(size) = usize::try_from(size) else {
             return false;
         };
         let base = raw.data as usize + raw.byte_offset;
-        let span = base.checked_add_signed(extent.lo).zip(base.checked_add_signed(extent.hi));
-        span.is_some_and(|(lo, hi)| lo >= data && data.checked_add(size).is_some_and(|end| hi <= end))
+        let span = base
+            .checked_add_signed(extent.lo)
+            .zip(base.checked_add_signed(extent.hi));
+        span.is_some_and(|(lo, hi)| {
+            lo >= data && data.checked_add(size).is_some_and(|end| hi <= end)
+        })
     }
 }
 
-/// The 64-bit word at `base + at`.
-///
-/// # Safety
-/// `base + at` must be an aligned, readable word of a live object.
-#[inline(always)]
-unsafe fn word(base: *const u8, at: usize) -> u64 {
-    // SAFETY: the caller's contract.
-    unsafe { base.add(at).cast::<u64>().read() }
+/// A live PyTorch C++ object whose fields at the verified offsets lie
+/// within it: a `c10::TensorImpl` (of that class or a subclass, whose
+/// objects start with its fields; at least 176 bytes), a
+/// `c10::StorageImpl` (at least 96), a `VersionCounter` or autograd's
+/// metadata, or a tensor's Python object (`THPVariable`). Read under the
+/// GIL with no Python code and no PyTorch call running on this thread
+/// (tensor metadata changes only under the GIL).
+#[derive(Clone, Copy)]
+pub(crate) struct Object(*const u8);
+
+impl Object {
+    /// # Safety
+    /// `p` must be such an object (see [`Object`]), alive while the value
+    /// is used, and the offsets read those of its verified layout.
+    #[inline(always)]
+    pub(crate) unsafe fn new(p: *const u8) -> Option<Object> {
+        (!p.is_null()).then_some(Object(p))
+    }
+
+    /// The aligned 64-bit word at `at`.
+    #[inline(always)]
+    pub(crate) fn word(self, at: usize) -> u64 {
+        // SAFETY: `new`'s contract: a field of the live object.
+        unsafe { self.0.add(at).cast::<u64>().read() }
+    }
+
+    /// The 16-bit field at `at`.
+    #[inline(always)]
+    pub(crate) fn half(self, at: usize) -> u16 {
+        // SAFETY: as in `word`.
+        unsafe { self.0.add(at).cast::<u16>().read() }
+    }
+
+    /// The byte at `at`.
+    #[inline(always)]
+    pub(crate) fn byte(self, at: usize) -> u8 {
+        // SAFETY: as in `word`.
+        unsafe { self.0.add(at).read() }
+    }
+
+    /// The object the pointer at `at` points to, if not NULL.
+    ///
+    /// # Safety
+    /// As [`Object::new`] for what the field points to.
+    #[inline(always)]
+    pub(crate) unsafe fn at(self, at: usize) -> Option<Object> {
+        // SAFETY: the caller's contract.
+        unsafe { Object::new(self.word(at) as *const u8) }
+    }
+
+    /// The address of the field at `at`.
+    #[inline(always)]
+    pub(crate) fn field(self, at: usize) -> *const u8 {
+        self.0.wrapping_add(at)
+    }
 }
 
 /// Bumps each version counter a writable direct read noted (see
@@ -420,8 +466,7 @@ impl Hold {
             if strong == 0 || strong == STRONG || (strong == 1 && now & HAS_PYOBJECT != 0) {
                 return None;
             }
-            match atomic.compare_exchange_weak(now, now + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match atomic.compare_exchange_weak(now, now + 1, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Some(Hold(count)),
                 Err(seen) => now = seen,
             }
@@ -457,7 +502,8 @@ impl Drop for Hold {
 /// whenever an attribute of it or of a base is set or deleted). Builds
 /// without version tags (the limited API) read no tensor directly.
 /// Written and read under the GIL; atomics so that a read is one load.
-static CLASSES: [(AtomicUsize, AtomicU32); 4] = [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 4];
+static CLASSES: [(AtomicUsize, AtomicU32); 4] =
+    [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 4];
 
 #[inline(always)]
 fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
@@ -494,7 +540,10 @@ pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tag: u32) {
         if tag == 0 || layout().is_none() {
             return;
         }
-        if let Some((_, t)) = CLASSES.iter().find(|(c, _)| c.load(Ordering::Relaxed) == key) {
+        if let Some((_, t)) = CLASSES
+            .iter()
+            .find(|(c, _)| c.load(Ordering::Relaxed) == key)
+        {
             t.store(tag, Ordering::Relaxed);
             return;
         }
@@ -532,7 +581,13 @@ mod tests {
             let expected = usize::from(!d.absent_from.contains(&Framework::Torch));
             assert_eq!(has, expected, "{}", d.name);
         }
-        assert_eq!(SCALAR_TYPES.len(), DTYPES.iter().filter(|d| !d.absent_from.contains(&Framework::Torch)).count());
+        assert_eq!(
+            SCALAR_TYPES.len(),
+            DTYPES
+                .iter()
+                .filter(|d| !d.absent_from.contains(&Framework::Torch))
+                .count()
+        );
     }
 
     #[test]
