@@ -33,7 +33,7 @@ use pyo3::types::{PyDict, PyTuple};
 /// runs Python code.
 pub(crate) fn learn(py: Python<'_>) {
     static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if LAYOUT.get().is_some() || STARTED.swap(true, Ordering::AcqRel) {
+    if LAYOUT.get().is_some() || inference_mode(py) || STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
     let off = std::env::var("DLCAST_TORCH_DIRECT").is_ok_and(|v| v == "off" || v == "0");
@@ -42,6 +42,16 @@ pub(crate) fn learn(py: Python<'_>) {
     // A probe that failed half-way leaves no error behind.
     drop(PyErr::take(py));
     let _ = LAYOUT.set(verdict);
+}
+
+/// Whether `torch.inference_mode()` is on (its probes would be inference
+/// tensors, whose key sets are not plain): learning waits for a call made
+/// outside it. PyTorch's own C function (see `Handles::inference_mode`).
+fn inference_mode(py: Python<'_>) -> bool {
+    handles(py)
+        .ok()
+        .and_then(|h| h.inference_mode.call(py).ok())
+        .is_some_and(|v| is_true(&v).unwrap_or(true))
 }
 
 /// What the exchange table says of a probe.
@@ -71,6 +81,10 @@ fn verify(py: Python<'_>) -> Result<Layout, &'static str> {
     let probes = Probes::make(py, &b, &torch)?;
     probes.check(h)?;
     let impls = probes.check_impls(at, h, &b)?;
+    // The probes are still what PyTorch's C answers said, now that their
+    // key sets were read (a finalizer run by an allocation in between could
+    // have changed one).
+    probes.check(h)?;
     let (impl_vtable, plain_keys) = impls;
     let storage_vtable = probes.check_storages(at, h, &b, &torch)?;
     probes.check_writes(at, h, &b, &torch)?;

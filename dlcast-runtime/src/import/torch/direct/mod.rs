@@ -502,8 +502,8 @@ impl Drop for Hold {
 /// whenever an attribute of it or of a base is set or deleted). Builds
 /// without version tags (the limited API) read no tensor directly.
 /// Written and read under the GIL; atomics so that a read is one load.
-static CLASSES: [(AtomicUsize, AtomicU32); 4] =
-    [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 4];
+static CLASSES: [(AtomicUsize, AtomicU32); 8] =
+    [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 8];
 
 #[inline(always)]
 fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
@@ -531,13 +531,25 @@ fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
 /// [`CLASSES`]): the general path found, in phase 1, that the class
 /// declares nothing, from what it held when its version tag was `tag`
 /// (read before the look-ups). A class noted is kept alive for the
-/// process, so its address is never another class's; four at most.
+/// process, so its address is never another class's; eight at most, a
+/// class changed since it was noted making room.
 pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tag: u32) {
     #[cfg(not(Py_LIMITED_API))]
     {
         let tp = obj.get_type();
         let key = tp.as_ptr() as usize;
-        if tag == 0 || layout().is_none() {
+        // The class's metaclass must be a static type (PyTorch's own
+        // `_TensorMeta`, or `type`): a metaclass made in Python could declare
+        // things for its classes (a read-only exchange table, a
+        // `__torch_dispatch__`) without moving the class's tag, and a class
+        // with a static metaclass cannot be given another.
+        // SAFETY: `tp` is a live type object; its type's flags are read.
+        let meta_static = unsafe {
+            pyo3::ffi::PyType_GetFlags(pyo3::ffi::Py_TYPE(tp.as_ptr()))
+                & pyo3::ffi::Py_TPFLAGS_HEAPTYPE
+                == 0
+        };
+        if tag == 0 || !meta_static || verified().is_none() {
             return;
         }
         if let Some((_, t)) = CLASSES
@@ -547,7 +559,15 @@ pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tag: u32) {
             t.store(tag, Ordering::Relaxed);
             return;
         }
-        if let Some((c, t)) = CLASSES.iter().find(|(c, _)| c.load(Ordering::Relaxed) == 0) {
+        // A free slot, else one whose class changed since it was noted
+        // (kept alive for good, so its address is still its own).
+        let stale = |(c, t): &&(AtomicUsize, AtomicU32)| {
+            let class = c.load(Ordering::Relaxed);
+            class == 0
+                || crate::trust::type_version_tag(class as *mut pyo3::ffi::PyTypeObject)
+                    != t.load(Ordering::Relaxed)
+        };
+        if let Some((c, t)) = CLASSES.iter().find(stale) {
             std::mem::forget(tp.unbind());
             t.store(tag, Ordering::Relaxed);
             c.store(key, Ordering::Relaxed);
