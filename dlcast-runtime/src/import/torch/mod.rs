@@ -680,7 +680,7 @@ pub(crate) fn prepare(
     // What the read-only declaration below is decided from, noted before
     // anything of this call's decides it (`flags` were looked up just
     // before): phase 2 reads the tensor read-only unless it is unchanged.
-    let tag = direct::class_tag(obj);
+    let tag = direct::class_tags(obj);
     let declared = Declared::note(obj);
     let h = handles(py)?;
     // The direct read's layout, learnt at the first PyTorch argument (later

@@ -497,13 +497,48 @@ impl Drop for Hold {
 /// subclasses, each noted by the general path once it found, in phase 1,
 /// that the class declares nothing (no read-only declaration of its own or
 /// planted on it, no `__torch_dispatch__`, `torch.Tensor`'s `__dlpack__`:
-/// see [`note_class`]), with the class's version tag then, and accepted
-/// while the class still has that tag (CPython gives a type a new tag
-/// whenever an attribute of it or of a base is set or deleted). Builds
-/// without version tags (the limited API) read no tensor directly.
-/// Written and read under the GIL; atomics so that a read is one load.
-static CLASSES: [(AtomicUsize, AtomicU32); 8] =
-    [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; 8];
+/// see [`note_class`]), with the version tags then of the class and, where
+/// the metaclass was made in Python (`nn.Parameter`'s), of the metaclass,
+/// which can declare for its classes (a property answering
+/// `__dlpack_c_exchange_api__`) without moving their tags. A class is
+/// accepted while it has the same metaclass and both tags are unchanged
+/// (CPython gives a type a new tag whenever an attribute of it or of a base
+/// is set or deleted). Builds without version tags (the limited API) read
+/// no tensor directly. Written and read under the GIL; atomics so that a
+/// read is a few loads.
+static CLASSES: [Noted; 8] = [const { Noted::EMPTY }; 8];
+
+/// One entry of [`CLASSES`]: the class, its tag, its metaclass, and the
+/// metaclass's tag (0 for a static metaclass, whose attributes are fixed).
+struct Noted {
+    class: AtomicUsize,
+    tag: AtomicU32,
+    meta: AtomicUsize,
+    meta_tag: AtomicU32,
+}
+
+impl Noted {
+    const EMPTY: Noted = Noted {
+        class: AtomicUsize::new(0),
+        tag: AtomicU32::new(0),
+        meta: AtomicUsize::new(0),
+        meta_tag: AtomicU32::new(0),
+    };
+
+    /// Whether the class noted here still holds what was noted (`tp` is it).
+    #[cfg(not(Py_LIMITED_API))]
+    #[inline(always)]
+    fn holds(&self, tp: *mut pyo3::ffi::PyTypeObject) -> bool {
+        let tag = crate::trust::type_version_tag(tp);
+        // SAFETY: `tp` is a live type object; reading its type pointer.
+        let meta = unsafe { pyo3::ffi::Py_TYPE(tp.cast()) };
+        let meta_tag = self.meta_tag.load(Ordering::Relaxed);
+        tag != 0
+            && tag == self.tag.load(Ordering::Relaxed)
+            && meta as usize == self.meta.load(Ordering::Relaxed)
+            && (meta_tag == 0 || crate::trust::type_version_tag(meta) == meta_tag)
+    }
+}
 
 #[inline(always)]
 fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
@@ -512,13 +547,10 @@ fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
         // SAFETY: `obj` is live; reading its type pointer.
         let tp = unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) };
         let key = tp as usize;
-        for (class, tag) in &CLASSES {
-            if class.load(Ordering::Relaxed) == key {
-                let now = crate::trust::type_version_tag(tp);
-                return now != 0 && now == tag.load(Ordering::Relaxed);
-            }
-        }
-        false
+        CLASSES
+            .iter()
+            .find(|n| n.class.load(Ordering::Relaxed) == key)
+            .is_some_and(|n| n.holds(tp))
     }
     #[cfg(Py_LIMITED_API)]
     {
@@ -529,63 +561,74 @@ fn class_ok(obj: &Bound<'_, PyAny>) -> bool {
 
 /// Notes `obj`'s class as one whose instances may be read directly (see
 /// [`CLASSES`]): the general path found, in phase 1, that the class
-/// declares nothing, from what it held when its version tag was `tag`
-/// (read before the look-ups). A class noted is kept alive for the
-/// process, so its address is never another class's; eight at most, a
-/// class changed since it was noted making room.
-pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tag: u32) {
+/// declares nothing, from what it held when the tags were `tags` (read by
+/// [`class_tags`] before the look-ups). A class noted, and its metaclass,
+/// are kept alive for the process, so their addresses are never another
+/// class's; eight at most, a class changed since it was noted making room.
+pub(crate) fn note_class(obj: &Bound<'_, PyAny>, tags: (u32, u32)) {
     #[cfg(not(Py_LIMITED_API))]
     {
         let tp = obj.get_type();
         let key = tp.as_ptr() as usize;
-        // The class's metaclass must be a static type (PyTorch's own
-        // `_TensorMeta`, or `type`): a metaclass made in Python could declare
-        // things for its classes (a read-only exchange table, a
-        // `__torch_dispatch__`) without moving the class's tag, and a class
-        // with a static metaclass cannot be given another.
-        // SAFETY: `tp` is a live type object; its type's flags are read.
-        let meta_static = unsafe {
-            pyo3::ffi::PyType_GetFlags(pyo3::ffi::Py_TYPE(tp.as_ptr()))
-                & pyo3::ffi::Py_TPFLAGS_HEAPTYPE
-                == 0
-        };
-        if tag == 0 || !meta_static || verified().is_none() {
+        let meta = tp.get_type();
+        let (tag, meta_tag) = tags;
+        if tag == 0 || verified().is_none() || (meta_tag == 0 && is_heap_type(&meta)) {
             return;
         }
-        if let Some((_, t)) = CLASSES
+        let meta_key = meta.as_ptr() as usize;
+        let slot = CLASSES
             .iter()
-            .find(|(c, _)| c.load(Ordering::Relaxed) == key)
-        {
-            t.store(tag, Ordering::Relaxed);
+            .find(|n| n.class.load(Ordering::Relaxed) == key)
+            .or_else(|| {
+                // A free slot, else one whose class changed since it was
+                // noted (kept alive for good, so its address is its own).
+                CLASSES.iter().find(|n| {
+                    let class = n.class.load(Ordering::Relaxed);
+                    class == 0 || !n.holds(class as *mut pyo3::ffi::PyTypeObject)
+                })
+            });
+        let Some(n) = slot else {
             return;
-        }
-        // A free slot, else one whose class changed since it was noted
-        // (kept alive for good, so its address is still its own).
-        let stale = |(c, t): &&(AtomicUsize, AtomicU32)| {
-            let class = c.load(Ordering::Relaxed);
-            class == 0
-                || crate::trust::type_version_tag(class as *mut pyo3::ffi::PyTypeObject)
-                    != t.load(Ordering::Relaxed)
         };
-        if let Some((c, t)) = CLASSES.iter().find(stale) {
-            std::mem::forget(tp.unbind());
-            t.store(tag, Ordering::Relaxed);
-            c.store(key, Ordering::Relaxed);
+        if n.class.load(Ordering::Relaxed) != key {
+            std::mem::forget(tp.clone().unbind());
+            std::mem::forget(meta.clone().unbind());
         }
+        n.tag.store(tag, Ordering::Relaxed);
+        n.meta.store(meta_key, Ordering::Relaxed);
+        n.meta_tag.store(meta_tag, Ordering::Relaxed);
+        n.class.store(key, Ordering::Relaxed);
     }
     #[cfg(Py_LIMITED_API)]
-    let _ = (obj, tag);
+    let _ = (obj, tags);
 }
 
-/// `obj`'s class's version tag (0: none), read before the general path
-/// looks at what the class declares.
-pub(crate) fn class_tag(obj: &Bound<'_, PyAny>) -> u32 {
+/// Whether `tp` was made in Python (a heap type: its attributes can be set).
+#[cfg(not(Py_LIMITED_API))]
+fn is_heap_type(tp: &Bound<'_, pyo3::types::PyType>) -> bool {
+    // SAFETY: `tp` is a live type object; its flags are read.
+    unsafe { pyo3::ffi::PyType_GetFlags(tp.as_ptr().cast()) & pyo3::ffi::Py_TPFLAGS_HEAPTYPE != 0 }
+}
+
+/// `obj`'s class's version tag and, where its metaclass was made in
+/// Python, the metaclass's (0: none, or a static metaclass), read before
+/// the general path looks at what the class declares.
+pub(crate) fn class_tags(obj: &Bound<'_, PyAny>) -> (u32, u32) {
     #[cfg(not(Py_LIMITED_API))]
-    return crate::trust::version_tag(&obj.get_type());
+    {
+        let tp = obj.get_type();
+        let meta = tp.get_type();
+        let meta_tag = if is_heap_type(&meta) {
+            crate::trust::version_tag(&meta)
+        } else {
+            0
+        };
+        (crate::trust::version_tag(&tp), meta_tag)
+    }
     #[cfg(Py_LIMITED_API)]
     {
         let _ = obj;
-        0
+        (0, 0)
     }
 }
 
