@@ -506,7 +506,7 @@ impl Drop for Hold {
 /// is set or deleted). Builds without version tags (the limited API) read
 /// no tensor directly. Written and read under the GIL; atomics so that a
 /// read is a few loads.
-static CLASSES: [Noted; 8] = [const { Noted::EMPTY }; 8];
+static CLASSES: [Noted; 8] = [const { Noted::empty() }; 8];
 
 /// One entry of [`CLASSES`]: the class, its tag, its metaclass, and the
 /// metaclass's tag (0 for a static metaclass, whose attributes are fixed).
@@ -518,12 +518,14 @@ struct Noted {
 }
 
 impl Noted {
-    const EMPTY: Noted = Noted {
-        class: AtomicUsize::new(0),
-        tag: AtomicU32::new(0),
-        meta: AtomicUsize::new(0),
-        meta_tag: AtomicU32::new(0),
-    };
+    const fn empty() -> Noted {
+        Noted {
+            class: AtomicUsize::new(0),
+            tag: AtomicU32::new(0),
+            meta: AtomicUsize::new(0),
+            meta_tag: AtomicU32::new(0),
+        }
+    }
 
     /// Whether the class noted here still holds what was noted (`tp` is it).
     #[cfg(not(Py_LIMITED_API))]
