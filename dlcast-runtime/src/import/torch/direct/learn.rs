@@ -401,13 +401,17 @@ impl<'py> Probes<'py> {
                 p.word(at.numel),
                 p.half(at.dtype),
             );
-            let code = if e.bits == 64 { 7 } else { 6 };
+            let name = if e.bits == 64 { "float64" } else { "float32" };
+            let code = SCALAR_TYPES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, c)| *c);
             if rank != e.shape.len() as u64
                 || seen.shape != p.field(at.sizes) as usize
                 || seen.strides != p.field(at.strides) as usize
                 || offset != e.offset
                 || numel != e.numel
-                || dtype != code
+                || Some(dtype) != code
             {
                 bad("a TensorImpl field is not where the layout says")?;
             }

@@ -351,7 +351,9 @@ impl Layout {
         let Ok(size) = usize::try_from(size) else {
             return false;
         };
-        let base = raw.data as usize + raw.byte_offset;
+        let Some(base) = (raw.data as usize).checked_add(raw.byte_offset) else {
+            return false;
+        };
         let span = base
             .checked_add_signed(extent.lo)
             .zip(base.checked_add_signed(extent.hi));
