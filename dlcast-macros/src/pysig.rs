@@ -16,33 +16,62 @@ use crate::facts::DTYPES;
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use syn::{Attribute, GenericArgument, PathArguments, ReturnType, Type};
 
-/// The NumPy name of an element type spelled in Rust, if dlcast knows it.
+/// The NumPy name of an element type spelled in Rust, if dlcast knows it:
+/// the row of the dtype table whose `#[dtype]` name (`f16`), type (`Complex<f32>`,
+/// however its path is spelled) or other name (`Complex32`) it is.
 pub fn element_name(ty: &Type) -> Option<&'static str> {
-    let ty = match ty {
-        Type::Group(g) => &*g.elem,
-        other => other,
+    DTYPES
+        .iter()
+        .find(|d| {
+            let row: Type = syn::parse_str(d.ty).expect("the dtype table's types parse");
+            same_type(ty, &row)
+                || last_ident_is(ty, d.rust)
+                || d.aka.iter().any(|aka| last_ident_is(ty, aka))
+        })
+        .map(|d| d.name)
+}
+
+/// The type as a path, through the invisible groups of macro expansion.
+fn as_path(ty: &Type) -> Option<&syn::Path> {
+    match ty {
+        Type::Group(g) => as_path(&g.elem),
+        Type::Path(p) if p.qself.is_none() => Some(&p.path),
+        _ => None,
+    }
+}
+
+/// Whether `ty` is a path without generic arguments ending in `name`.
+fn last_ident_is(ty: &Type, name: &str) -> bool {
+    as_path(ty)
+        .and_then(|p| p.segments.last())
+        .is_some_and(|s| s.arguments.is_none() && s.ident == name)
+}
+
+/// Whether two types name the same type as far as their last segments and
+/// their generic arguments tell (`Complex<f32>` and `num_complex::Complex<f32>`).
+fn same_type(a: &Type, b: &Type) -> bool {
+    let (Some(a), Some(b)) = (as_path(a), as_path(b)) else {
+        return false;
     };
-    let Type::Path(p) = ty else { return None };
-    let last = p.path.segments.last()?;
-    let id = last.ident.to_string();
-    let scalar = |n: &str| DTYPES.iter().find(|d| d.rust == n).map(|d| d.name);
-    match id.as_str() {
-        "Complex" => {
-            let PathArguments::AngleBracketed(a) = &last.arguments else {
-                return None;
-            };
-            match a.args.first()? {
-                GenericArgument::Type(t) => match element_name(t)? {
-                    "float32" => Some("complex64"),
-                    "float64" => Some("complex128"),
-                    _ => None,
-                },
-                _ => None,
-            }
+    let (Some(a), Some(b)) = (a.segments.last(), b.segments.last()) else {
+        return false;
+    };
+    if a.ident != b.ident {
+        return false;
+    }
+    match (&a.arguments, &b.arguments) {
+        (PathArguments::None, PathArguments::None) => true,
+        (PathArguments::AngleBracketed(x), PathArguments::AngleBracketed(y)) => {
+            x.args.len() == y.args.len()
+                && x.args.iter().zip(&y.args).all(|pair| match pair {
+                    (GenericArgument::Type(x), GenericArgument::Type(y)) => {
+                        same_type(x, y)
+                            || element_name(x).is_some_and(|n| Some(n) == element_name(y))
+                    }
+                    _ => false,
+                })
         }
-        "Complex32" => Some("complex64"),
-        "Complex64" => Some("complex128"),
-        other => scalar(other),
+        _ => false,
     }
 }
 
@@ -438,4 +467,45 @@ pub fn plain_method_line(
         ),
         None,
     ))
+}
+
+#[cfg(test)]
+mod element_name_tests {
+    use super::element_name;
+    use crate::facts::DTYPES;
+    use syn::Type;
+
+    fn name_of(ty: &str) -> Option<&'static str> {
+        element_name(&syn::parse_str::<Type>(ty).unwrap())
+    }
+
+    #[test]
+    fn every_row_is_recognised_as_its_type_and_names() {
+        for d in DTYPES {
+            assert_eq!(name_of(d.ty), Some(d.name), "{}", d.ty);
+            assert_eq!(name_of(d.rust), Some(d.name), "{}", d.rust);
+            for aka in d.aka {
+                assert_eq!(name_of(aka), Some(d.name), "{aka}");
+            }
+            // However the type's path is spelled.
+            let last = d.ty.rsplit(" :: ").next().unwrap().replace(' ', "");
+            assert_eq!(name_of(&last), Some(d.name), "{last}");
+        }
+    }
+
+    #[test]
+    fn other_types_are_not_elements() {
+        for ty in [
+            "String",
+            "Complex<u8>",
+            "Complex<f32, f32>",
+            "Vec<f32>",
+            "&f32",
+            "f24",
+        ] {
+            assert_eq!(name_of(ty), None, "{ty}");
+        }
+        assert_eq!(name_of("num_complex::Complex64"), Some("complex128"));
+        assert_eq!(name_of("Complex<half::f16>"), None);
+    }
 }

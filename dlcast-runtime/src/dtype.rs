@@ -40,53 +40,22 @@ impl DType {
     pub const fn new(code: u8, bits: u8, lanes: u16) -> Self {
         DType { code, bits, lanes }
     }
-    /// `bool` (code 6, 8 bits).
-    pub const BOOL: DType = DType::new(code::BOOL, 8, 1);
-    /// `int8`.
-    pub const INT8: DType = DType::new(code::INT, 8, 1);
-    /// `int16`.
-    pub const INT16: DType = DType::new(code::INT, 16, 1);
-    /// `int32`.
-    pub const INT32: DType = DType::new(code::INT, 32, 1);
-    /// `int64`.
-    pub const INT64: DType = DType::new(code::INT, 64, 1);
-    /// `uint8`.
-    pub const UINT8: DType = DType::new(code::UINT, 8, 1);
-    /// `uint16`.
-    pub const UINT16: DType = DType::new(code::UINT, 16, 1);
-    /// `uint32`.
-    pub const UINT32: DType = DType::new(code::UINT, 32, 1);
-    /// `uint64`.
-    pub const UINT64: DType = DType::new(code::UINT, 64, 1);
-    /// `float16` (IEEE half).
-    pub const FLOAT16: DType = DType::new(code::FLOAT, 16, 1);
-    /// `float32`.
-    pub const FLOAT32: DType = DType::new(code::FLOAT, 32, 1);
-    /// `float64`.
-    pub const FLOAT64: DType = DType::new(code::FLOAT, 64, 1);
-    /// `bfloat16`.
-    pub const BFLOAT16: DType = DType::new(code::BFLOAT, 16, 1);
-    /// `complex64` (two `float32`).
-    pub const COMPLEX64: DType = DType::new(code::COMPLEX, 64, 1);
-    /// `complex128` (two `float64`).
-    pub const COMPLEX128: DType = DType::new(code::COMPLEX, 128, 1);
-    /// `float8_e3m4`.
-    pub const FLOAT8_E3M4: DType = DType::new(code::FLOAT8_E3M4, 8, 1);
-    /// `float8_e4m3`.
-    pub const FLOAT8_E4M3: DType = DType::new(code::FLOAT8_E4M3, 8, 1);
-    /// `float8_e4m3b11fnuz`.
-    pub const FLOAT8_E4M3B11FNUZ: DType = DType::new(code::FLOAT8_E4M3B11FNUZ, 8, 1);
-    /// `float8_e4m3fn` (OCP's E4M3, PyTorch's `torch.float8_e4m3fn`).
-    pub const FLOAT8_E4M3FN: DType = DType::new(code::FLOAT8_E4M3FN, 8, 1);
-    /// `float8_e4m3fnuz`.
-    pub const FLOAT8_E4M3FNUZ: DType = DType::new(code::FLOAT8_E4M3FNUZ, 8, 1);
-    /// `float8_e5m2` (OCP's E5M2, PyTorch's `torch.float8_e5m2`).
-    pub const FLOAT8_E5M2: DType = DType::new(code::FLOAT8_E5M2, 8, 1);
-    /// `float8_e5m2fnuz`.
-    pub const FLOAT8_E5M2FNUZ: DType = DType::new(code::FLOAT8_E5M2FNUZ, 8, 1);
-    /// `float8_e8m0fnu`.
-    pub const FLOAT8_E8M0FNU: DType = DType::new(code::FLOAT8_E8M0FNU, 8, 1);
+}
 
+/// The `DType` constant of each row of the dtype table (`DType::FLOAT32`).
+macro_rules! dtype_consts {
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+       $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+       $code:ident $bits:literal $($rest:tt)*})*) => {
+        impl DType {$(
+            #[doc = concat!("`", $name, "`: DLPack code `", stringify!($code), "`, ", $bits, " bits.")]
+            pub const $const: DType = DType::new(code::$code, $bits, 1);
+        )*}
+    };
+}
+crate::facts::dtype_table!(dtype_consts);
+
+impl DType {
     /// This dtype's row of the dtype table ([`crate::facts::DTYPES`]):
     /// `None` for every `(code, bits, lanes)` dlcast does not map to a
     /// Rust element type.
@@ -193,44 +162,32 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
     }
 }
 
-macro_rules! element {
-    ($($t:ty => $d:ident),* $(,)?) => {$(
-        // SAFETY: `$d` has the size and representation of `$t`, for which
-        // every bit pattern is valid: a plain integer or IEEE float, a
-        // `half`/`microfloat` newtype of `u16`/`u8` (see each invocation),
-        // or `num_complex`'s `#[repr(C)]` pair of floats.
-        unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
+/// The `Element` impl of each row of the dtype table, but those marked
+/// `element by hand`.
+macro_rules! element_impls {
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+       $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+       $code:ident $bits:literal $($rest:tt)*})*) => {$(
+        element_impls!(@row [$ty] $const $bits $($feature)? ; $($by)?);
     )*};
+    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)? ; $by:ident) => {};
+    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)? ;) => {
+        // The row's size is the type's.
+        $(#[cfg(feature = $feature)])?
+        const _: () = assert!(core::mem::size_of::<$ty>() * 8 == $bits);
+        $(#[cfg(feature = $feature)])?
+        // SAFETY: the row's dtype has the size and representation of the
+        // row's type, for which every bit pattern is valid: a plain integer
+        // or IEEE float, a `half`/`microfloat` `#[repr(transparent)]`
+        // newtype of `u16`/`u8` whose every value of those bits is a value
+        // of it, or `num_complex`'s `#[repr(C)]` pair of floats (size and
+        // alignment against the row: `each_row_is_its_element_type`).
+        unsafe impl Element for $ty {
+            const DTYPE: DType = DType::$const;
+        }
+    };
 }
-element!(
-    i8 => INT8, i16 => INT16, i32 => INT32, i64 => INT64,
-    u8 => UINT8, u16 => UINT16, u32 => UINT32, u64 => UINT64,
-    f32 => FLOAT32, f64 => FLOAT64,
-);
-
-#[cfg(feature = "half")]
-element!(half::f16 => FLOAT16, half::bf16 => BFLOAT16);
-
-// Each `microfloat` type is a `#[repr(transparent)]` wrapper of one `u8`
-// holding the format's bits as `ml_dtypes` and DLPack lay them out, and
-// every byte is a value of it (`from_bits` takes any `u8`).
-#[cfg(feature = "float8")]
-element!(
-    microfloat::f8e3m4 => FLOAT8_E3M4,
-    microfloat::f8e4m3 => FLOAT8_E4M3,
-    microfloat::f8e4m3b11fnuz => FLOAT8_E4M3B11FNUZ,
-    microfloat::f8e4m3fn => FLOAT8_E4M3FN,
-    microfloat::f8e4m3fnuz => FLOAT8_E4M3FNUZ,
-    microfloat::f8e5m2 => FLOAT8_E5M2,
-    microfloat::f8e5m2fnuz => FLOAT8_E5M2FNUZ,
-    microfloat::f8e8m0fnu => FLOAT8_E8M0FNU,
-);
-
-#[cfg(feature = "complex")]
-element!(
-    num_complex::Complex<f32> => COMPLEX64,
-    num_complex::Complex<f64> => COMPLEX128,
-);
+crate::facts::dtype_table!(element_impls);
 
 // SAFETY: DLPack's bool is one byte (code 6, 8 bits), like Rust's `bool`.
 // Not every byte is a valid `bool`, so reads go through `u8` and slices are
@@ -282,43 +239,41 @@ mod tests {
             assert_eq!(dtype.align(), Some(std::mem::align_of::<T>()), "{rust}");
             1
         }
-        let mut n = check::<bool>("bool")
-            + check::<i8>("i8")
-            + check::<i16>("i16")
-            + check::<i32>("i32")
-            + check::<i64>("i64")
-            + check::<u8>("u8")
-            + check::<u16>("u16")
-            + check::<u32>("u32")
-            + check::<u64>("u64")
-            + check::<f32>("f32")
-            + check::<f64>("f64");
-        #[cfg(feature = "half")]
-        {
-            n += check::<half::f16>("f16") + check::<half::bf16>("bf16");
+        macro_rules! check_rows {
+            ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)?
+               $(if $feature:literal)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+               $($rest:tt)*})*) => {{
+                let mut n = 0;
+                $(
+                    $(#[cfg(feature = $feature)])?
+                    {
+                        n += check::<$ty>(stringify!($rust));
+                    }
+                )*
+                n
+            }};
         }
-        #[cfg(feature = "complex")]
-        {
-            n += check::<num_complex::Complex<f32>>("c64")
-                + check::<num_complex::Complex<f64>>("c128");
-        }
-        #[cfg(feature = "float8")]
-        {
-            n += check::<microfloat::f8e3m4>("f8e3m4")
-                + check::<microfloat::f8e4m3>("f8e4m3")
-                + check::<microfloat::f8e4m3b11fnuz>("f8e4m3b11fnuz")
-                + check::<microfloat::f8e4m3fn>("f8e4m3fn")
-                + check::<microfloat::f8e4m3fnuz>("f8e4m3fnuz")
-                + check::<microfloat::f8e5m2>("f8e5m2")
-                + check::<microfloat::f8e5m2fnuz>("f8e5m2fnuz")
-                + check::<microfloat::f8e8m0fnu>("f8e8m0fnu");
-        }
+        let n = crate::facts::dtype_table!(check_rows);
         if cfg!(all(
             feature = "half",
             feature = "complex",
             feature = "float8"
         )) {
             assert_eq!(n, DTYPES.len(), "a row without an Element type");
+        }
+    }
+
+    #[test]
+    fn aliases_are_the_dtype_names() {
+        // The `__private` alias of a row is its `#[dtype]` name in capitals
+        // (`C64` for `c64`), never a name its crate gives another type
+        // (`num_complex::Complex64` is `Complex<f64>`, dlcast's `c128`).
+        for d in DTYPES {
+            if let Some(alias) = d.element.strip_prefix("::dlcast_runtime::__private::") {
+                assert_eq!(alias.to_ascii_lowercase(), d.rust, "{}", d.name);
+            } else {
+                assert_eq!(d.element, d.rust, "{}", d.name);
+            }
         }
     }
 

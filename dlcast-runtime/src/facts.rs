@@ -136,8 +136,16 @@ pub struct DTypeFacts {
     pub name: &'static str,
     /// The name `#[dtype(..)]` takes (`f32`).
     pub rust: &'static str,
-    /// The element type's path in generated code.
+    /// The element type's path in generated code (its `__private` alias,
+    /// or the primitive type itself).
     pub element: &'static str,
+    /// The element type as the table writes it (`"num_complex :: Complex
+    /// < f32 >"`, tokens spaced as `stringify!` spaces them).
+    pub ty: &'static str,
+    /// Other names its crate gives the type (`num_complex`'s `Complex32`).
+    pub aka: &'static [&'static str],
+    /// The runtime's cargo feature the type needs (`"half"`), if any.
+    pub feature: Option<&'static str>,
     /// DLPack's `DLDataType.code` ([`code`]).
     pub code: u8,
     /// DLPack's `DLDataType.bits` (`lanes` is 1 for every row).
@@ -160,14 +168,106 @@ pub struct DTypeFacts {
     pub absent_from: &'static [Framework],
 }
 
+/// The dtype table itself, as tokens: `dtype_table!(then)` hands every row
+/// to the macro `then`, so that each crate builds what it needs from the
+/// same rows ([`DTYPES`] here; in the runtime the `DType` constants, the
+/// `Element` impls and the `__private` aliases the macro's generated code
+/// names). A row:
+///
+/// `{"<name>" <#[dtype] name> <DType constant> [<Rust element type>]
+///  (as <alias in __private>) (if "<cargo feature>") (aka <other names of
+///  the type>) (element by hand);
+///  <DLPack code> <bits> <kind> [<NumPy type numbers>] <format>, <typestr>
+///  (, absent from <frameworks>);}`
+///
+/// `aka` lists the names the type's crate gives it too (`num_complex`'s
+/// `Complex32` is `Complex<f32>`), which the signature line recognises;
+/// `element by hand` marks the one type whose `Element` impl is written out
+/// (`bool`: not every byte is a value).
+macro_rules! dtype_table {
+    ($then:ident) => { $then! {
+        { "bool"       bool BOOL       [bool] (element by hand);
+            BOOL 8 Bool [&[npy_type::BOOL]] Some(c"?"), Some("b1"); }
+        { "int8"       i8   INT8       [i8];
+            INT 8 Int [&[npy_type::BYTE]] Some(c"b"), Some("i1"); }
+        { "int16"      i16  INT16      [i16];
+            INT 16 Int [&[npy_type::SHORT]] Some(c"h"), Some("i2"); }
+        { "int32"      i32  INT32      [i32];
+            INT 32 Int
+            [if LONG_IS_64 { &[npy_type::INT] } else { &[npy_type::INT, npy_type::LONG] }]
+            Some(c"i"), Some("i4"); }
+        { "int64"      i64  INT64      [i64];
+            INT 64 Int
+            [if LONG_IS_64 { &[npy_type::LONG, npy_type::LONGLONG] } else { &[npy_type::LONGLONG] }]
+            Some(c"q"), Some("i8"); }
+        { "uint8"      u8   UINT8      [u8];
+            UINT 8 UInt [&[npy_type::UBYTE]] Some(c"B"), Some("u1"); }
+        { "uint16"     u16  UINT16     [u16];
+            UINT 16 UInt [&[npy_type::USHORT]] Some(c"H"), Some("u2"); }
+        { "uint32"     u32  UINT32     [u32];
+            UINT 32 UInt
+            [if LONG_IS_64 { &[npy_type::UINT] } else { &[npy_type::UINT, npy_type::ULONG] }]
+            Some(c"I"), Some("u4"); }
+        { "uint64"     u64  UINT64     [u64];
+            UINT 64 UInt
+            [if LONG_IS_64 { &[npy_type::ULONG, npy_type::ULONGLONG] } else { &[npy_type::ULONGLONG] }]
+            Some(c"Q"), Some("u8"); }
+        { "float16"    f16  FLOAT16    [half::f16] as F16 if "half";
+            FLOAT 16 Float [&[npy_type::HALF]] Some(c"e"), Some("f2"), absent from ArrayApi; }
+        { "bfloat16"   bf16 BFLOAT16   [half::bf16] as BF16 if "half";
+            BFLOAT 16 Float [&[]] None, None, absent from Numpy ArrayApi; }
+        { "float32"    f32  FLOAT32    [f32];
+            FLOAT 32 Float [&[npy_type::FLOAT]] Some(c"f"), Some("f4"); }
+        { "float64"    f64  FLOAT64    [f64];
+            FLOAT 64 Float [&[npy_type::DOUBLE]] Some(c"d"), Some("f8"); }
+        { "complex64"  c64  COMPLEX64  [num_complex::Complex<f32>] as C64 if "complex"
+            aka Complex32;
+            COMPLEX 64 Complex [&[npy_type::CFLOAT]] Some(c"Zf"), Some("c8"); }
+        { "complex128" c128 COMPLEX128 [num_complex::Complex<f64>] as C128 if "complex"
+            aka Complex64;
+            COMPLEX 128 Complex [&[npy_type::CDOUBLE]] Some(c"Zd"), Some("c16"); }
+        // The float8 types (feature `float8`): NumPy has none (ml_dtypes
+        // adds them as user dtypes, which DLPack cannot export), nor has
+        // `struct`; PyTorch has five of them (not E3M4, E4M3, E4M3B11FNUZ),
+        // JAX (through ml_dtypes) all.
+        { "float8_e3m4" f8e3m4 FLOAT8_E3M4 [microfloat::f8e3m4] as F8E3M4 if "float8";
+            FLOAT8_E3M4 8 Float [&[]] None, None, absent from Numpy ArrayApi Torch; }
+        { "float8_e4m3" f8e4m3 FLOAT8_E4M3 [microfloat::f8e4m3] as F8E4M3 if "float8";
+            FLOAT8_E4M3 8 Float [&[]] None, None, absent from Numpy ArrayApi Torch; }
+        { "float8_e4m3b11fnuz" f8e4m3b11fnuz FLOAT8_E4M3B11FNUZ [microfloat::f8e4m3b11fnuz]
+            as F8E4M3B11Fnuz if "float8";
+            FLOAT8_E4M3B11FNUZ 8 Float [&[]] None, None, absent from Numpy ArrayApi Torch; }
+        { "float8_e4m3fn" f8e4m3fn FLOAT8_E4M3FN [microfloat::f8e4m3fn] as F8E4M3Fn if "float8";
+            FLOAT8_E4M3FN 8 Float [&[]] None, None, absent from Numpy ArrayApi; }
+        { "float8_e4m3fnuz" f8e4m3fnuz FLOAT8_E4M3FNUZ [microfloat::f8e4m3fnuz]
+            as F8E4M3Fnuz if "float8";
+            FLOAT8_E4M3FNUZ 8 Float [&[]] None, None, absent from Numpy ArrayApi; }
+        { "float8_e5m2" f8e5m2 FLOAT8_E5M2 [microfloat::f8e5m2] as F8E5M2 if "float8";
+            FLOAT8_E5M2 8 Float [&[]] None, None, absent from Numpy ArrayApi; }
+        { "float8_e5m2fnuz" f8e5m2fnuz FLOAT8_E5M2FNUZ [microfloat::f8e5m2fnuz]
+            as F8E5M2Fnuz if "float8";
+            FLOAT8_E5M2FNUZ 8 Float [&[]] None, None, absent from Numpy ArrayApi; }
+        { "float8_e8m0fnu" f8e8m0fnu FLOAT8_E8M0FNU [microfloat::f8e8m0fnu] as F8E8M0Fnu if "float8";
+            FLOAT8_E8M0FNU 8 Float [&[]] None, None, absent from Numpy ArrayApi; }
+    } };
+}
+#[allow(unused_imports)] // the macros crate builds only `DTYPES` from it
+pub(crate) use dtype_table;
+
+/// Builds [`DTYPES`] from the rows of [`dtype_table`].
 macro_rules! dtypes {
-    ($($name:literal $rust:ident $element:literal $code:ident $bits:literal $kind:ident
-       [$numpy:expr] $format:expr, $typestr:expr $(, absent from $($absent:ident)+)?;)*) => {
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+       $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+       $code:ident $bits:literal $kind:ident [$numpy:expr] $format:expr, $typestr:expr
+       $(, absent from $($absent:ident)+)?;})*) => {
         /// The element types dlcast supports, one row each.
         pub const DTYPES: &[DTypeFacts] = &[$(DTypeFacts {
             name: $name,
             rust: stringify!($rust),
-            element: $element,
+            element: dtypes!(@element $ty $(, $alias)?),
+            ty: stringify!($ty),
+            aka: &[$($(stringify!($aka)),+)?],
+            feature: dtypes!(@feature $($feature)?),
             code: code::$code,
             bits: $bits,
             kind: Kind::$kind,
@@ -177,69 +277,13 @@ macro_rules! dtypes {
             absent_from: &[$($(Framework::$absent),+)?],
         }),*];
     };
+    (@element $ty:ty) => { stringify!($ty) };
+    (@element $ty:ty, $alias:ident) => { concat!("::dlcast_runtime::__private::", stringify!($alias)) };
+    (@feature) => { None };
+    (@feature $feature:literal) => { Some($feature) };
 }
 
-dtypes! {
-    // name      #[dtype] element type path                          code    bits kind
-    //     [NumPy type numbers]                                              format       typestr
-    //     (, absent from <the frameworks without it>)
-    "bool"       bool "bool"                                         BOOL    8    Bool
-        [&[npy_type::BOOL]]                                                   Some(c"?"),  Some("b1");
-    "int8"       i8   "i8"                                           INT     8    Int
-        [&[npy_type::BYTE]]                                                   Some(c"b"),  Some("i1");
-    "int16"      i16  "i16"                                          INT     16   Int
-        [&[npy_type::SHORT]]                                                  Some(c"h"),  Some("i2");
-    "int32"      i32  "i32"                                          INT     32   Int
-        [if LONG_IS_64 { &[npy_type::INT] } else { &[npy_type::INT, npy_type::LONG] }]
-                                                                              Some(c"i"),  Some("i4");
-    "int64"      i64  "i64"                                          INT     64   Int
-        [if LONG_IS_64 { &[npy_type::LONG, npy_type::LONGLONG] } else { &[npy_type::LONGLONG] }]
-                                                                              Some(c"q"),  Some("i8");
-    "uint8"      u8   "u8"                                           UINT    8    UInt
-        [&[npy_type::UBYTE]]                                                  Some(c"B"),  Some("u1");
-    "uint16"     u16  "u16"                                          UINT    16   UInt
-        [&[npy_type::USHORT]]                                                 Some(c"H"),  Some("u2");
-    "uint32"     u32  "u32"                                          UINT    32   UInt
-        [if LONG_IS_64 { &[npy_type::UINT] } else { &[npy_type::UINT, npy_type::ULONG] }]
-                                                                              Some(c"I"),  Some("u4");
-    "uint64"     u64  "u64"                                          UINT    64   UInt
-        [if LONG_IS_64 { &[npy_type::ULONG, npy_type::ULONGLONG] } else { &[npy_type::ULONGLONG] }]
-                                                                              Some(c"Q"),  Some("u8");
-    "float16"    f16  "::dlcast_runtime::__private::F16"             FLOAT   16   Float
-        [&[npy_type::HALF]]                                                   Some(c"e"),  Some("f2"),
-        absent from ArrayApi;
-    "bfloat16"   bf16 "::dlcast_runtime::__private::BF16"            BFLOAT  16   Float
-        [&[]]                                                                 None,        None,
-        absent from Numpy ArrayApi;
-    "float32"    f32  "f32"                                          FLOAT   32   Float
-        [&[npy_type::FLOAT]]                                                  Some(c"f"),  Some("f4");
-    "float64"    f64  "f64"                                          FLOAT   64   Float
-        [&[npy_type::DOUBLE]]                                                 Some(c"d"),  Some("f8");
-    "complex64"  c64  "::dlcast_runtime::__private::Complex64"       COMPLEX 64   Complex
-        [&[npy_type::CFLOAT]]                                                 Some(c"Zf"), Some("c8");
-    "complex128" c128 "::dlcast_runtime::__private::Complex128"      COMPLEX 128  Complex
-        [&[npy_type::CDOUBLE]]                                                Some(c"Zd"), Some("c16");
-    // The float8 types (feature `float8`): NumPy has none (ml_dtypes adds
-    // them as user dtypes, which DLPack cannot export), nor has `struct`;
-    // PyTorch has five of them (not E3M4, E4M3, E4M3B11FNUZ), JAX (through
-    // ml_dtypes) all.
-    "float8_e3m4"        f8e3m4        "::dlcast_runtime::__private::F8E3M4"
-        FLOAT8_E3M4         8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
-    "float8_e4m3"        f8e4m3        "::dlcast_runtime::__private::F8E4M3"
-        FLOAT8_E4M3         8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
-    "float8_e4m3b11fnuz" f8e4m3b11fnuz "::dlcast_runtime::__private::F8E4M3B11Fnuz"
-        FLOAT8_E4M3B11FNUZ  8 Float [&[]] None, None, absent from Numpy ArrayApi Torch;
-    "float8_e4m3fn"      f8e4m3fn      "::dlcast_runtime::__private::F8E4M3Fn"
-        FLOAT8_E4M3FN       8 Float [&[]] None, None, absent from Numpy ArrayApi;
-    "float8_e4m3fnuz"    f8e4m3fnuz    "::dlcast_runtime::__private::F8E4M3Fnuz"
-        FLOAT8_E4M3FNUZ     8 Float [&[]] None, None, absent from Numpy ArrayApi;
-    "float8_e5m2"        f8e5m2        "::dlcast_runtime::__private::F8E5M2"
-        FLOAT8_E5M2         8 Float [&[]] None, None, absent from Numpy ArrayApi;
-    "float8_e5m2fnuz"    f8e5m2fnuz    "::dlcast_runtime::__private::F8E5M2Fnuz"
-        FLOAT8_E5M2FNUZ     8 Float [&[]] None, None, absent from Numpy ArrayApi;
-    "float8_e8m0fnu"     f8e8m0fnu     "::dlcast_runtime::__private::F8E8M0Fnu"
-        FLOAT8_E8M0FNU      8 Float [&[]] None, None, absent from Numpy ArrayApi;
-}
+dtype_table!(dtypes);
 
 /// How an array is handed to a framework (`returns = ...`), and the
 /// function that takes it (`module.func`, looked up once).

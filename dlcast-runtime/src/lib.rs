@@ -213,32 +213,23 @@ pub mod __private {
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};
     pub use crate::view::View;
-    /// Element types named by `#[dtype(..)]` (aliases, not re-exports,
-    /// so that diagnostics keep the crates' own paths).
-    #[cfg(feature = "half")]
-    pub type F16 = half::f16;
-    #[cfg(feature = "half")]
-    pub type BF16 = half::bf16;
-    #[cfg(feature = "float8")]
-    pub type F8E3M4 = microfloat::f8e3m4;
-    #[cfg(feature = "float8")]
-    pub type F8E4M3 = microfloat::f8e4m3;
-    #[cfg(feature = "float8")]
-    pub type F8E4M3B11Fnuz = microfloat::f8e4m3b11fnuz;
-    #[cfg(feature = "float8")]
-    pub type F8E4M3Fn = microfloat::f8e4m3fn;
-    #[cfg(feature = "float8")]
-    pub type F8E4M3Fnuz = microfloat::f8e4m3fnuz;
-    #[cfg(feature = "float8")]
-    pub type F8E5M2 = microfloat::f8e5m2;
-    #[cfg(feature = "float8")]
-    pub type F8E5M2Fnuz = microfloat::f8e5m2fnuz;
-    #[cfg(feature = "float8")]
-    pub type F8E8M0Fnu = microfloat::f8e8m0fnu;
-    #[cfg(feature = "complex")]
-    pub type Complex64 = num_complex::Complex<f32>;
-    #[cfg(feature = "complex")]
-    pub type Complex128 = num_complex::Complex<f64>;
+    // Element types named by `#[dtype(..)]`: an alias per row of the dtype
+    // table that names one (aliases, not re-exports, so that diagnostics
+    // keep the crates' own paths).
+    macro_rules! element_aliases {
+        ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)?
+           $(if $feature:literal)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+           $($rest:tt)*})*) => {$(
+            element_aliases!(@row $name [$ty] $($alias)? ; $($feature)?);
+        )*};
+        (@row $name:literal [$ty:ty] ; $($feature:literal)?) => {};
+        (@row $name:literal [$ty:ty] $alias:ident ; $($feature:literal)?) => {
+            #[doc = concat!("`", $name, "`'s element type.")]
+            $(#[cfg(feature = $feature)])?
+            pub type $alias = $ty;
+        };
+    }
+    crate::facts::dtype_table!(element_aliases);
     /// Type hints for PyO3's introspection (the `inspect` feature).
     #[cfg(feature = "inspect")]
     pub use crate::inspect::{Hint, In, Out};
