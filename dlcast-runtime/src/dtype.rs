@@ -44,7 +44,7 @@ impl DType {
 
 /// The `DType` constant of each row of the dtype table (`DType::FLOAT32`).
 macro_rules! dtype_consts {
-    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $($feature:literal)+)?
        $(aka $($aka:ident)+)? $(($by:ident by hand))?;
        $code:ident $bits:literal $($rest:tt)*})*) => {
         impl DType {$(
@@ -165,17 +165,17 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
 /// The `Element` impl of each row of the dtype table, but those marked
 /// `element by hand`.
 macro_rules! element_impls {
-    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $($feature:literal)+)?
        $(aka $($aka:ident)+)? $(($by:ident by hand))?;
        $code:ident $bits:literal $($rest:tt)*})*) => {$(
-        element_impls!(@row [$ty] $const $bits $($feature)? ; $($by)?);
+        element_impls!(@row [$ty] $const $bits $($($feature)+)? ; $($by)?);
     )*};
-    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)? ; $by:ident) => {};
-    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)? ;) => {
+    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)* ; $by:ident) => {};
+    (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)* ;) => {
         // The row's size is the type's.
-        $(#[cfg(feature = $feature)])?
+        #[cfg(all($(feature = $feature),*))]
         const _: () = assert!(core::mem::size_of::<$ty>() * 8 == $bits);
-        $(#[cfg(feature = $feature)])?
+        #[cfg(all($(feature = $feature),*))]
         // SAFETY: the row's dtype has the size and representation of the
         // row's type, for which every bit pattern is valid: a plain integer
         // or IEEE float, a `half`/`microfloat` `#[repr(transparent)]`
@@ -241,11 +241,11 @@ mod tests {
         }
         macro_rules! check_rows {
             ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)?
-               $(if $feature:literal)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+               $(if $($feature:literal)+)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
                $($rest:tt)*})*) => {{
                 let mut n = 0;
                 $(
-                    $(#[cfg(feature = $feature)])?
+                    #[cfg(all($($(feature = $feature),+)?))]
                     {
                         n += check::<$ty>(stringify!($rust));
                     }

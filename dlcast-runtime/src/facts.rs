@@ -144,8 +144,8 @@ pub struct DTypeFacts {
     pub ty: &'static str,
     /// Other names its crate gives the type (`num_complex`'s `Complex32`).
     pub aka: &'static [&'static str],
-    /// The runtime's cargo feature the type needs (`"half"`), if any.
-    pub feature: Option<&'static str>,
+    /// The runtime's cargo features the type needs (`["half"]`).
+    pub features: &'static [&'static str],
     /// DLPack's `DLDataType.code` ([`code`]).
     pub code: u8,
     /// DLPack's `DLDataType.bits` (`lanes` is 1 for every row).
@@ -175,7 +175,7 @@ pub struct DTypeFacts {
 /// names). A row:
 ///
 /// `{"<name>" <#[dtype] name> <DType constant> [<Rust element type>]
-///  (as <alias in __private>) (if "<cargo feature>") (aka <other names of
+///  (as <alias in __private>) (if "<cargo feature>"...) (aka <other names of
 ///  the type>) (element by hand);
 ///  <DLPack code> <bits> <kind> [<NumPy type numbers>] <format>, <typestr>
 ///  (, absent from <frameworks>);}`
@@ -256,7 +256,7 @@ pub(crate) use dtype_table;
 
 /// Builds [`DTYPES`] from the rows of [`dtype_table`].
 macro_rules! dtypes {
-    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $feature:literal)?
+    ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $($feature:literal)+)?
        $(aka $($aka:ident)+)? $(($by:ident by hand))?;
        $code:ident $bits:literal $kind:ident [$numpy:expr] $format:expr, $typestr:expr
        $(, absent from $($absent:ident)+)?;})*) => {
@@ -267,7 +267,7 @@ macro_rules! dtypes {
             element: dtypes!(@element $ty $(, $alias)?),
             ty: stringify!($ty),
             aka: &[$($(stringify!($aka)),+)?],
-            feature: dtypes!(@feature $($feature)?),
+            features: &[$($($feature),+)?],
             code: code::$code,
             bits: $bits,
             kind: Kind::$kind,
@@ -279,8 +279,6 @@ macro_rules! dtypes {
     };
     (@element $ty:ty) => { stringify!($ty) };
     (@element $ty:ty, $alias:ident) => { concat!("::dlcast_runtime::__private::", stringify!($alias)) };
-    (@feature) => { None };
-    (@feature $feature:literal) => { Some($feature) };
 }
 
 dtype_table!(dtypes);

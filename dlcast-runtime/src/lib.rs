@@ -218,14 +218,14 @@ pub mod __private {
     // keep the crates' own paths).
     macro_rules! element_aliases {
         ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)?
-           $(if $feature:literal)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
+           $(if $($feature:literal)+)? $(aka $($aka:ident)+)? $(($by:ident by hand))?;
            $($rest:tt)*})*) => {$(
-            element_aliases!(@row $name [$ty] $($alias)? ; $($feature)?);
+            element_aliases!(@row $name [$ty] $($alias)? ; $($($feature)+)?);
         )*};
-        (@row $name:literal [$ty:ty] ; $($feature:literal)?) => {};
-        (@row $name:literal [$ty:ty] $alias:ident ; $($feature:literal)?) => {
+        (@row $name:literal [$ty:ty] ; $($feature:literal)*) => {};
+        (@row $name:literal [$ty:ty] $alias:ident ; $($feature:literal)*) => {
             #[doc = concat!("`", $name, "`'s element type.")]
-            $(#[cfg(feature = $feature)])?
+            #[cfg(all($(feature = $feature),*))]
             pub type $alias = $ty;
         };
     }
