@@ -57,3 +57,20 @@ HANDOFFS = {f[0]: f[3] for f in FRAMEWORKS}
 LEGACY_WRITABLE = [f[0] for f in FRAMEWORKS if f[4]]
 DTYPE_NAMES = [d[0] for d in DTYPES]
 ABSENT_FROM = {d[0]: set(d[3]) for d in DTYPES}
+
+
+def uncovered(wanted, *covers):
+    """The rows of `wanted` no mapping or list in `covers` has: a test's
+    list checked against a table column (a row added to the table and not to
+    the test's list is reported)."""
+    covered = set().union(*map(set, covers))
+    return sorted(set(wanted) - covered)
+
+
+def test_file_has(file, test):
+    """Whether `tests/python/<file>` defines `test` (an entry of a coverage
+    list that names where a row is tested)."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).parent / file).read_text()
+    return f"def {test}(" in text
