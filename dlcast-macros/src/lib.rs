@@ -59,12 +59,13 @@ use parse::{
 /// NumPy without one; where that framework refuses it, it stays a
 /// `dlcast.Array`.
 ///
-/// Options: `#[dlpack_fn(returns = numpy)]` (or `torch`, `jax`, `cupy`,
-/// `tensorflow`, `array_api`, `memoryview`, `mlx`, `paddle`: the framework
-/// table of `dlcast_runtime`, or `like(param)`) hands every returned array
-/// to that framework instead, strictly; `returns = dlcast` keeps the plain
-/// `dlcast.Array`. On a return type that holds no array (`&[f32]`, `f64`)
-/// `returns` is an error. `#[dlpack_fn(noconvert)]` turns conversion off
+/// Options: `#[dlpack_fn(returns = <framework>)]`, where `<framework>` is
+/// `numpy`, `torch`, `jax`, `cupy`, `tensorflow`, `array_api`,
+/// `memoryview`, `mlx` or `paddle` (the framework table of
+/// `dlcast_runtime`; a test keeps this list complete) or `like(param)`,
+/// hands every returned array to that framework instead, strictly;
+/// `returns = dlcast` keeps the plain `dlcast.Array`. On a return type that
+/// holds no array (`&[f32]`, `f64`) `returns` is an error. `#[dlpack_fn(noconvert)]` turns conversion off
 /// for every parameter.
 ///
 /// Place it above `#[pyfunction]`, or, for methods, on the `impl` block

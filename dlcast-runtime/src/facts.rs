@@ -19,19 +19,22 @@
 //! - the macro: `returns = <option>` and the Python type name of the
 //!   signature line ([`FRAMEWORKS`]), `#[dtype(..)]`'s names, element types
 //!   and NumPy names ([`DTYPES`]);
-//! - the stub generator (`scripts/dlcast_stubgen.py`, Python): a block
-//!   generated from these tables (the stub types of [`FRAMEWORKS`], the
-//!   NumPy scalar types of [`DTYPES`]); the test `ui-tests/tests/facts.rs`
-//!   fails when that block differs from what these tables give, and
-//!   `DLCAST_BLESS=1` rewrites it.
+//! - every other copy of these facts (the stub generator's block, the
+//!   Python tests' `tests/python/facts_table.py`, the option lists of the
+//!   ui snapshots and of the docs): `ui-tests/tests/facts.rs` generates or
+//!   checks each, and fails, naming the file, while one lags the tables.
 //!
 //! Adding a framework: one row of [`FRAMEWORKS`] (which also declares its
 //! [`Framework`] variant; a way of handing arrays over that no row uses yet
 //! is a new [`Handover`] variant, whose arm the compiler then asks for in
-//! the hand-off), its tests, and
-//! `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`. Adding a
-//! dtype: one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its
-//! tests, and the same command.
+//! the hand-off), its tests (the lists `cargo test -p dlcast-ui-tests` and
+//! the Python tests name: `tests/python/test_exports.py` and
+//! `test_conversions.py` want it tested or said where it is), its name in
+//! the docs' lists that test names, and
+//! `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`, which
+//! rewrites every generated copy (ui snapshots included). Adding a dtype:
+//! one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its tests, and
+//! the same command.
 
 use core::ffi::CStr;
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlcast_testext as ext
 import dlcast_testext as t
+import facts_table
 from conftest import capsule, deleters_balanced, run_py
 
 
@@ -78,6 +79,30 @@ FRAMEWORKS = {
     "jax": jnp.asarray,
     "array_api_strict": xp.asarray,
 }
+# The frameworks whose arrays another file converts, as (file, test), or
+# (None, why no test does).
+CONVERTED_ELSEWHERE = {
+    "cupy": (None, "CuPy needs a CUDA device; no test here converts its arrays"),
+    "tensorflow": ("test_ownership.py", "test_converted_tensorflow_input_returned"),
+    "mlx": ("test_ownership.py", "test_mlx_inputs"),
+    "paddle": ("test_ownership.py", "test_paddle_inputs_through_its_exchange_api"),
+}
+
+
+def test_every_framework_of_the_table_is_converted_by_a_test():
+    packages = facts_table.PACKAGES
+    missing = facts_table.uncovered(packages.values(), FRAMEWORKS, CONVERTED_ELSEWHERE)
+    assert not missing, (
+        f"{missing}: no conversion test; add each to FRAMEWORKS here or to "
+        "CONVERTED_ELSEWHERE with the test that converts its arrays"
+    )
+    for package, (file, test) in CONVERTED_ELSEWHERE.items():
+        assert file is None or facts_table.test_file_has(file, test), (package, file, test)
+
+
+def test_the_conversion_coverage_check_bites():
+    wanted = [*facts_table.PACKAGES.values(), "dpnp"]
+    assert facts_table.uncovered(wanted, FRAMEWORKS, CONVERTED_ELSEWHERE) == ["dpnp"]
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

@@ -15,25 +15,46 @@ import pytest
 import torch
 
 import dlcast_testext as ext
+import facts_table
 from conftest import buffer_of
 
 
-ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-              "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
-# Data types each framework has (NumPy and the array API have no bfloat16;
-# the array API standard has no float16).
-UNSUPPORTED = {
-    "numpy": {"bfloat16"},
-    "array_api": {"bfloat16", "float16"},
-    "torch": set(),
-    "jax": set(),
-}
+# Every dtype but float8 (test_float8.py), from the dtype table; the data
+# types each framework lacks (its `absent_from` column).
+ALL_DTYPES = [d for d in facts_table.DTYPE_NAMES if not d.startswith("float8_")]
+UNSUPPORTED = {fw: {d for d in ALL_DTYPES if fw in facts_table.ABSENT_FROM[d]}
+               for fw in facts_table.OPTIONS}
 FRAMEWORKS = {
     "numpy": (ext.arange_numpy, np.ndarray),
     "torch": (ext.arange_torch, torch.Tensor),
     "jax": (ext.arange_jax, type(jnp.zeros(1))),
     "array_api": (ext.arange_array_api, type(xp.zeros(1))),
 }
+# The frameworks whose `returns = <option>` another file tests (they need a
+# device, or a process of their own), as (file, test).
+EXPORTED_ELSEWHERE = {
+    "cupy": ("test_frameworks.py", "test_returns_cupy_calls_cupy_from_dlpack"),
+    "tensorflow": ("test_frameworks.py", "test_returns_tensorflow"),
+    "memoryview": ("test_ownership.py", "test_returns_memoryview"),
+    "mlx": ("test_ownership.py", "test_returns_mlx"),
+    "paddle": ("test_ownership.py", "test_returns_paddle"),
+}
+
+
+def test_every_framework_of_the_table_is_exported_by_a_test():
+    missing = facts_table.uncovered(facts_table.OPTIONS, FRAMEWORKS, EXPORTED_ELSEWHERE)
+    assert not missing, (
+        f"returns = {missing}: no test; add each to FRAMEWORKS here (an ext.arange_<option>) "
+        "or to EXPORTED_ELSEWHERE with the test that exports to it"
+    )
+    for option, (file, test) in EXPORTED_ELSEWHERE.items():
+        assert facts_table.test_file_has(file, test), (option, file, test)
+
+
+def test_the_framework_coverage_check_bites():
+    # What adding a framework row looks like: the check reports it.
+    wanted = facts_table.OPTIONS + ["dpnp"]
+    assert facts_table.uncovered(wanted, FRAMEWORKS, EXPORTED_ELSEWHERE) == ["dpnp"]
 
 
 def expected(dtype, shape):

@@ -37,6 +37,7 @@ import sys
 import pytest
 
 import dlcast_testext as ext
+import facts_table
 
 HERE = pathlib.Path(__file__).parent
 RUNTIME = HERE.parent.parent / "dlcast-runtime" / "src"
@@ -216,25 +217,40 @@ def lookups_in_runtime():
     pattern = re.compile(
         r"(?:getattr|import|get_item|hasattr|call_method[01]?)\(\s*(?:pyo3::)?(?:intern!\(\s*\w+(?:\.py\(\))?\s*,\s*)?\"([^\"]+)\""
     )
-    table = re.compile(r"\(\s*\d+\s*,\s*\"([\w.]+)\"\s*,\s*\"(\w+)\"\s*\)")
     for path in RUNTIME.rglob("*.rs"):
-        text = path.read_text()
-        names.update(pattern.findall(text))
-        for module, attr in table.findall(text):
-            names.update([module, attr])
+        names.update(pattern.findall(path.read_text()))
+    # The hand-off functions of `returns = <option>`: looked up from the
+    # framework table's `handover` column (as module and attribute), read
+    # from the table itself rather than its source text.
+    for module, attr in facts_table.HANDOFFS.values():
+        names.update([module, attr])
     return names
 
 
-def test_every_lookup_is_listed():
+def unlisted(found):
+    """The names of `found` neither ATTRIBUTES nor HARMLESS covers."""
     listed = set()
     for path in ATTRIBUTES:
         listed.update(re.split(r"[.\[\]']+", path))
-    found = lookups_in_runtime()
-    assert len(found) > 30, found  # the scan still finds the lookups
-    missing = sorted(
+    return sorted(
         n for n in found if not (set(n.split(".")) <= listed) and n not in HARMLESS and n not in listed
     )
+
+
+def test_every_lookup_is_listed():
+    found = lookups_in_runtime()
+    assert len(found) > 30, found  # the scan still finds the lookups
+    missing = unlisted(found)
     assert not missing, (
         "the runtime looks these up: add each to ATTRIBUTES (and the harness's "
         f"stand-ins) or to HARMLESS with why a lie there is harmless: {missing}"
     )
+
+
+def test_the_lookup_check_bites_for_a_new_hand_off():
+    # What adding a framework row (`returns = dpnp`, handed to
+    # `dpnp.from_dlpack`) looks like: its module is reported until listed.
+    found = lookups_in_runtime() | {"dpnp", "from_dlpack"}
+    assert unlisted(found) == ["dpnp"]
+    # Every hand-off module of the table is among the names checked.
+    assert {m for m, _ in facts_table.HANDOFFS.values()} <= lookups_in_runtime()

@@ -1,15 +1,185 @@
-//! The stub generator (`dlcast-stubgen/dlcast_stubgen.py`, Python) reads the
-//! framework and dtype tables (`dlcast-runtime/src/facts.rs`) through a
-//! block generated from them: this test fails while that block differs from
-//! what the tables give (a framework or dtype added to the tables and not to
-//! the generator), and with `DLCAST_BLESS=1` rewrites it.
+//! Every copy of the framework and dtype tables' facts
+//! (`dlcast-runtime/src/facts.rs`: `FRAMEWORKS`, `DTYPES`) outside the
+//! tables is either generated from them or checked against them here, so
+//! that a row added to a table fails a test until each copy has it:
+//!
+//! - generated ([`GENERATED`]): the stub generator's block
+//!   (`dlcast-stubgen/dlcast_stubgen.py`), the Python tests' copy of the
+//!   tables (`tests/python/facts_table.py`), the option lists of the ui
+//!   snapshots (`ui-tests/tests/ui/fail/*.stderr`, the macro's messages) and
+//!   of the guide. A test fails while one differs from what the tables give;
+//!   `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts` rewrites
+//!   them all.
+//! - checked ([`LISTED`]): prose lists (the README, the macro's docs, the
+//!   guide's tables) must name every row; the failure names the file, the
+//!   list and what to add.
+//!
+//! Each check is a function of the tables, and `each_check_bites` runs it
+//! with one made-up row added to each table (a framework `dpnp`, a dtype
+//! `complex32`) and asserts it reports that row.
 
-use dlcast_runtime::facts::{DTYPES, FRAMEWORKS};
+use dlcast_runtime::facts::{code, DTypeFacts, FrameworkFacts, Stub, DTYPES, FRAMEWORKS};
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-const BEGIN: &str = "# ---- generated from dlcast-runtime/src/facts.rs; do not edit ----\n";
-const END: &str = "# ---- end of generated ----\n";
+/// The command that regenerates every generated copy.
+const BLESS: &str = "DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts";
+
+/// Held by each test while it reads or writes the copies (the tests run
+/// in parallel, and one of them rewrites files under `DLCAST_BLESS=1`).
+static FILES: Mutex<()> = Mutex::new(());
+
+/// The two tables, or the same with a made-up row each (`each_check_bites`).
+struct Tables<'a> {
+    frameworks: &'a [FrameworkFacts],
+    dtypes: &'a [DTypeFacts],
+}
+
+const REAL: Tables<'static> = Tables {
+    frameworks: FRAMEWORKS,
+    dtypes: DTYPES,
+};
+
+/// A copy generated from the tables: the text between `begin` and the
+/// first `end` after it (both kept) is `render`'s.
+struct Generated {
+    file: &'static str,
+    begin: &'static str,
+    end: &'static str,
+    render: fn(&Tables) -> String,
+}
+
+/// A prose list that must name every row: between `begin` and the first
+/// `end` after it, each of `items` must occur.
+struct Listed {
+    file: &'static str,
+    begin: &'static str,
+    end: &'static str,
+    items: fn(&Tables) -> Vec<String>,
+}
+
+const GENERATED: &[Generated] = &[
+    Generated {
+        file: "dlcast-stubgen/dlcast_stubgen.py",
+        begin: "# ---- generated from dlcast-runtime/src/facts.rs; do not edit ----\n",
+        end: "# ---- end of generated ----\n",
+        render: stub_block,
+    },
+    Generated {
+        file: "tests/python/facts_table.py",
+        begin: "# ---- generated from dlcast-runtime/src/facts.rs; do not edit ----\n",
+        end: "# ---- end of generated ----\n",
+        render: python_tables,
+    },
+    Generated {
+        file: "ui-tests/tests/ui/fail/returns_unknown.stderr",
+        begin: "unknown framework `mxnet`; expected one of: ",
+        end: "\n",
+        render: option_message,
+    },
+    Generated {
+        file: "ui-tests/tests/ui/fail/dlcast_pyfunction_options.stderr",
+        begin: "unknown framework `nump`; expected one of: ",
+        end: "\n",
+        render: option_message,
+    },
+    Generated {
+        file: "ui-tests/tests/ui/fail/unknown_dtype.stderr",
+        begin: "unknown dtype `float128`; expected one of: ",
+        end: "\n",
+        render: dtype_message,
+    },
+    Generated {
+        file: "guide/src/annotations.md",
+        begin: "`#[dtype]` names (the dtype table's `rust` column):\n",
+        end: ".\n",
+        render: dtype_names,
+    },
+];
+
+const LISTED: &[Listed] = &[
+    Listed {
+        file: "dlcast-macros/src/lib.rs",
+        begin: "/// Options: `#[dlpack_fn(returns = <framework>)]`",
+        end: "`like(param)`",
+        items: options_quoted,
+    },
+    Listed {
+        file: "guide/src/returning-arrays.md",
+        begin: "| option | result |",
+        end: "| `returns = like(param)` |",
+        items: returns_rows,
+    },
+    Listed {
+        file: "guide/src/types-and-stubs.md",
+        begin: "returned arrays are the array type of the framework they go",
+        end: "(the framework table's stub column",
+        items: python_types,
+    },
+    Listed {
+        file: "README.md",
+        begin: "from **any DLPack producer**",
+        end: "zero-copy",
+        items: producer_names,
+    },
+];
+
+/// `render` of the copies the macro's messages make: `, `-joined.
+fn option_message(t: &Tables) -> String {
+    let options: Vec<&str> = t.frameworks.iter().map(|f| f.option).collect();
+    format!("{}, dlcast, or like(<parameter>)", options.join(", "))
+}
+
+fn dtype_message(t: &Tables) -> String {
+    let names: Vec<&str> = t.dtypes.iter().map(|d| d.rust).collect();
+    names.join(", ")
+}
+
+/// The guide's sentence of `#[dtype]` names (one line: Markdown joins it).
+fn dtype_names(t: &Tables) -> String {
+    let names: Vec<String> = t.dtypes.iter().map(|d| format!("`{}`", d.rust)).collect();
+    let (last, rest) = names.split_last().expect("a dtype table with rows");
+    format!("{}, and {last}", rest.join(", "))
+}
+
+fn options_quoted(t: &Tables) -> Vec<String> {
+    t.frameworks
+        .iter()
+        .map(|f| format!("`{}`", f.option))
+        .collect()
+}
+
+fn returns_rows(t: &Tables) -> Vec<String> {
+    t.frameworks
+        .iter()
+        .map(|f| format!("| `{}` |", f.returns))
+        .collect()
+}
+
+/// The stub types as the guide spells them (NumPy's and array_api_strict's
+/// are named, not spelt out: their own words there).
+fn python_types(t: &Tables) -> Vec<String> {
+    t.frameworks
+        .iter()
+        .map(|f| match f.python_type {
+            "numpy.ndarray" => "`numpy.typing.NDArray`".to_string(),
+            "array_api_strict.Array" => "`array_api_strict`'s array".to_string(),
+            other => format!("`{other}`"),
+        })
+        .collect()
+}
+
+/// The producers the README's first sentence names: every framework whose
+/// arrays dlcast recognises (a `modules` entry), by its name in messages
+/// (`_` written as `-`, as the package is spelt).
+fn producer_names(t: &Tables) -> Vec<String> {
+    t.frameworks
+        .iter()
+        .filter(|f| !f.modules.is_empty())
+        .map(|f| f.name.replace('_', "-"))
+        .collect()
+}
 
 /// A Python string literal of `s` (the tables hold plain ASCII names).
 fn py_str(s: &str) -> String {
@@ -19,8 +189,18 @@ fn py_str(s: &str) -> String {
     format!("\"{s}\"")
 }
 
-/// The block's text between its markers.
-fn block() -> String {
+/// A Python tuple of string literals.
+fn py_tuple<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let items: Vec<String> = items.into_iter().map(py_str).collect();
+    match items.len() {
+        0 => "()".to_string(),
+        1 => format!("({},)", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}
+
+/// The stub generator's block.
+fn stub_block(t: &Tables) -> String {
     let mut out = String::from(
         "# `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts` rewrites it;\n\
          # that test fails while it differs from the tables.\n\
@@ -29,19 +209,10 @@ fn block() -> String {
          # whether `like(x)` recognises its arrays (returns in that framework).\n\
          FRAMEWORK_TYPES: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {\n",
     );
-    for f in FRAMEWORKS {
-        let modules: Vec<String> = f.stub.imports.iter().map(|m| py_str(m)).collect();
-        let modules = match modules.len() {
-            0 => "()".to_string(),
-            1 => format!("({},)", modules[0]),
-            _ => format!("({})", modules.join(", ")),
-        };
-        let typed = if f.stub.typed { "True" } else { "False" };
-        let like = if f.modules.is_empty() {
-            "False"
-        } else {
-            "True"
-        };
+    for f in t.frameworks {
+        let modules = py_tuple(f.stub.imports.iter().copied());
+        let typed = py_bool(f.stub.typed);
+        let like = py_bool(!f.modules.is_empty());
         writeln!(
             out,
             "    {}: ({}, {modules}, {typed}, {like}),",
@@ -54,7 +225,8 @@ fn block() -> String {
         "}\n# The dtypes NumPy has scalar types for (`numpy.float32`, ...).\n\
          NUMPY_DTYPES: set[str] = {\n",
     );
-    let names: Vec<String> = DTYPES
+    let names: Vec<String> = t
+        .dtypes
         .iter()
         .filter(|d| !d.numpy.is_empty())
         .map(|d| py_str(d.name))
@@ -71,25 +243,199 @@ fn block() -> String {
     out
 }
 
-#[test]
-fn stub_generator_reads_the_tables() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dlcast-stubgen/dlcast_stubgen.py");
-    let text = std::fs::read_to_string(&path).expect("dlcast-stubgen/dlcast_stubgen.py");
-    let start = text.find(BEGIN).expect("the generated block's first line") + BEGIN.len();
-    let len = text[start..]
-        .find(END)
-        .expect("the generated block's last line");
-    let expected = block();
-    if text[start..start + len] == expected {
-        return;
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
     }
-    if std::env::var_os("DLCAST_BLESS").is_some_and(|v| v == "1") {
-        let new = format!("{}{expected}{}", &text[..start], &text[start + len..]);
-        std::fs::write(&path, new).expect("rewrite the stub generator");
-        return;
-    }
-    panic!(
-        "dlcast-stubgen/dlcast_stubgen.py's generated block differs from dlcast-runtime/src/facts.rs; \
-         run `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`. Expected:\n{expected}"
+}
+
+/// The Python tests' copy of the tables: what their lists are derived from
+/// or checked against.
+fn python_tables(t: &Tables) -> String {
+    let mut out = String::from(
+        "# One tuple per row: (option, name, modules, (hand-off module, function),\n\
+         # legacy_writable).\n\
+         FRAMEWORKS = [\n",
     );
+    for f in t.frameworks {
+        let (module, func) = f.handover.importer();
+        writeln!(
+            out,
+            "    ({}, {}, {}, ({}, {}), {}),",
+            py_str(f.option),
+            py_str(f.name),
+            py_tuple(f.modules.iter().copied()),
+            py_str(module),
+            py_str(func),
+            py_bool(f.legacy_writable),
+        )
+        .unwrap();
+    }
+    out.push_str(
+        "]\n# One tuple per row: (name, #[dtype] name, whether NumPy has it, the\n\
+         # options of the frameworks without it).\n\
+         DTYPES = [\n",
+    );
+    for d in t.dtypes {
+        let absent = d
+            .absent_from
+            .iter()
+            .map(|a| t.frameworks[*a as usize].option);
+        writeln!(
+            out,
+            "    ({}, {}, {}, {}),",
+            py_str(d.name),
+            py_str(d.rust),
+            py_bool(!d.numpy.is_empty()),
+            py_tuple(absent),
+        )
+        .unwrap();
+    }
+    out.push_str("]\n");
+    out
+}
+
+fn path(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file)
+}
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(path(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// The byte range of the text between `begin` and `end` in `text`.
+fn section(text: &str, file: &str, begin: &str, end: &str) -> std::ops::Range<usize> {
+    let start = text
+        .find(begin)
+        .unwrap_or_else(|| panic!("{file}: no `{begin}` (the start of a copy of dlcast-runtime/src/facts.rs's tables; keep it, or move this check along)"))
+        + begin.len();
+    let len = text[start..]
+        .find(end)
+        .unwrap_or_else(|| panic!("{file}: no `{end}` after `{begin}`"));
+    start..start + len
+}
+
+/// `text` with `g`'s section as `tables` give it, where it differs.
+fn regenerated(g: &Generated, text: &str, tables: &Tables) -> Option<String> {
+    let range = section(text, g.file, g.begin, g.end);
+    let expected = (g.render)(tables);
+    (text[range.clone()] != expected)
+        .then(|| format!("{}{expected}{}", &text[..range.start], &text[range.end..]))
+}
+
+/// The items of `l` that its section of `text` lacks.
+fn missing(l: &Listed, text: &str, tables: &Tables) -> Vec<String> {
+    let list = &text[section(text, l.file, l.begin, l.end)];
+    (l.items)(tables)
+        .into_iter()
+        .filter(|item| !list.contains(item.as_str()))
+        .collect()
+}
+
+#[test]
+fn generated_copies_equal_the_tables() {
+    let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let bless = std::env::var_os("DLCAST_BLESS").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for g in GENERATED {
+        let Some(new) = regenerated(g, &read(g.file), &REAL) else {
+            continue;
+        };
+        if bless {
+            std::fs::write(path(g.file), new).unwrap_or_else(|e| panic!("{}: {e}", g.file));
+        } else {
+            stale.push(g.file);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "generated from dlcast-runtime/src/facts.rs, and differing from it: {stale:?}; \
+         run `{BLESS}`"
+    );
+}
+
+#[test]
+fn listed_copies_name_every_row() {
+    let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lacking = String::new();
+    for l in LISTED {
+        let missing = missing(l, &read(l.file), &REAL);
+        if !missing.is_empty() {
+            writeln!(
+                lacking,
+                "{}: the list after `{}` lacks {missing:?}",
+                l.file, l.begin
+            )
+            .unwrap();
+        }
+    }
+    assert!(
+        lacking.is_empty(),
+        "{lacking}add each (from dlcast-runtime/src/facts.rs)"
+    );
+}
+
+/// A framework and a dtype no table has: what adding a row looks like.
+fn made_up_rows() -> (Vec<FrameworkFacts>, Vec<DTypeFacts>) {
+    let mut frameworks = FRAMEWORKS.to_vec();
+    frameworks.push(FrameworkFacts {
+        option: "dpnp",
+        returns: "returns = dpnp",
+        modules: &["dpnp"],
+        python_type: "dpnp.ndarray",
+        name: "DPNP",
+        stub: Stub {
+            ty: "dpnp.ndarray",
+            imports: &["dpnp"],
+            typed: false,
+        },
+        ..FRAMEWORKS[0]
+    });
+    let mut dtypes = DTYPES.to_vec();
+    dtypes.push(DTypeFacts {
+        name: "complex32",
+        rust: "c32",
+        element: "::dlcast_runtime::__private::Complex32",
+        code: code::COMPLEX,
+        bits: 32,
+        numpy: &[],
+        format: None,
+        typestr: None,
+        ..DTYPES[DTYPES.len() - 1]
+    });
+    (frameworks, dtypes)
+}
+
+#[test]
+fn each_check_bites() {
+    let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let (frameworks, dtypes) = made_up_rows();
+    let with_framework = Tables {
+        frameworks: &frameworks,
+        dtypes: DTYPES,
+    };
+    let with_dtype = Tables {
+        frameworks: FRAMEWORKS,
+        dtypes: &dtypes,
+    };
+    for g in GENERATED {
+        let text = read(g.file);
+        let bites = [&with_framework, &with_dtype]
+            .iter()
+            .any(|t| regenerated(g, &text, t).is_some());
+        assert!(bites, "{}: a new row changes nothing generated", g.file);
+    }
+    for l in LISTED {
+        let text = read(l.file);
+        let reported = missing(l, &text, &with_framework);
+        assert!(
+            reported
+                .iter()
+                .any(|m| m.contains("dpnp") || m.contains("DPNP")),
+            "{}: a new framework is not reported ({reported:?})",
+            l.file
+        );
+    }
 }
