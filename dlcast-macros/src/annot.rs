@@ -386,3 +386,36 @@ pub fn order_tokens(rt: &TokenStream, order: Option<Order>) -> TokenStream {
         Some(Order::Contiguous) => quote!(#rt::Order::Contiguous),
     }
 }
+
+/// The names of the named extents among `dims`, in order of first use: the
+/// runtime numbers them so (`Dim::Named(k)` is the `k`-th name).
+pub fn dim_names<'a>(dims: impl IntoIterator<Item = &'a Dim>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for d in dims {
+        if let Dim::Named(id) = d {
+            let s = id.to_string();
+            if !names.contains(&s) {
+                names.push(s);
+            }
+        }
+    }
+    names
+}
+
+/// Tokens for the runtime's optional shape, naming each named extent by its
+/// number in `dim_names` (see [`dim_names`]).
+pub fn shape_tokens(rt: &TokenStream, shape: Option<&[Dim]>, dim_names: &[String]) -> TokenStream {
+    let Some(dims) = shape else {
+        return quote!(::core::option::Option::None);
+    };
+    let dims = dims.iter().map(|d| match d {
+        Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
+        Dim::Any => quote!(#rt::Dim::Any),
+        Dim::Rest => quote!(#rt::Dim::Rest),
+        Dim::Named(id) => {
+            let k = dim_names.iter().position(|n| id == n).expect("collected") as u8;
+            quote!(#rt::Dim::Named(#k))
+        }
+    });
+    quote!(::core::option::Option::Some(&[#(#dims),*]))
+}

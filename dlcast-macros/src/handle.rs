@@ -14,7 +14,7 @@ use syn::punctuated::Punctuated;
 use syn::{Error, FnArg, GenericArgument, Pat, PathArguments, Signature, Token, Type};
 
 use crate::analyse::{check_type_annotations, combine};
-use crate::annot::{self, Dim};
+use crate::annot;
 use crate::parse::{option_inner, ungroup, ViewKind};
 use crate::pysig;
 
@@ -105,15 +105,7 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
                 continue;
             }
         };
-        let mut dim_names: Vec<String> = Vec::new();
-        for d in shape.iter().flatten() {
-            if let Dim::Named(id) = d {
-                let s = id.to_string();
-                if !dim_names.contains(&s) {
-                    dim_names.push(s);
-                }
-            }
-        }
+        let dim_names = annot::dim_names(shape.iter().flatten());
         if let Some(name) = &name {
             let dtype = pysig::element_name(&elem)
                 .map(String::from)
@@ -163,22 +155,7 @@ pub(crate) fn rewrite(sig: &mut Signature, py_name: &str, base: &str) -> syn::Re
             continue;
         };
         let param = pi.ident.unraw().to_string();
-        let shape = match &shape {
-            None => quote!(::core::option::Option::None),
-            Some(dims) => {
-                let dims = dims.iter().map(|d| match d {
-                    Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
-                    Dim::Any => quote!(#rt::Dim::Any),
-                    Dim::Rest => quote!(#rt::Dim::Rest),
-                    Dim::Named(id) => {
-                        let s = id.to_string();
-                        let k = dim_names.iter().position(|n| *n == s).unwrap_or(0) as u8;
-                        quote!(#rt::Dim::Named(#k))
-                    }
-                });
-                quote!(::core::option::Option::Some(&[#(#dims),*]))
-            }
-        };
+        let shape = annot::shape_tokens(&rt, shape.as_deref(), &dim_names);
         let devices = annot::devices_tokens(&rt, annots.devices.as_deref());
         let order = annot::order_tokens(&rt, annots.order);
         let helper = format_ident!("__dlcast_handle_{}__{}", base, param);
