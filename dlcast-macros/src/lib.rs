@@ -17,6 +17,7 @@ mod emit;
 mod facts;
 mod handle;
 mod parse;
+mod plain_method;
 mod pysig;
 mod stream;
 mod stubhint;
@@ -316,7 +317,7 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         if own.is_none() && !has_array_params(&m.sig) {
             // Its signature line, for help() and the stub generator.
             let class = class.as_deref().unwrap_or("...");
-            match pysig::plain_method_line(&m.attrs, &m.sig, class, &handle_annotations) {
+            match plain_method::plain_method_line(&m.attrs, &m.sig, class, &handle_annotations) {
                 Some((_, Some(init))) => class_attrs.push(("__dlcast_new__".into(), init)),
                 Some((line, None)) if emit::is_dunder(&name) => {
                     if !emit::keeps_line(&name) {
