@@ -386,10 +386,12 @@ fn add_plain_method_line(
     match plain_method::plain_method_line(&m.attrs, &m.sig, class, handle_annotations) {
         Some((_, Some(init))) => out.class_attrs.push(("__dlcast_new__".into(), init)),
         Some((line, None)) if emit::is_dunder(name) => {
-            if emit::keeps_line(name) {
-                out.class_attrs
-                    .push(pysig::special_attr(name, &line, &m.attrs));
+            // No line where it would not say what Python sees (see `emit::keeps_line`).
+            if !emit::keeps_line(name) {
+                return;
             }
+            out.class_attrs
+                .push(pysig::special_attr(name, &line, &m.attrs));
         }
         Some((line, None)) => {
             if m.attrs.iter().any(|a| a.path().is_ident("doc")) {
