@@ -5,7 +5,7 @@
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
-use syn::{Attribute, Error, FnArg, GenericParam, Ident, Pat, Signature, Type};
+use syn::{Attribute, Error, FnArg, GenericParam, Ident, Pat, PatType, Signature, Type};
 
 use crate::annot::{self, Annotations, Dim};
 use crate::parse::{
@@ -62,9 +62,47 @@ pub(crate) struct Analysis {
 /// Sorts a function's parameters into views, plain parameters and type
 /// parameters, checking every annotation; all errors are reported together.
 pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analysis> {
-    let rt = quote!(::dlcast_runtime::__private);
-    let pyo3 = quote!(#rt::pyo3);
     let mut errors: Option<Error> = None;
+    let tparams = type_params(sig, &mut errors);
+    let mut walk = ParamWalk {
+        a: Analysis {
+            views: Vec::new(),
+            tparams,
+            outer_params: Vec::new(),
+            call_args: Vec::new(),
+            py_params: Vec::new(),
+            has_receiver: false,
+            stream_param: None,
+        },
+        errors,
+        is_classmethod: has_attr(attrs, "classmethod"),
+        first_typed: true,
+        first_plain: true,
+        pass_module: pysig::scan_pyo3_attrs(attrs).pass_module,
+    };
+    for arg in &sig.inputs {
+        match arg {
+            FnArg::Receiver(r) => walk.receiver(r),
+            FnArg::Typed(pt) => {
+                if let Err(e) = walk.typed(pt) {
+                    combine(&mut walk.errors, e);
+                }
+            }
+        }
+    }
+
+    // After an error in the parameters, a missing `#[dtype]` is most likely
+    // its consequence: report only the first.
+    if let Some(e) = walk.errors {
+        return Err(e);
+    }
+    check_dtypes_listed(&walk.a.tparams)?;
+    Ok(walk.a)
+}
+
+/// The function's type parameters (each a dtype it dispatches on); a const
+/// parameter is an error.
+fn type_params(sig: &Signature, errors: &mut Option<Error>) -> Vec<TypeParam> {
     let mut tparams: Vec<TypeParam> = Vec::new();
     for g in &sig.generics.params {
         match g {
@@ -74,229 +112,20 @@ pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analy
                 decided_by: None,
             }),
             GenericParam::Const(c) => combine(
-                &mut errors,
+                errors,
                 Error::new_spanned(c, "#[dlpack_fn] functions cannot have const parameters"),
             ),
             GenericParam::Lifetime(_) => {}
         }
     }
-    let is_classmethod = has_attr(attrs, "classmethod");
-    let mut a = Analysis {
-        views: Vec::new(),
-        tparams,
-        outer_params: Vec::new(),
-        call_args: Vec::new(),
-        py_params: Vec::new(),
-        has_receiver: false,
-        stream_param: None,
-    };
-    let mut first_typed = true;
-    // The first non-array parameter: a `slf: PyRef<'_, Self>` receiver, or
-    // the module under `#[pyo3(pass_module)]`.
-    let mut first_plain = true;
-    let pass_module = pysig::scan_pyo3_attrs(attrs).pass_module;
-    for arg in &sig.inputs {
-        let pt = match arg {
-            FnArg::Receiver(r) => {
-                a.outer_params.push(quote!(#r));
-                a.call_args.push(quote!(self));
-                a.has_receiver = true;
-                continue;
-            }
-            FnArg::Typed(pt) => pt,
-        };
-        let is_cls = is_classmethod && std::mem::take(&mut first_typed);
-        let mut attrs = pt.attrs.clone();
-        let stream_attr = match stream::take_attr(&mut attrs) {
-            Ok(x) => x,
-            Err(e) => {
-                combine(&mut errors, e);
-                continue;
-            }
-        };
-        let annots = match annot::take(&mut attrs) {
-            Ok(x) => x,
-            Err(e) => {
-                combine(&mut errors, e);
-                continue;
-            }
-        };
-        if let Some(e) = attrs.iter().find_map(annot::misspelled) {
-            combine(&mut errors, e);
-            continue;
-        }
-        let Some((optional, inner, kind)) = view_kind_of(&pt.ty) else {
-            if let Some(attr) = &annots.first {
-                combine(
-                    &mut errors,
-                    Error::new_spanned(
-                        attr,
-                        "#[shape], #[device], #[order], #[dtype] and #[noconvert] apply to \
-                         array parameters only: TensorRef, TensorMut, TensorDyn, TensorDynMut, \
-                         &[T], &mut [T], ndarray's ArrayView / ArrayViewMut (ArrayView2, \
-                         ArrayViewD, ..), or an Option of one",
-                    ),
-                );
-                continue;
-            }
-            if let Some(tp) = a
-                .tparams
-                .iter()
-                .find(|tp| mentions(pt.ty.to_token_stream(), &tp.ident))
-            {
-                combine(
-                    &mut errors,
-                    Error::new_spanned(
-                        &pt.ty,
-                        format!(
-                            "type parameter `{}` may only be the element type of array \
-                             parameters (the dtype of the argument decides it)",
-                            tp.ident
-                        ),
-                    ),
-                );
-                continue;
-            }
-            if let Some(attr) = stream_attr {
-                if let Err(e) = stream::record(&mut a.stream_param, attr, pt) {
-                    combine(&mut errors, e);
-                    continue;
-                }
-            }
-            let ty = &pt.ty;
-            // The exported function binds the plain name (`mut k` is the
-            // body's business); other patterns pass through.
-            let pat = match &*pt.pat {
-                Pat::Ident(pi) if pi.subpat.is_none() => pi.ident.to_token_stream(),
-                other => other.to_token_stream(),
-            };
-            a.outer_params.push(quote!(#(#attrs)* #pat: #ty));
-            a.call_args.push(pat);
-            let is_python = matches!(ungroup(ty), Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Python"));
-            let is_self = first_plain
-                && mentions(ty.to_token_stream(), &Ident::new("Self", Span::call_site()));
-            let is_module = first_plain && pass_module;
-            if is_self {
-                a.has_receiver = true;
-            }
-            first_plain = false;
-            if !is_python && !is_cls && !is_self && !is_module {
-                if let Pat::Ident(pi) = &*pt.pat {
-                    a.py_params.push((
-                        pi.ident.unraw().to_string(),
-                        pysig::python_type(ty, "typing.Any", None),
-                    ));
-                }
-            }
-            continue;
-        };
-        if let Some(attr) = &stream_attr {
-            combine(&mut errors, stream::on_view_error(attr));
-            continue;
-        }
-        if let Some(e) = named_lifetime(inner) {
-            combine(&mut errors, e);
-            continue;
-        }
-        let Pat::Ident(pi) = &*pt.pat else {
-            combine(
-                &mut errors,
-                Error::new_spanned(
-                    &pt.pat,
-                    "an array parameter needs a plain name, e.g. `x: TensorRef<'_, f32>`",
-                ),
-            );
-            continue;
-        };
-        let ident = pi.ident.clone();
-        let index = a.views.len();
-        let tparam = element_type(inner).and_then(|t| match t {
-            Type::Path(p) if p.qself.is_none() => {
-                let id = p.path.get_ident()?;
-                a.tparams.iter().position(|tp| tp.ident == *id)
-            }
-            _ => None,
-        });
-        if let Some(list) = &annots.dtypes {
-            let attr = annots.dtype_attr.as_ref().expect("set with dtypes");
-            match tparam {
-                None => combine(
-                    &mut errors,
-                    Error::new_spanned(
-                        attr,
-                        "#[dtype(..)] lists the dtypes a type parameter dispatches on; use it \
-                         on a parameter whose element type is a type parameter of the \
-                         function, e.g. `#[dtype(f32, f64)] x: TensorRef<'_, T>`",
-                    ),
-                ),
-                Some(k) => {
-                    let tp = &mut a.tparams[k];
-                    if let Some(other) = tp.decided_by {
-                        let other = &a.views[other].ident;
-                        combine(
-                            &mut errors,
-                            Error::new_spanned(
-                                attr,
-                                format!(
-                                    "the dtypes of `{}` are already listed on `{other}`",
-                                    tp.ident
-                                ),
-                            ),
-                        );
-                    } else if optional {
-                        tp.decided_by = Some(index); // no second error for `T`
-                        combine(
-                            &mut errors,
-                            Error::new_spanned(
-                                attr,
-                                format!(
-                                    "the parameter that decides `{}` cannot be an Option: \
-                                     put #[dtype(..)] on a required parameter",
-                                    tp.ident
-                                ),
-                            ),
-                        );
-                    } else {
-                        tp.decided_by = Some(index);
-                        tp.dtypes = list.clone();
-                    }
-                }
-            }
-        }
-        let shape = match check_type_annotations(inner, kind, &annots) {
-            Ok(s) => s,
-            Err(e) => {
-                combine(&mut errors, e);
-                continue;
-            }
-        };
-        // The view borrows the call context, not the argument: the outer
-        // function takes any lifetime.
-        let obj = quote!(&#pyo3::Bound<'_, #pyo3::PyAny>);
-        a.outer_params.push(if optional {
-            quote!(#(#attrs)* #ident: ::core::option::Option<#obj>)
-        } else {
-            quote!(#(#attrs)* #ident: #obj)
-        });
-        a.call_args.push(quote!(#ident));
-        first_plain = false;
-        a.py_params.push((ident.unraw().to_string(), None));
-        a.views.push(ViewParam {
-            ident,
-            ty: inner.clone(),
-            optional,
-            kind,
-            annots,
-            shape,
-            tparam,
-        });
-    }
-    // After an error in the parameters, a missing `#[dtype]` is most likely
-    // its consequence: report only the first.
-    if let Some(e) = errors {
-        return Err(e);
-    }
-    for tp in &a.tparams {
+    tparams
+}
+
+/// Every type parameter needs a parameter whose `#[dtype(..)]` lists its
+/// dtypes: the errors for those without.
+fn check_dtypes_listed(tparams: &[TypeParam]) -> syn::Result<()> {
+    let mut errors: Option<Error> = None;
+    for tp in tparams {
         if tp.decided_by.is_none() {
             combine(
                 &mut errors,
@@ -312,10 +141,247 @@ pub(crate) fn analyze(attrs: &[Attribute], sig: &Signature) -> syn::Result<Analy
             );
         }
     }
-    if let Some(e) = errors {
-        return Err(e);
+    errors.map_or(Ok(()), Err)
+}
+
+/// The walk over a function's parameters, in order: what is collected so
+/// far, and what depends on the position (the first typed parameter of a
+/// classmethod is `cls`, the first plain one may be a receiver or the
+/// module).
+struct ParamWalk {
+    a: Analysis,
+    errors: Option<Error>,
+    is_classmethod: bool,
+    first_typed: bool,
+    /// The first non-array parameter: a `slf: PyRef<'_, Self>` receiver, or
+    /// the module under `#[pyo3(pass_module)]`.
+    first_plain: bool,
+    pass_module: bool,
+}
+
+impl ParamWalk {
+    /// `self`, `&self`, `&mut self`: passed through to the body.
+    fn receiver(&mut self, r: &syn::Receiver) {
+        self.a.outer_params.push(quote!(#r));
+        self.a.call_args.push(quote!(self));
+        self.a.has_receiver = true;
     }
-    Ok(a)
+
+    /// One typed parameter: its dlcast attributes taken off, then sorted by
+    /// its type into an array parameter or a plain one. An error skips the
+    /// parameter (the others are still checked).
+    fn typed(&mut self, pt: &PatType) -> syn::Result<()> {
+        let is_cls = self.is_classmethod && std::mem::take(&mut self.first_typed);
+        let mut attrs = pt.attrs.clone();
+        let stream_attr = stream::take_attr(&mut attrs)?;
+        let annots = annot::take(&mut attrs)?;
+        if let Some(e) = attrs.iter().find_map(annot::misspelled) {
+            return Err(e);
+        }
+        match view_kind_of(&pt.ty) {
+            None => self.plain(pt, &attrs, &annots, stream_attr, is_cls),
+            Some((optional, inner, kind)) => {
+                if let Some(attr) = &stream_attr {
+                    return Err(stream::on_view_error(attr));
+                }
+                let view = ViewType {
+                    optional,
+                    inner,
+                    kind,
+                };
+                self.view(pt, &attrs, annots, view)
+            }
+        }
+    }
+
+    /// A parameter that is no array: passed through as PyO3 extracts it
+    /// (annotations refused, a type parameter refused, `#[stream]` recorded),
+    /// and shown in the signature line unless Python does not pass it.
+    fn plain(
+        &mut self,
+        pt: &PatType,
+        attrs: &[Attribute],
+        annots: &Annotations,
+        stream_attr: Option<Attribute>,
+        is_cls: bool,
+    ) -> syn::Result<()> {
+        if let Some(attr) = &annots.first {
+            return Err(Error::new_spanned(
+                attr,
+                "#[shape], #[device], #[order], #[dtype] and #[noconvert] apply to \
+                 array parameters only: TensorRef, TensorMut, TensorDyn, TensorDynMut, \
+                 &[T], &mut [T], ndarray's ArrayView / ArrayViewMut (ArrayView2, \
+                 ArrayViewD, ..), or an Option of one",
+            ));
+        }
+        if let Some(tp) = self
+            .a
+            .tparams
+            .iter()
+            .find(|tp| mentions(pt.ty.to_token_stream(), &tp.ident))
+        {
+            return Err(Error::new_spanned(
+                &pt.ty,
+                format!(
+                    "type parameter `{}` may only be the element type of array \
+                     parameters (the dtype of the argument decides it)",
+                    tp.ident
+                ),
+            ));
+        }
+        if let Some(attr) = stream_attr {
+            stream::record(&mut self.a.stream_param, attr, pt)?;
+        }
+
+        let ty = &pt.ty;
+        // The exported function binds the plain name (`mut k` is the
+        // body's business); other patterns pass through.
+        let pat = match &*pt.pat {
+            Pat::Ident(pi) if pi.subpat.is_none() => pi.ident.to_token_stream(),
+            other => other.to_token_stream(),
+        };
+        self.a.outer_params.push(quote!(#(#attrs)* #pat: #ty));
+        self.a.call_args.push(pat);
+
+        let is_python = matches!(ungroup(ty), Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Python"));
+        let is_self = self.first_plain
+            && mentions(ty.to_token_stream(), &Ident::new("Self", Span::call_site()));
+        let is_module = self.first_plain && self.pass_module;
+        if is_self {
+            self.a.has_receiver = true;
+        }
+        self.first_plain = false;
+        if !is_python && !is_cls && !is_self && !is_module {
+            if let Pat::Ident(pi) = &*pt.pat {
+                self.a.py_params.push((
+                    pi.ident.unraw().to_string(),
+                    pysig::python_type(ty, "typing.Any", None),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An array parameter: named plainly, its `#[dtype(..)]` bound to its
+    /// type parameter, its annotations checked against its type; the
+    /// exported function takes the Python object.
+    fn view(
+        &mut self,
+        pt: &PatType,
+        attrs: &[Attribute],
+        annots: Annotations,
+        view: ViewType<'_>,
+    ) -> syn::Result<()> {
+        let ViewType {
+            optional,
+            inner,
+            kind,
+        } = view;
+        if let Some(e) = named_lifetime(inner) {
+            return Err(e);
+        }
+        let Pat::Ident(pi) = &*pt.pat else {
+            return Err(Error::new_spanned(
+                &pt.pat,
+                "an array parameter needs a plain name, e.g. `x: TensorRef<'_, f32>`",
+            ));
+        };
+        let ident = pi.ident.clone();
+        let tparam = element_type(inner).and_then(|t| match t {
+            Type::Path(p) if p.qself.is_none() => {
+                let id = p.path.get_ident()?;
+                self.a.tparams.iter().position(|tp| tp.ident == *id)
+            }
+            _ => None,
+        });
+        self.bind_dtypes(&annots, tparam, optional);
+        let shape = check_type_annotations(inner, kind, &annots)?;
+
+        // The view borrows the call context, not the argument: the outer
+        // function takes any lifetime.
+        let rt = quote!(::dlcast_runtime::__private);
+        let pyo3 = quote!(#rt::pyo3);
+        let obj = quote!(&#pyo3::Bound<'_, #pyo3::PyAny>);
+        self.a.outer_params.push(if optional {
+            quote!(#(#attrs)* #ident: ::core::option::Option<#obj>)
+        } else {
+            quote!(#(#attrs)* #ident: #obj)
+        });
+        self.a.call_args.push(quote!(#ident));
+        self.first_plain = false;
+        self.a.py_params.push((ident.unraw().to_string(), None));
+        self.a.views.push(ViewParam {
+            ident,
+            ty: inner.clone(),
+            optional,
+            kind,
+            annots,
+            shape,
+            tparam,
+        });
+        Ok(())
+    }
+
+    /// `#[dtype(..)]` on the next array parameter: its list becomes the
+    /// dtypes of its element type's type parameter, which this parameter
+    /// then decides. Errors (no type parameter, listed twice, an optional
+    /// parameter) are collected; the parameter is still analysed.
+    fn bind_dtypes(&mut self, annots: &Annotations, tparam: Option<usize>, optional: bool) {
+        let Some(list) = &annots.dtypes else {
+            return;
+        };
+        let index = self.a.views.len();
+        let attr = annots.dtype_attr.as_ref().expect("set with dtypes");
+        let Some(k) = tparam else {
+            combine(
+                &mut self.errors,
+                Error::new_spanned(
+                    attr,
+                    "#[dtype(..)] lists the dtypes a type parameter dispatches on; use it \
+                     on a parameter whose element type is a type parameter of the \
+                     function, e.g. `#[dtype(f32, f64)] x: TensorRef<'_, T>`",
+                ),
+            );
+            return;
+        };
+        let tp = &mut self.a.tparams[k];
+        if let Some(other) = tp.decided_by {
+            let other = &self.a.views[other].ident;
+            combine(
+                &mut self.errors,
+                Error::new_spanned(
+                    attr,
+                    format!(
+                        "the dtypes of `{}` are already listed on `{other}`",
+                        tp.ident
+                    ),
+                ),
+            );
+        } else if optional {
+            tp.decided_by = Some(index); // no second error for `T`
+            combine(
+                &mut self.errors,
+                Error::new_spanned(
+                    attr,
+                    format!(
+                        "the parameter that decides `{}` cannot be an Option: \
+                         put #[dtype(..)] on a required parameter",
+                        tp.ident
+                    ),
+                ),
+            );
+        } else {
+            tp.decided_by = Some(index);
+            tp.dtypes = list.clone();
+        }
+    }
+}
+
+/// What [`view_kind_of`] reads from an array parameter's type.
+struct ViewType<'t> {
+    optional: bool,
+    inner: &'t Type,
+    kind: ViewKind,
 }
 
 /// Checks the annotations of an array parameter against what its type

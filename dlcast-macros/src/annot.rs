@@ -257,35 +257,7 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
             if out.dtypes.is_some() {
                 return Err(duplicate(attr, name));
             }
-            let list: Punctuated<Ident, Token![,]> = match &attr.meta {
-                syn::Meta::List(l) if !l.tokens.is_empty() => {
-                    l.parse_args_with(Punctuated::parse_separated_nonempty)?
-                }
-                _ => {
-                    return Err(Error::new_spanned(
-                        attr,
-                        "list the dtypes to dispatch on, e.g. #[dtype(f32, f64)]",
-                    ))
-                }
-            };
-            let mut seen: Vec<String> = Vec::new();
-            for id in &list {
-                let s = id.to_string();
-                if !DTYPES.iter().any(|d| d.rust == s) {
-                    let known: Vec<&str> = DTYPES.iter().map(|d| d.rust).collect();
-                    return Err(Error::new(
-                        id.span(),
-                        format!(
-                            "unknown dtype `{id}`; expected one of: {}",
-                            known.join(", ")
-                        ),
-                    ));
-                }
-                if seen.contains(&s) {
-                    return Err(Error::new(id.span(), format!("`{id}` is listed twice")));
-                }
-                seen.push(s);
-            }
+            let list = parse_dtype_list(attr)?;
             out.dtypes = Some(list.into_iter().collect());
             out.dtype_attr = Some(attr.clone());
         }
@@ -319,21 +291,61 @@ fn parse_one(name: &str, attr: &Attribute, out: &mut Annotations) -> syn::Result
             if out.order.is_some() {
                 return Err(duplicate(attr, name));
             }
-            let id: Ident = attr.parse_args()?;
-            out.order = Some(match id.to_string().as_str() {
-                "c" | "C" => Order::C,
-                "f" | "F" => Order::F,
-                "contiguous" => Order::Contiguous,
-                other => {
-                    return Err(Error::new(
-                        id.span(),
-                        format!("unknown order `{other}`; expected `c`, `f` or `contiguous`"),
-                    ))
-                }
-            });
+            out.order = Some(parse_order(attr)?);
         }
     }
     Ok(())
+}
+
+/// The dtypes of `#[dtype(..)]`: a non-empty list of the table's names, none
+/// twice.
+fn parse_dtype_list(attr: &Attribute) -> syn::Result<Punctuated<Ident, Token![,]>> {
+    let list: Punctuated<Ident, Token![,]> = match &attr.meta {
+        syn::Meta::List(l) if !l.tokens.is_empty() => {
+            l.parse_args_with(Punctuated::parse_separated_nonempty)?
+        }
+        _ => {
+            return Err(Error::new_spanned(
+                attr,
+                "list the dtypes to dispatch on, e.g. #[dtype(f32, f64)]",
+            ))
+        }
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for id in &list {
+        let s = id.to_string();
+        if !DTYPES.iter().any(|d| d.rust == s) {
+            let known: Vec<&str> = DTYPES.iter().map(|d| d.rust).collect();
+            return Err(Error::new(
+                id.span(),
+                format!(
+                    "unknown dtype `{id}`; expected one of: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        if seen.contains(&s) {
+            return Err(Error::new(id.span(), format!("`{id}` is listed twice")));
+        }
+        seen.push(s);
+    }
+    Ok(list)
+}
+
+/// The order of `#[order(..)]`: `c`, `f` or `contiguous`.
+fn parse_order(attr: &Attribute) -> syn::Result<Order> {
+    let id: Ident = attr.parse_args()?;
+    Ok(match id.to_string().as_str() {
+        "c" | "C" => Order::C,
+        "f" | "F" => Order::F,
+        "contiguous" => Order::Contiguous,
+        other => {
+            return Err(Error::new(
+                id.span(),
+                format!("unknown order `{other}`; expected `c`, `f` or `contiguous`"),
+            ))
+        }
+    })
 }
 
 /// Parses the entries of `#[shape(..)]`, refusing a second `..`.
@@ -385,4 +397,37 @@ pub fn order_tokens(rt: &TokenStream, order: Option<Order>) -> TokenStream {
         Some(Order::F) => quote!(#rt::Order::F),
         Some(Order::Contiguous) => quote!(#rt::Order::Contiguous),
     }
+}
+
+/// The names of the named extents among `dims`, in order of first use: the
+/// runtime numbers them so (`Dim::Named(k)` is the `k`-th name).
+pub fn dim_names<'a>(dims: impl IntoIterator<Item = &'a Dim>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for d in dims {
+        if let Dim::Named(id) = d {
+            let s = id.to_string();
+            if !names.contains(&s) {
+                names.push(s);
+            }
+        }
+    }
+    names
+}
+
+/// Tokens for the runtime's optional shape, naming each named extent by its
+/// number in `dim_names` (see [`dim_names`]).
+pub fn shape_tokens(rt: &TokenStream, shape: Option<&[Dim]>, dim_names: &[String]) -> TokenStream {
+    let Some(dims) = shape else {
+        return quote!(::core::option::Option::None);
+    };
+    let dims = dims.iter().map(|d| match d {
+        Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
+        Dim::Any => quote!(#rt::Dim::Any),
+        Dim::Rest => quote!(#rt::Dim::Rest),
+        Dim::Named(id) => {
+            let k = dim_names.iter().position(|n| id == n).expect("collected") as u8;
+            quote!(#rt::Dim::Named(#k))
+        }
+    });
+    quote!(::core::option::Option::Some(&[#(#dims),*]))
 }

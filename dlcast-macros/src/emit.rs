@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Block, Error, FnArg, GenericParam, Ident, Signature, Type, Visibility};
 
 use crate::analyse::{analyze, Analysis, ViewParam};
-use crate::annot::{self, Dim};
+use crate::annot;
 use crate::facts::DTYPES;
 use crate::parse::{
     body_value_type, element_type, find_nd_view, has_attr, return_holds, returns_result,
@@ -84,6 +84,36 @@ pub(crate) struct Generated {
     pub(crate) hint_items: TokenStream2,
 }
 
+/// The paths the generated code names dlcast's runtime and PyO3 by.
+fn runtime_paths() -> (TokenStream2, TokenStream2) {
+    let rt = quote!(::dlcast_runtime::__private);
+    let pyo3 = quote!(#rt::pyo3);
+    (rt, pyo3)
+}
+
+/// One function or method being expanded, and what is decided about it once
+/// (its analysis, Python name and the kind of result it hands back), for the
+/// parts of the template below to read.
+struct Callable<'a> {
+    opts: &'a FnOptions,
+    attrs: &'a [Attribute],
+    sig: &'a Signature,
+    ctx: &'a Ctx,
+    vis: &'a Visibility,
+    a: Analysis,
+    /// Named extents, numbered in order of first use.
+    dim_names: Vec<String>,
+    /// The Python name: errors and the signature line use it.
+    fn_name: String,
+    /// A special method (`__call__`, `__len__`, ...).
+    special: bool,
+    /// The body's result goes to PyO3 as it is (see [`Callable::new`]).
+    plain_return: bool,
+    holds: Holds,
+}
+
+/// The code for one function or method: checks the options against it,
+/// then assembles the template's parts (below) in the order they run.
 pub(crate) fn expand_callable(
     opts: &FnOptions,
     attrs: &[Attribute],
@@ -93,11 +123,43 @@ pub(crate) fn expand_callable(
     ctx: &Ctx,
     handle_annotations: &[(String, String)],
 ) -> syn::Result<Generated> {
-    let rt = quote!(::dlcast_runtime::__private);
-    let pyo3 = quote!(#rt::pyo3);
     let mut a = analyze(attrs, sig)?;
     crate::handle::annotate(&mut a.py_params, handle_annotations);
-    let views = &a.views;
+    refuse_returned_nd_view(sig)?;
+    let c = Callable::new(opts, attrs, vis, sig, ctx, a);
+    if c.plain_return {
+        if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
+            return Err(returns_on_fixed_result(r, &c.fn_name, sig));
+        }
+    }
+
+    let (like_prelude, framework) = c.return_framework()?;
+    if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
+        if c.holds == Holds::NoArrays && !c.plain_return {
+            return Err(returns_without_arrays(r, sig));
+        }
+    }
+
+    let result = c.result_conversion(&framework);
+    let line = c.signature_line();
+    let (fast, general) = (c.fast_call(&result), c.general_call(&result));
+    let calls = quote! {
+        #like_prelude
+        #fast
+        #general
+    };
+    let (wrapper, hint_items) = c.wrapper(calls, &line);
+    Ok(Generated {
+        wrapper,
+        body: c.body_fn(block),
+        class_attr: line.class_attr,
+        hint_items,
+    })
+}
+
+/// An ndarray view borrows the call context, which ends with the call: the
+/// error for one in the return type.
+fn refuse_returned_nd_view(sig: &Signature) -> syn::Result<()> {
     if let syn::ReturnType::Type(_, ty) = &sig.output {
         if let Some(nd) = find_nd_view(ty) {
             return Err(Error::new_spanned(
@@ -108,361 +170,266 @@ pub(crate) fn expand_callable(
             ));
         }
     }
+    Ok(())
+}
 
-    // Named extents, numbered in order of first use.
-    let mut dim_names: Vec<String> = Vec::new();
-    for v in views {
-        for d in v.shape.iter().flatten() {
-            if let Dim::Named(id) = d {
-                let s = id.to_string();
-                if !dim_names.contains(&s) {
-                    dim_names.push(s);
-                }
-            }
+/// The Python-facing text of one function: its signature line (the first
+/// docstring line), return annotation, the views' introspection hints and
+/// the class attribute that keeps what Python does not show.
+struct SignatureLine {
+    doc_line: String,
+    ret: String,
+    view_hints: Vec<stubhint::Py>,
+    class_attr: Option<(String, String)>,
+}
+
+impl<'a> Callable<'a> {
+    /// Decides what every part reads. Special methods whose result Python's
+    /// slot fixes (`__iadd__`, `__contains__`, `__len__`, ...) and setters
+    /// need the body's own return type (PyO3 checks it) and no extra
+    /// argument: they return it as is, and `returns = ...` is refused on
+    /// them. The ones that return any object (`__call__`, `__getitem__`, the
+    /// operators) are converted as any method.
+    fn new(
+        opts: &'a FnOptions,
+        attrs: &'a [Attribute],
+        vis: &'a Visibility,
+        sig: &'a Signature,
+        ctx: &'a Ctx,
+        a: Analysis,
+    ) -> Self {
+        let fn_name = pysig::scan_pyo3_attrs(attrs)
+            .name
+            .unwrap_or_else(|| sig.ident.unraw().to_string());
+        let special = matches!(ctx, Ctx::Method(_)) && is_dunder(&fn_name);
+        let plain_return = matches!(ctx, Ctx::Method(_))
+            && (has_attr(attrs, "setter") || special && !returns_any_object(&fn_name));
+        let dim_names = annot::dim_names(a.views.iter().flat_map(|v| v.shape.iter().flatten()));
+        Callable {
+            opts,
+            attrs,
+            sig,
+            ctx,
+            vis,
+            a,
+            dim_names,
+            fn_name,
+            special,
+            plain_return,
+            holds: return_holds(&sig.output),
         }
     }
-    let param_specs = views.iter().enumerate().map(|(i, v)| {
-        let name = v.ident.unraw().to_string();
-        let shape = match &v.shape {
-            None => quote!(::core::option::Option::None),
-            Some(dims) => {
-                let dims = dims.iter().map(|d| match d {
-                    Dim::Fixed(n) => quote!(#rt::Dim::Fixed(#n)),
-                    Dim::Any => quote!(#rt::Dim::Any),
-                    Dim::Rest => quote!(#rt::Dim::Rest),
-                    Dim::Named(id) => {
-                        let k = dim_names.iter().position(|n| id == n).expect("collected") as u8;
-                        quote!(#rt::Dim::Named(#k))
-                    }
-                });
-                quote!(::core::option::Option::Some(&[#(#dims),*]))
-            }
-        };
-        let devices = annot::devices_tokens(&rt, v.annots.devices.as_deref());
-        // A slice is C-contiguous (for one dimension: contiguous).
-        let order = match v.kind {
-            ViewKind::Slice | ViewKind::SliceMut => Some(annot::Order::C),
-            _ => v.annots.order,
-        };
-        // Types that hand out Rust references (slices, ndarray views, and the
-        // slice accessors under `#[order]`) get aligned host memory.
-        let aligned =
-            v.kind.native() || matches!(v.kind, ViewKind::Ref | ViewKind::Mut) && order.is_some();
-        let order = annot::order_tokens(&rt, order);
-        let convert = !(opts.noconvert || v.annots.noconvert || v.kind.writable());
-        let tp = v.tparam.map(|k| &a.tparams[k]);
-        let dtypes = match tp {
-            Some(tp) if tp.decided_by == Some(i) => {
-                let tys = tp.dtypes.iter().map(dtype_type);
-                quote!(&[#(<#tys as #rt::Element>::DTYPE),*])
-            }
-            _ => quote!(&[]),
-        };
-        let shares = match tp {
-            Some(tp) if tp.decided_by != Some(i) => {
-                let (t, by) = (tp.ident.to_string(), tp.decided_by.expect("checked") as u8);
-                quote!(::core::option::Option::Some(#rt::SharedDType { type_param: #t, decided_by: #by }))
-            }
-            _ => quote!(::core::option::Option::None),
-        };
-        quote!(#rt::ParamSpec {
-            name: #name, shape: #shape, devices: #devices, order: #order,
-            convert: #convert, aligned: #aligned, dtypes: #dtypes, shares_dtype: #shares,
-        })
-    });
-    // The Python name: errors and the signature line use it.
-    let fn_name = pysig::scan_pyo3_attrs(attrs)
-        .name
-        .unwrap_or_else(|| sig.ident.unraw().to_string());
-    let stream_setup =
-        stream::setup_tokens(&rt, &fn_name, opts.stream.as_ref(), a.stream_param.as_ref());
 
-    let peek_ident = |v: &ViewParam| {
-        let i = views
-            .iter()
-            .position(|w| std::ptr::eq(w, v))
-            .expect("a view of this function");
-        format_ident!("__dlcast_peek{i}")
-    };
-    // The statement is located at the view type, so that an unsupported
-    // element type is reported on the parameter, but resolves names at the
-    // call site (a type from a `macro_rules` fragment has another hygiene
-    // context, in which `__dlcast` would not be found).
-    let prepares = views.iter().enumerate().map(|(i, v)| {
-        let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
-        let span = ty.span().resolved_at(Span::call_site());
-        if v.optional {
-            quote_spanned!(span=> __dlcast.prepare_opt::<#ty>(#i, #ident)?;)
-        } else {
-            quote_spanned!(span=> __dlcast.prepare::<#ty>(#i, #ident)?;)
-        }
-    });
-    let takes = views.iter().enumerate().map(|(i, v)| {
-        let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
-        let span = ty.span().resolved_at(Span::call_site());
-        if v.optional {
-            quote_spanned!(span=> let #ident = __dlcast.take_opt::<#ty>(#i)?;)
-        } else {
-            quote_spanned!(span=> let #ident = __dlcast.take::<#ty>(#i)?;)
-        }
-    });
-
-    // The user's function, unchanged but for the annotations, becomes the
-    // body; the exported function takes Python objects.
-    let body_ident = format_ident!("{}_rs", sig.ident.unraw());
-    let body_path = match ctx {
-        Ctx::Free => quote!(#body_ident),
-        Ctx::Method(_) => quote!(Self::#body_ident),
-    };
-    let mut body_sig = sig.clone();
-    body_sig.ident = body_ident;
-    for arg in body_sig.inputs.iter_mut() {
-        if let FnArg::Typed(pt) = arg {
-            pt.attrs.clear();
-        }
-    }
-    // The body keeps the function's documentation and `cfg`/lint attributes,
-    // not PyO3's.
-    let body_attrs = attrs.iter().filter(|a| {
-        [
-            "doc", "cfg", "cfg_attr", "allow", "expect", "warn", "deny", "inline",
-        ]
-        .iter()
-        .any(|n| a.path().is_ident(n))
-    });
-    let body_doc = format!(
-        " The Rust function behind the Python function `{fn_name}` (see `#[dlpack_fn]`), \
-         callable from Rust with views over Rust data."
-    );
-    let body_fn = quote! {
-        #[doc = #body_doc]
-        #[doc = ""]
-        #(#body_attrs)*
-        #[allow(clippy::too_many_arguments, non_snake_case)]
-        #vis #body_sig #block
-    };
-    let call_args = &a.call_args;
-    // The body runs inside the call context's `body`, which holds back the
-    // release of views dropped in it until it returns.
-    // The views are taken inside it, as the body's arguments: each is built
-    // where the body reads it, not moved into a closure first.
-    let body_call = quote!(__dlcast.body(|| -> #rt::pyo3::PyResult<_> {
-        #(#takes)*
-        ::core::result::Result::Ok(#body_path(#(#call_args),*))
-    })?);
-    let body_call = if returns_result(&sig.output) {
-        quote!(#body_call?)
-    } else {
-        body_call
-    };
-    // Special methods whose result Python's slot fixes (`__iadd__`,
-    // `__contains__`, `__len__`, ...) and setters need the body's own return
-    // type (PyO3 checks it) and no extra argument: they return it as is, and
-    // `returns = ...` is refused on them. The ones that return any object
-    // (`__call__`, `__getitem__`, the operators) are converted as any method.
-    let special = matches!(ctx, Ctx::Method(_)) && is_dunder(&fn_name);
-    let plain_return = matches!(ctx, Ctx::Method(_))
-        && (has_attr(attrs, "setter") || special && !returns_any_object(&fn_name));
-    if plain_return {
-        if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
-            return Err(returns_on_fixed_result(r, &fn_name, sig));
-        }
-    }
-    let holds = return_holds(&sig.output);
-    // `like(param)` reads the argument's framework before it is imported;
-    // so does the default, with the first array parameter (the first
-    // required one if any).
-    let like_of = |p: &Ident, optional: bool| {
-        if optional {
-            quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
-        } else {
-            quote!(let __dlcast_like = #rt::Framework::of(#p);)
-        }
-    };
-    let mut like_prelude = quote!();
-    let framework = match &opts.returns {
-        Some(Returns::Framework(f, span)) => {
-            // The variant's name is the table's (`Debug` prints it).
-            let v = Ident::new(&format!("{f:?}"), *span);
-            quote!(::core::option::Option::Some(#rt::Framework::#v))
-        }
-        Some(Returns::Like(p)) => {
-            let Some(v) = views.iter().find(|v| v.ident == *p) else {
-                return Err(Error::new_spanned(
-                    p,
-                    format!("`like({p})` must name an array parameter of this function"),
-                ));
+    /// The runtime's description of each array parameter, in the static
+    /// `FnSpec` the checks read.
+    fn param_specs(&self) -> Vec<TokenStream2> {
+        let (rt, _) = runtime_paths();
+        let views = &self.a.views;
+        let specs = views.iter().enumerate().map(|(i, v)| {
+            let name = v.ident.unraw().to_string();
+            let shape = annot::shape_tokens(&rt, v.shape.as_deref(), &self.dim_names);
+            let devices = annot::devices_tokens(&rt, v.annots.devices.as_deref());
+            // A slice is C-contiguous (for one dimension: contiguous).
+            let order = match v.kind {
+                ViewKind::Slice | ViewKind::SliceMut => Some(annot::Order::C),
+                _ => v.annots.order,
             };
-            like_prelude = like_of(p, v.optional);
-            quote!(__dlcast_like)
-        }
-        Some(Returns::Dlcast) => quote!(::core::option::Option::None),
-        None => match views.iter().find(|v| !v.optional).or(views.first()) {
-            Some(v) if holds != Holds::NoArrays && !plain_return => {
-                like_prelude = like_of(&v.ident, v.optional);
-                quote!(__dlcast_like)
+            // Types that hand out Rust references (slices, ndarray views, and
+            // the slice accessors under `#[order]`) get aligned host memory.
+            let aligned = v.kind.native()
+                || matches!(v.kind, ViewKind::Ref | ViewKind::Mut) && order.is_some();
+            let order = annot::order_tokens(&rt, order);
+            let convert = !(self.opts.noconvert || v.annots.noconvert || v.kind.writable());
+            let tp = v.tparam.map(|k| &self.a.tparams[k]);
+            let dtypes = match tp {
+                Some(tp) if tp.decided_by == Some(i) => {
+                    let tys = tp.dtypes.iter().map(dtype_type);
+                    quote!(&[#(<#tys as #rt::Element>::DTYPE),*])
+                }
+                _ => quote!(&[]),
+            };
+            let shares = match tp {
+                Some(tp) if tp.decided_by != Some(i) => {
+                    let (t, by) = (tp.ident.to_string(), tp.decided_by.expect("checked") as u8);
+                    quote!(::core::option::Option::Some(#rt::SharedDType { type_param: #t, decided_by: #by }))
+                }
+                _ => quote!(::core::option::Option::None),
+            };
+            quote!(#rt::ParamSpec {
+                name: #name, shape: #shape, devices: #devices, order: #order,
+                convert: #convert, aligned: #aligned, dtypes: #dtypes, shares_dtype: #shares,
+            })
+        });
+        specs.collect()
+    }
+
+    /// The name of the body function: the user's, with `_rs` appended.
+    fn body_ident(&self) -> Ident {
+        format_ident!("{}_rs", self.sig.ident.unraw())
+    }
+
+    /// The user's function, unchanged but for the annotations, becomes the
+    /// body; the exported function takes Python objects.
+    fn body_fn(&self, block: &Block) -> TokenStream2 {
+        let mut body_sig = self.sig.clone();
+        body_sig.ident = self.body_ident();
+        for arg in body_sig.inputs.iter_mut() {
+            if let FnArg::Typed(pt) = arg {
+                pt.attrs.clear();
             }
-            _ => quote!(::core::option::Option::None),
-        },
-    };
-    if let Some(r) = opts.returns.as_ref().filter(|_| !opts.returns_inherited) {
-        if holds == Holds::NoArrays && !plain_return {
-            return Err(returns_without_arrays(r, sig));
+        }
+        // The body keeps the function's documentation and `cfg`/lint
+        // attributes, not PyO3's.
+        let body_attrs = self.attrs.iter().filter(|a| {
+            [
+                "doc", "cfg", "cfg_attr", "allow", "expect", "warn", "deny", "inline",
+            ]
+            .iter()
+            .any(|n| a.path().is_ident(n))
+        });
+        let vis = self.vis;
+        let body_doc = format!(
+            " The Rust function behind the Python function `{}` (see `#[dlpack_fn]`), \
+             callable from Rust with views over Rust data.",
+            self.fn_name
+        );
+        quote! {
+            #[doc = #body_doc]
+            #[doc = ""]
+            #(#body_attrs)*
+            #[allow(clippy::too_many_arguments, non_snake_case)]
+            #vis #body_sig #block
         }
     }
-    let result = if plain_return {
-        quote!(::core::result::Result::Ok(#body_call))
-    } else if returns_unit(&sig.output) {
-        quote! {
-            #body_call;
-            ::core::result::Result::Ok(__dlcast_py.None())
+
+    /// The call of the body. It runs inside the call context's `body`, which
+    /// holds back the release of views dropped in it until it returns. The
+    /// views are taken inside it, as the body's arguments: each is built
+    /// where the body reads it, not moved into a closure first.
+    fn body_call(&self) -> TokenStream2 {
+        let (rt, _) = runtime_paths();
+        let takes = self.a.views.iter().enumerate().map(|(i, v)| {
+            let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
+            let span = ty.span().resolved_at(Span::call_site());
+            if v.optional {
+                quote_spanned!(span=> let #ident = __dlcast.take_opt::<#ty>(#i)?;)
+            } else {
+                quote_spanned!(span=> let #ident = __dlcast.take::<#ty>(#i)?;)
+            }
+        });
+        let body_ident = self.body_ident();
+        let body_path = match self.ctx {
+            Ctx::Free => quote!(#body_ident),
+            Ctx::Method(_) => quote!(Self::#body_ident),
+        };
+        let call_args = &self.a.call_args;
+        let body_call = quote!(__dlcast.body(|| -> #rt::pyo3::PyResult<_> {
+            #(#takes)*
+            ::core::result::Result::Ok(#body_path(#(#call_args),*))
+        })?);
+        if returns_result(&self.sig.output) {
+            quote!(#body_call?)
+        } else {
+            body_call
         }
-    } else {
-        match &opts.returns {
+    }
+
+    /// The framework a returned array goes to, and the statement that reads
+    /// it from an argument where it depends on one. `like(param)` reads the
+    /// argument's framework before it is imported; so does the default, with
+    /// the first array parameter (the first required one if any).
+    fn return_framework(&self) -> syn::Result<(TokenStream2, TokenStream2)> {
+        let (rt, _) = runtime_paths();
+        let views = &self.a.views;
+        let like_of = |p: &Ident, optional: bool| {
+            if optional {
+                quote!(let __dlcast_like = #p.and_then(#rt::Framework::of);)
+            } else {
+                quote!(let __dlcast_like = #rt::Framework::of(#p);)
+            }
+        };
+        let none = quote!(::core::option::Option::None);
+        Ok(match &self.opts.returns {
+            Some(Returns::Framework(f, span)) => {
+                // The variant's name is the table's (`Debug` prints it).
+                let v = Ident::new(&format!("{f:?}"), *span);
+                (
+                    quote!(),
+                    quote!(::core::option::Option::Some(#rt::Framework::#v)),
+                )
+            }
+            Some(Returns::Like(p)) => {
+                let Some(v) = views.iter().find(|v| v.ident == *p) else {
+                    return Err(Error::new_spanned(
+                        p,
+                        format!("`like({p})` must name an array parameter of this function"),
+                    ));
+                };
+                (like_of(p, v.optional), quote!(__dlcast_like))
+            }
+            Some(Returns::Dlcast) => (quote!(), none),
+            None => match views.iter().find(|v| !v.optional).or(views.first()) {
+                Some(v) if self.holds != Holds::NoArrays && !self.plain_return => {
+                    (like_of(&v.ident, v.optional), quote!(__dlcast_like))
+                }
+                _ => (quote!(), none),
+            },
+        })
+    }
+
+    /// The body's call and the conversion of its result into what the
+    /// exported function returns.
+    fn result_conversion(&self, framework: &TokenStream2) -> TokenStream2 {
+        let (rt, pyo3) = runtime_paths();
+        let body_call = self.body_call();
+        if self.plain_return {
+            return quote!(::core::result::Result::Ok(#body_call));
+        }
+        if returns_unit(&self.sig.output) {
+            return quote! {
+                #body_call;
+                ::core::result::Result::Ok(__dlcast_py.None())
+            };
+        }
+        match &self.opts.returns {
             // No framework to convert to: PyO3's conversion itself (what
             // `into_py_result` does then), without the call.
             Some(Returns::Dlcast) => {
                 quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py))
             }
-            None if holds == Holds::NoArrays => {
+            None if self.holds == Holds::NoArrays => {
                 quote!(#pyo3::IntoPyObjectExt::into_py_any(#body_call, __dlcast_py))
             }
             // The default: like the first array argument, else NumPy.
             None => quote!(#rt::into_py_default(__dlcast_py, #body_call, #framework)),
             Some(_) => quote!(#rt::into_py_result(__dlcast_py, #body_call, #framework)),
         }
-    };
-    let run = quote! {
-        #(#prepares)*
-        __dlcast.finish()?;
-        #result
-    };
-    // A dtype-generic function: peek at each deciding argument, then one
-    // match per type parameter; each arm names the type with a local alias
-    // and runs the same imports, monomorphised.
-    let peeks = a.tparams.iter().map(|tp| {
-        let i = tp.decided_by.expect("checked");
-        let (peek, ident) = (peek_ident(&views[i]), &views[i].ident);
-        let writable = views[i].kind.writable();
-        quote!(let #peek = __dlcast.peek(#i, #ident, #writable)?;)
-    });
-    let dispatch = dispatch_tokens(&a, 0, &mut Vec::new(), &run, &peek_ident);
-
-    // Python-facing signature and docstring.
-    // What a returned array becomes: `like(x)` names the parameter whose
-    // framework it takes (the stub generator reads it from here).
-    let array_type = match &opts.returns {
-        Some(Returns::Dlcast) => "dlcast.Array".to_string(),
-        // The default: like the first (required) array parameter, else NumPy;
-        // `like(x, numpy)`: an argument of no framework (a buffer, a capsule)
-        // gets NumPy, where `returns = like(x)` keeps a `dlcast.Array` (the
-        // stub generator types the two apart).
-        None => match views.iter().find(|v| !v.optional).or(views.first()) {
-            Some(v) => format!("like({}, numpy)", v.ident.unraw()),
-            None => "numpy.ndarray".to_string(),
-        },
-        Some(Returns::Like(p)) => format!("like({})", p.unraw()),
-        Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
-    };
-    let mut py_params = a.py_params.clone();
-    let mut view_hints = Vec::new();
-    for v in views {
-        let dtype = match v.tparam {
-            Some(k) => Some(
-                a.tparams[k]
-                    .dtypes
-                    .iter()
-                    .map(dtype_python_name)
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-            ),
-            // An element type dlcast cannot name (an alias) shows as written.
-            None => element_type(&v.ty).map(|t| {
-                pysig::element_name(t)
-                    .map(String::from)
-                    .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
-            }),
-        };
-        let ann = pysig::array_annotation(
-            &v.annots,
-            v.shape.as_deref(),
-            dtype,
-            &dim_names,
-            v.kind.writable(),
-            v.optional,
-        );
-        if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
-            // PyO3's hint keeps the constraint text (without `| None`,
-            // which PyO3 adds for an `Option`).
-            view_hints.push(stubhint::param_hint(
-                ann.strip_suffix(" | None").unwrap_or(&ann),
-            ));
-            p.1 = Some(ann);
-        } else {
-            view_hints.push(stubhint::param_hint("ndarray"));
-        }
     }
-    let pyo3_attrs = pysig::scan_pyo3_attrs(attrs);
-    let params_text = pysig::parameter_list(&py_params, pyo3_attrs.signature.as_ref());
-    let receiver = if a.has_receiver {
-        "self"
-    } else if has_attr(attrs, "classmethod") {
-        "cls"
-    } else {
-        ""
-    };
-    let new_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
-    let params_text = pysig::with_receiver(receiver, &params_text);
-    let ret = pysig::return_annotation(&sig.output, &array_type, self_name(ctx))
-        .unwrap_or_else(|| "...".into());
-    // The first docstring line, as pybind11 and nanobind write it: help()
-    // shows it, and the stub generator parses it. (`__text_signature__`
-    // stays PyO3's, without annotations, which `inspect.signature` refuses.)
-    let doc_line = format!(" {fn_name}({params_text}) -> {ret}");
-    // Python shows its own docstring for a special method (a slot): the
-    // line, and the doc comment, are kept in a class attribute.
-    let class_attr = match new_line {
-        Some(line) => Some(("__dlcast_new__".to_string(), line)),
-        None if special && keeps_line(&fn_name) => {
-            Some(pysig::special_attr(&fn_name, &doc_line, attrs))
-        }
-        None => None,
-    };
-    let has_doc = attrs.iter().any(|a| a.path().is_ident("doc"));
-    let doc_sep = has_doc.then(|| quote!(#[doc = ""]));
 
-    let mut outer_generics = sig.generics.clone();
-    outer_generics.params = outer_generics
-        .params
-        .into_iter()
-        .filter(|g| matches!(g, GenericParam::Lifetime(_)))
-        .collect();
-    if !a.tparams.is_empty() {
-        outer_generics.where_clause = None;
+    /// Whether the straight-line call applies: the function's array
+    /// parameters are all required and of one element type each, read from
+    /// the producer's stream.
+    fn takes_fast_call(&self) -> bool {
+        let views = &self.a.views;
+        !views.is_empty()
+            && self.a.tparams.is_empty()
+            && views.iter().all(|v| !v.optional)
+            && self.opts.stream.is_none()
+            && self.a.stream_param.is_none()
     }
-    let (fn_token, ident) = (&sig.fn_token, &sig.ident);
-    let spec_ident = format_ident!("__DLCAST_SPEC");
-    let n_views = views.len();
-    let (py_param, ret_ty) = if plain_return {
-        (quote!(), body_value_type(&sig.output))
-    } else {
-        (
-            quote!(__dlcast_py: #pyo3::Python<'_>,),
-            quote!(#pyo3::Py<#pyo3::PyAny>),
-        )
-    };
-    // The straight-line call (see the runtime's `FastCx`), for functions
-    // whose array parameters are all required and of one element type each,
-    // read from the producer's stream: tried first; where it does not take
-    // the call, the general path runs it from the start. The same body code,
-    // with `__dlcast` naming the straight-line call.
-    let fast = if !views.is_empty()
-        && a.tparams.is_empty()
-        && views.iter().all(|v| !v.optional)
-        && opts.stream.is_none()
-        && a.stream_param.is_none()
-    {
-        let args = views.iter().map(|v| {
+
+    /// The straight-line call (see the runtime's `FastCx`), tried first;
+    /// where it does not take the call, the general path runs it from the
+    /// start. The same body code, with `__dlcast` naming the straight-line
+    /// call.
+    fn fast_call(&self, result: &TokenStream2) -> TokenStream2 {
+        if !self.takes_fast_call() {
+            return quote!();
+        }
+        let (rt, _) = runtime_paths();
+        let spec_ident = format_ident!("__DLCAST_SPEC");
+        let n_views = self.a.views.len();
+        let args = self.a.views.iter().map(|v| {
             let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
             let span = ty.span().resolved_at(Span::call_site());
             quote_spanned!(span=> #rt::FastArg::of::<#ty>(#ident))
@@ -475,77 +442,262 @@ pub(crate) fn expand_callable(
                 return { #result };
             }
         }
-    } else {
-        quote!()
-    };
-    // Without array parameters (nor a stream to set up): no call context.
-    let general = if views.is_empty() && opts.stream.is_none() && a.stream_param.is_none() {
-        quote! {
-            let __dlcast = &#rt::FastCx::<0>::no_arrays(&#spec_ident)?;
-            #result
+    }
+
+    /// The general call: a call context, the stream set-up, each array
+    /// imported (`prepare`), then checked together (`finish`) before the
+    /// body runs. Without array parameters (nor a stream to set up): no
+    /// call context.
+    fn general_call(&self, result: &TokenStream2) -> TokenStream2 {
+        let (rt, _) = runtime_paths();
+        let (opts, a) = (self.opts, &self.a);
+        let spec_ident = format_ident!("__DLCAST_SPEC");
+        if a.views.is_empty() && opts.stream.is_none() && a.stream_param.is_none() {
+            return quote! {
+                let __dlcast = &#rt::FastCx::<0>::no_arrays(&#spec_ident)?;
+                #result
+            };
         }
-    } else {
+        let stream_setup = stream::setup_tokens(
+            &rt,
+            &self.fn_name,
+            opts.stream.as_ref(),
+            a.stream_param.as_ref(),
+        );
+        // The statement is located at the view type, so that an unsupported
+        // element type is reported on the parameter, but resolves names at
+        // the call site (a type from a `macro_rules` fragment has another
+        // hygiene context, in which `__dlcast` would not be found).
+        let prepares = a.views.iter().enumerate().map(|(i, v)| {
+            let (ident, ty) = (&v.ident, &elide_lifetimes(&v.ty));
+            let span = ty.span().resolved_at(Span::call_site());
+            if v.optional {
+                quote_spanned!(span=> __dlcast.prepare_opt::<#ty>(#i, #ident)?;)
+            } else {
+                quote_spanned!(span=> __dlcast.prepare::<#ty>(#i, #ident)?;)
+            }
+        });
+        let run = quote! {
+            #(#prepares)*
+            __dlcast.finish()?;
+            #result
+        };
+        let n_views = a.views.len();
+        let (peeks, dispatch) = self.dtype_dispatch(&run);
         quote! {
             let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
             #stream_setup
             #(#peeks)*
             #dispatch
         }
-    };
-    // With the `inspect` feature: the hints PyO3's introspection reads.
-    let marker_base = match ctx {
-        Ctx::Free => format!("Fn_{}", sig.ident.unraw()),
-        Ctx::Method(class) => format!("Method_{class}__{}", sig.ident.unraw()),
-    };
-    let hints = stubhint::Inspect::new(
-        &marker_base,
-        views,
-        &view_hints,
-        a.outer_params.clone(),
-        (!plain_return).then_some(ret.as_str()),
-    );
-    let (outer_params, hint_items, unwrap_args) =
-        (hints.outer_params, hints.items, hints.unwrap_args);
-    let wrap_result = hints.ret_ty.is_some();
-    let ret_ty = hints.ret_ty.unwrap_or(ret_ty);
-    let mut inner = quote! {
-        #like_prelude
-        #fast
-        #general
-    };
-    if wrap_result {
-        // The body's `return`s leave the closure; its result is wrapped.
-        inner = quote! {
-            ::core::result::Result::map(
-                (|| -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> { #inner })(),
-                #rt::Out::new,
+    }
+
+    /// A dtype-generic function: peek at each deciding argument, then one
+    /// match per type parameter; each arm names the type with a local alias
+    /// and runs the same imports, monomorphised.
+    fn dtype_dispatch(&self, run: &TokenStream2) -> (Vec<TokenStream2>, TokenStream2) {
+        let views = &self.a.views;
+        let peek_ident = |v: &ViewParam| {
+            let i = views
+                .iter()
+                .position(|w| std::ptr::eq(w, v))
+                .expect("a view of this function");
+            format_ident!("__dlcast_peek{i}")
+        };
+        let peeks = self.a.tparams.iter().map(|tp| {
+            let i = tp.decided_by.expect("checked");
+            let (peek, ident) = (peek_ident(&views[i]), &views[i].ident);
+            let writable = views[i].kind.writable();
+            quote!(let #peek = __dlcast.peek(#i, #ident, #writable)?;)
+        });
+        let peeks = peeks.collect();
+        (
+            peeks,
+            dispatch_tokens(&self.a, 0, &mut Vec::new(), run, &peek_ident),
+        )
+    }
+
+    /// What a returned array becomes, as the signature line says it:
+    /// `like(x)` names the parameter whose framework it takes (the stub
+    /// generator reads it from here).
+    fn returned_array_type(&self) -> String {
+        let views = &self.a.views;
+        match &self.opts.returns {
+            Some(Returns::Dlcast) => "dlcast.Array".to_string(),
+            // The default: like the first (required) array parameter, else
+            // NumPy; `like(x, numpy)`: an argument of no framework (a buffer,
+            // a capsule) gets NumPy, where `returns = like(x)` keeps a
+            // `dlcast.Array` (the stub generator types the two apart).
+            None => match views.iter().find(|v| !v.optional).or(views.first()) {
+                Some(v) => format!("like({}, numpy)", v.ident.unraw()),
+                None => "numpy.ndarray".to_string(),
+            },
+            Some(Returns::Like(p)) => format!("like({})", p.unraw()),
+            Some(Returns::Framework(f, _)) => f.facts().python_type.to_string(),
+        }
+    }
+
+    /// The Python parameters with each array parameter's annotation
+    /// (`ndarray[float32, (n, 3), cpu]`), and each view's introspection hint.
+    fn annotated_params(&self) -> (Vec<(String, Option<String>)>, Vec<stubhint::Py>) {
+        let a = &self.a;
+        let mut py_params = a.py_params.clone();
+        let mut view_hints = Vec::new();
+        for v in &a.views {
+            let dtype = match v.tparam {
+                Some(k) => Some(
+                    a.tparams[k]
+                        .dtypes
+                        .iter()
+                        .map(dtype_python_name)
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                ),
+                // An element type dlcast cannot name (an alias) shows as written.
+                None => element_type(&v.ty).map(|t| {
+                    pysig::element_name(t)
+                        .map(String::from)
+                        .unwrap_or_else(|| t.to_token_stream().to_string().replace(' ', ""))
+                }),
+            };
+            let ann = pysig::array_annotation(
+                &v.annots,
+                v.shape.as_deref(),
+                dtype,
+                &self.dim_names,
+                v.kind.writable(),
+                v.optional,
+            );
+            if let Some(p) = py_params.iter_mut().find(|(n, _)| v.ident.unraw() == n) {
+                // PyO3's hint keeps the constraint text (without `| None`,
+                // which PyO3 adds for an `Option`).
+                view_hints.push(stubhint::param_hint(
+                    ann.strip_suffix(" | None").unwrap_or(&ann),
+                ));
+                p.1 = Some(ann);
+            } else {
+                view_hints.push(stubhint::param_hint("ndarray"));
+            }
+        }
+        (py_params, view_hints)
+    }
+
+    /// The Python-facing signature and docstring line.
+    fn signature_line(&self) -> SignatureLine {
+        let (attrs, fn_name) = (self.attrs, &self.fn_name);
+        let (py_params, view_hints) = self.annotated_params();
+        let pyo3_attrs = pysig::scan_pyo3_attrs(attrs);
+        let params_text = pysig::parameter_list(&py_params, pyo3_attrs.signature.as_ref());
+        let receiver = if self.a.has_receiver {
+            "self"
+        } else if has_attr(attrs, "classmethod") {
+            "cls"
+        } else {
+            ""
+        };
+        let new_line = has_attr(attrs, "new").then(|| pysig::init_line(&params_text));
+        let params_text = pysig::with_receiver(receiver, &params_text);
+        let array_type = self.returned_array_type();
+        let ret = pysig::return_annotation(&self.sig.output, &array_type, self_name(self.ctx))
+            .unwrap_or_else(|| "...".into());
+        // The first docstring line, as pybind11 and nanobind write it: help()
+        // shows it, and the stub generator parses it. (`__text_signature__`
+        // stays PyO3's, without annotations, which `inspect.signature`
+        // refuses.)
+        let doc_line = format!(" {fn_name}({params_text}) -> {ret}");
+        // Python shows its own docstring for a special method (a slot): the
+        // line, and the doc comment, are kept in a class attribute.
+        let class_attr = match new_line {
+            Some(line) => Some(("__dlcast_new__".to_string(), line)),
+            None if self.special && keeps_line(fn_name) => {
+                Some(pysig::special_attr(fn_name, &doc_line, attrs))
+            }
+            None => None,
+        };
+        SignatureLine {
+            doc_line,
+            ret,
+            view_hints,
+            class_attr,
+        }
+    }
+
+    /// The exported function: the docstring line, the static `FnSpec`, and
+    /// `calls` (with the `inspect` feature, its arguments and result wrapped
+    /// in the marker types PyO3's introspection reads, which are returned
+    /// beside it).
+    fn wrapper(&self, calls: TokenStream2, line: &SignatureLine) -> (TokenStream2, TokenStream2) {
+        let (rt, pyo3) = runtime_paths();
+        let (sig, attrs) = (self.sig, self.attrs);
+        let mut outer_generics = sig.generics.clone();
+        outer_generics.params = outer_generics
+            .params
+            .into_iter()
+            .filter(|g| matches!(g, GenericParam::Lifetime(_)))
+            .collect();
+        if !self.a.tparams.is_empty() {
+            outer_generics.where_clause = None;
+        }
+        let (py_param, ret_ty) = if self.plain_return {
+            (quote!(), body_value_type(&sig.output))
+        } else {
+            (
+                quote!(__dlcast_py: #pyo3::Python<'_>,),
+                quote!(#pyo3::Py<#pyo3::PyAny>),
             )
         };
+        let marker_base = match self.ctx {
+            Ctx::Free => format!("Fn_{}", sig.ident.unraw()),
+            Ctx::Method(class) => format!("Method_{class}__{}", sig.ident.unraw()),
+        };
+        let hints = stubhint::Inspect::new(
+            &marker_base,
+            &self.a.views,
+            &line.view_hints,
+            self.a.outer_params.clone(),
+            (!self.plain_return).then_some(line.ret.as_str()),
+        );
+        let (outer_params, unwrap_args) = (hints.outer_params, hints.unwrap_args);
+        let inner = match &hints.ret_ty {
+            // The body's `return`s leave the closure; its result is wrapped.
+            Some(_) => quote! {
+                ::core::result::Result::map(
+                    (|| -> #pyo3::PyResult<#pyo3::Py<#pyo3::PyAny>> { #calls })(),
+                    #rt::Out::new,
+                )
+            },
+            None => calls,
+        };
+        let ret_ty = hints.ret_ty.unwrap_or(ret_ty);
+        let doc_line = &line.doc_line;
+        let doc_sep = attrs
+            .iter()
+            .any(|a| a.path().is_ident("doc"))
+            .then(|| quote!(#[doc = ""]));
+        let (fn_token, ident, vis) = (&sig.fn_token, &sig.ident, &self.vis);
+        let spec_ident = format_ident!("__DLCAST_SPEC");
+        let (fn_name, dim_names) = (&self.fn_name, &self.dim_names);
+        let param_specs = self.param_specs();
+        let wrapper = quote! {
+            #[doc = #doc_line]
+            #doc_sep
+            #(#attrs)*
+            #[allow(clippy::too_many_arguments, clippy::needless_question_mark)]
+            #vis #fn_token #ident #outer_generics(
+                #(#outer_params,)*
+                #py_param
+            ) -> #pyo3::PyResult<#ret_ty> {
+                static #spec_ident: #rt::FnSpec = #rt::FnSpec {
+                    name: #fn_name,
+                    dim_names: &[#(#dim_names),*],
+                    params: &[#(#param_specs),*],
+                };
+                #unwrap_args
+                #inner
+            }
+        };
+        (wrapper, hints.items)
     }
-    let wrapper = quote! {
-        #[doc = #doc_line]
-        #doc_sep
-        #(#attrs)*
-        #[allow(clippy::too_many_arguments, clippy::needless_question_mark)]
-        #vis #fn_token #ident #outer_generics(
-            #(#outer_params,)*
-            #py_param
-        ) -> #pyo3::PyResult<#ret_ty> {
-            static #spec_ident: #rt::FnSpec = #rt::FnSpec {
-                name: #fn_name,
-                dim_names: &[#(#dim_names),*],
-                params: &[#(#param_specs),*],
-            };
-            #unwrap_args
-            #inner
-        }
-    };
-    Ok(Generated {
-        wrapper,
-        body: body_fn,
-        class_attr,
-        hint_items,
-    })
 }
 
 /// Whether `name` is spelled as a special method's (`__call__`).

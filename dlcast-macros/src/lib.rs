@@ -17,6 +17,7 @@ mod emit;
 mod facts;
 mod handle;
 mod parse;
+mod plain_method;
 mod pysig;
 mod stream;
 mod stubhint;
@@ -273,101 +274,140 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
         .to_compile_error();
         return Ok(quote!(#err #imp));
     }
-    let mut bodies = Vec::new();
-    let mut errors: Option<Error> = None;
     let class = match &*imp.self_ty {
         Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
         _ => None,
     };
-    // The `#[new]` line and special methods' lines, kept in class
-    // attributes (see `Generated::class_attr`).
-    let mut class_attrs: Vec<(String, String)> = Vec::new();
-    let mut hints = TokenStream2::new();
+    let mut out = Methods::default();
+    let mut errors: Option<Error> = None;
     for item in imp.items.iter_mut() {
         let ImplItem::Fn(m) = item else { continue };
-        let name = pysig::scan_pyo3_attrs(&m.attrs)
-            .name
-            .unwrap_or_else(|| syn::ext::IdentExt::unraw(&m.sig.ident).to_string());
-        // Annotated `ArrayHandle` parameters: errors name the class for
-        // `#[new]`, else `Class.method`.
-        let class_name = class.as_deref().unwrap_or("...");
-        let py_name = if has_attr(&m.attrs, "new") {
-            class_name.to_string()
-        } else {
-            format!("{class_name}.{name}")
-        };
-        let base = format!("{class_name}__{}", syn::ext::IdentExt::unraw(&m.sig.ident));
-        let handle_annotations = match handle::rewrite(&mut m.sig, &py_name, &base) {
-            Ok(h) => {
-                hints.extend(h.items);
-                h.annotations
-            }
-            Err(e) => {
-                combine(&mut errors, e);
-                continue;
-            }
-        };
-        let own = match take_method_options(&mut m.attrs) {
-            Ok(o) => o,
-            Err(e) => {
-                combine(&mut errors, e);
-                continue;
-            }
-        };
-        if own.is_none() && !has_array_params(&m.sig) {
-            // Its signature line, for help() and the stub generator.
-            let class = class.as_deref().unwrap_or("...");
-            match pysig::plain_method_line(&m.attrs, &m.sig, class, &handle_annotations) {
-                Some((_, Some(init))) => class_attrs.push(("__dlcast_new__".into(), init)),
-                Some((line, None)) if emit::is_dunder(&name) => {
-                    if !emit::keeps_line(&name) {
-                        continue;
-                    }
-                    class_attrs.push(pysig::special_attr(&name, &line, &m.attrs));
-                }
-                Some((line, None)) => {
-                    if m.attrs.iter().any(|a| a.path().is_ident("doc")) {
-                        m.attrs.insert(0, syn::parse_quote!(#[doc = ""]));
-                    }
-                    m.attrs.insert(0, syn::parse_quote!(#[doc = #line]));
-                }
-                None => {}
-            }
-            continue;
-        }
-        let mut mopts = own.unwrap_or_default();
-        mopts.noconvert |= opts.noconvert;
-        if mopts.returns.is_none() {
-            mopts.returns = opts.returns.clone();
-            mopts.returns_inherited = true;
-        }
-        if mopts.stream.is_none() {
-            mopts.stream = opts.stream.clone();
-        }
-        let ctx = Ctx::Method(class.clone().unwrap_or_else(|| "...".into()));
-        match expand_callable(
-            &mopts,
-            &m.attrs,
-            &m.vis,
-            &m.sig,
-            &m.block,
-            &ctx,
-            &handle_annotations,
-        ) {
-            Ok(g) => {
-                class_attrs.extend(g.class_attr);
+        match expand_method(opts, m, class.as_deref(), &mut out) {
+            Ok(Some(g)) => {
+                out.class_attrs.extend(g.class_attr);
                 *m = syn::parse2(g.wrapper)?;
-                bodies.push(g.body);
-                hints.extend(g.hint_items);
+                out.bodies.push(g.body);
+                out.hints.extend(g.hint_items);
             }
+            Ok(None) => {}
             Err(e) => combine(&mut errors, e),
         }
     }
     if let Some(e) = errors {
         return Err(e);
     }
+
+    push_class_attrs(&mut imp, out.class_attrs);
+    let (impl_generics, _, where_clause) = imp.generics.split_for_impl();
+    let self_ty = &imp.self_ty;
+    let (bodies, hints) = (&out.bodies, &out.hints);
+    Ok(quote! {
+        #imp
+        impl #impl_generics #self_ty #where_clause {
+            #(#bodies)*
+        }
+        #hints
+    })
+}
+
+/// What the methods of a `#[pymethods]` block add beside themselves.
+#[derive(Default)]
+struct Methods {
+    /// The bodies, associated functions of a second, plain `impl` block.
+    bodies: Vec<TokenStream2>,
+    /// The `#[new]` line and special methods' lines, kept in class
+    /// attributes (see `Generated::class_attr`).
+    class_attrs: Vec<(String, String)>,
+    /// Items beside the block: `ArrayHandle` helpers and introspection hints.
+    hints: TokenStream2,
+}
+
+/// One method of the block: its `ArrayHandle` parameters rewritten, then
+/// either expanded (returned, for the caller to put in its place) or, without
+/// array parameters or options of its own, only given its signature line.
+fn expand_method(
+    opts: &FnOptions,
+    m: &mut syn::ImplItemFn,
+    class: Option<&str>,
+    out: &mut Methods,
+) -> syn::Result<Option<emit::Generated>> {
+    let name = pysig::scan_pyo3_attrs(&m.attrs)
+        .name
+        .unwrap_or_else(|| syn::ext::IdentExt::unraw(&m.sig.ident).to_string());
+    // Annotated `ArrayHandle` parameters: errors name the class for
+    // `#[new]`, else `Class.method`.
+    let class_name = class.unwrap_or("...");
+    let py_name = if has_attr(&m.attrs, "new") {
+        class_name.to_string()
+    } else {
+        format!("{class_name}.{name}")
+    };
+    let base = format!("{class_name}__{}", syn::ext::IdentExt::unraw(&m.sig.ident));
+    let handles = handle::rewrite(&mut m.sig, &py_name, &base)?;
+    out.hints.extend(handles.items);
+    let handle_annotations = handles.annotations;
+    let own = take_method_options(&mut m.attrs)?;
+    if own.is_none() && !has_array_params(&m.sig) {
+        add_plain_method_line(m, class_name, &name, &handle_annotations, out);
+        return Ok(None);
+    }
+
+    let mut mopts = own.unwrap_or_default();
+    mopts.noconvert |= opts.noconvert;
+    if mopts.returns.is_none() {
+        mopts.returns = opts.returns.clone();
+        mopts.returns_inherited = true;
+    }
+    if mopts.stream.is_none() {
+        mopts.stream = opts.stream.clone();
+    }
+    let ctx = Ctx::Method(class_name.to_string());
+    expand_callable(
+        &mopts,
+        &m.attrs,
+        &m.vis,
+        &m.sig,
+        &m.block,
+        &ctx,
+        &handle_annotations,
+    )
+    .map(Some)
+}
+
+/// A method that takes no arrays gets its signature line, for help() and
+/// the stub generator: as its first doc line, or in a class attribute for
+/// `#[new]` and the special methods whose docstring Python shows its own.
+fn add_plain_method_line(
+    m: &mut syn::ImplItemFn,
+    class: &str,
+    name: &str,
+    handle_annotations: &[(String, String)],
+    out: &mut Methods,
+) {
+    match plain_method::plain_method_line(&m.attrs, &m.sig, class, handle_annotations) {
+        Some((_, Some(init))) => out.class_attrs.push(("__dlcast_new__".into(), init)),
+        Some((line, None)) if emit::is_dunder(name) => {
+            // No line where it would not say what Python sees (see `emit::keeps_line`).
+            if !emit::keeps_line(name) {
+                return;
+            }
+            out.class_attrs
+                .push(pysig::special_attr(name, &line, &m.attrs));
+        }
+        Some((line, None)) => {
+            if m.attrs.iter().any(|a| a.path().is_ident("doc")) {
+                m.attrs.insert(0, syn::parse_quote!(#[doc = ""]));
+            }
+            m.attrs.insert(0, syn::parse_quote!(#[doc = #line]));
+        }
+        None => {}
+    }
+}
+
+/// Each kept line as a `#[classattr]` of the block, where the stub
+/// generator finds it.
+fn push_class_attrs(imp: &mut ItemImpl, class_attrs: Vec<(String, String)>) {
     for (name, text) in class_attrs {
-        // Where the stub generator finds the line.
         let name = syn::Ident::new(&name, proc_macro2::Span::call_site());
         imp.items.push(syn::parse_quote! {
             #[classattr]
@@ -377,13 +417,4 @@ fn expand_impl(opts: &FnOptions, mut imp: ItemImpl) -> syn::Result<TokenStream2>
             }
         });
     }
-    let (impl_generics, _, where_clause) = imp.generics.split_for_impl();
-    let self_ty = &imp.self_ty;
-    Ok(quote! {
-        #imp
-        impl #impl_generics #self_ty #where_clause {
-            #(#bodies)*
-        }
-        #hints
-    })
 }
