@@ -25,6 +25,7 @@
 //! holds the read in the borrow registry until the copy has finished.
 
 use crate::dtype::DType;
+use crate::facts::Convert;
 use crate::framework::Framework;
 use crate::import::{Owner, RawTensor};
 use crate::spec::Order;
@@ -58,8 +59,9 @@ use crate::error::Unconvertible;
 
 /// Converts `obj` (a private NumPy array of [`numpy_view`], dlcast's
 /// private alias of a PyTorch tensor, or the argument itself: device memory
-/// or a dtype NumPy lacks) to `target` by asking its framework (the README's
-/// table of conversions).
+/// or a dtype NumPy lacks) to `target` by asking its framework (its
+/// `convert` column of the framework table; the README's table of
+/// conversions).
 pub(crate) fn convert<'py>(
     obj: &Bound<'py, PyAny>,
     host: bool,
@@ -75,61 +77,78 @@ pub(crate) fn convert<'py>(
     if unsafe { pyo3::ffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return Err(ConvertError::Unsupported(Unconvertible::Capsule));
     }
-    // F order is only a different layout from C for two or more dimensions.
-    let wants_f = target.order == Order::F && ndim >= 2;
-    let framework = Framework::of(obj);
-    let numpy_like = matches!(framework, Some(Framework::Numpy | Framework::Cupy) | None);
+    let how = Framework::of(obj).map(|f| f.facts().convert);
     // bfloat16 and the float8 types: NumPy's own dtypes have none (those
     // of `ml_dtypes` are not exported through DLPack).
-    if numpy_like && target.dtype.facts().is_some_and(|f| f.numpy.is_empty()) {
+    if numpy_dtypes_only(how) && target.dtype.facts().is_some_and(|f| f.numpy.is_empty()) {
         return Err(ConvertError::Unsupported(Unconvertible::NumpyLacks(
             target.dtype,
         )));
     }
+    // F order is only a different layout from C for two or more dimensions.
+    let wants_f = target.order == Order::F && ndim >= 2;
     // JAX without `jax_enable_x64` silently keeps 32 bits: 64-bit targets
     // of host arrays go through NumPy.
-    let jax_via_numpy = framework == Some(Framework::Jax) && host && target.dtype.bits == 64
-        || framework == Some(Framework::Jax) && host && target.dtype == DType::COMPLEX128;
+    let jax_via_numpy = host && (target.dtype.bits == 64 || target.dtype == DType::COMPLEX128);
     let raised = |what: &'static str| move |e: PyErr| ConvertError::Raised(what, e);
-    match framework {
-        Some(Framework::Numpy | Framework::Cupy) => {
+    let py = obj.py();
+    match how {
+        Some(Convert::NumpyAstype) => {
             numpy_like_astype(obj, name, target.order).map_err(raised("x.astype"))
         }
         // Inside the disabled regions: no mode sees (or changes) the
         // private alias it converts.
-        Some(Framework::Torch) => crate::import::torch::in_disabled_regions(obj.py(), || {
+        Some(Convert::TorchTo) => crate::import::torch::in_disabled_regions(py, || {
             torch_convert(obj, name, target.order, ndim, target.copy)
         })
         .map_err(raised("x.to")),
         // These frameworks' arrays are always C-contiguous (row-major): a
         // dtype change keeps that; F order needs NumPy.
-        Some(Framework::Jax | Framework::ArrayApi | Framework::Tensorflow)
-            if !wants_f && !jax_via_numpy =>
-        {
-            let py = obj.py();
-            match framework {
-                Some(Framework::Jax) => obj
-                    .call_method1(intern!(py, "astype"), (name,))
-                    .map_err(raised("x.astype")),
-                Some(Framework::ArrayApi) => {
-                    let xp = obj
-                        .call_method0(intern!(py, "__array_namespace__"))
-                        .map_err(raised("x.__array_namespace__"))?;
-                    let dtype = xp.getattr(name).map_err(raised("xp.astype"))?;
-                    xp.call_method1(intern!(py, "astype"), (obj, dtype))
-                        .map_err(raised("xp.astype"))
-                }
-                _ => py
-                    .import(intern!(py, "tensorflow"))
-                    .and_then(|tf| tf.call_method1(intern!(py, "cast"), (obj, name)))
-                    .map_err(raised("tensorflow.cast")),
-            }
+        Some(Convert::JaxAstype) if !wants_f && !jax_via_numpy => obj
+            .call_method1(intern!(py, "astype"), (name,))
+            .map_err(raised("x.astype")),
+        Some(Convert::NamespaceAstype) if !wants_f => {
+            let xp = obj
+                .call_method0(intern!(py, "__array_namespace__"))
+                .map_err(raised("x.__array_namespace__"))?;
+            let dtype = xp.getattr(name).map_err(raised("xp.astype"))?;
+            xp.call_method1(intern!(py, "astype"), (obj, dtype))
+                .map_err(raised("xp.astype"))
         }
+        Some(Convert::TensorflowCast) if !wants_f => py
+            .import(intern!(py, "tensorflow"))
+            .and_then(|tf| tf.call_method1(intern!(py, "cast"), (obj, name)))
+            .map_err(raised("tensorflow.cast")),
         // Host memory of any other producer is converted by NumPy from a
         // view of what dlcast read (see `numpy_view`), never from the
         // producer again; where NumPy cannot view it, it is not converted.
-        _ if host => Err(ConvertError::Unsupported(Unconvertible::NotViewable)),
-        _ => Err(ConvertError::Unsupported(Unconvertible::Device)),
+        Some(
+            Convert::JaxAstype
+            | Convert::NamespaceAstype
+            | Convert::TensorflowCast
+            | Convert::NumpyOnly,
+        )
+        | None => Err(ConvertError::Unsupported(if host {
+            Unconvertible::NotViewable
+        } else {
+            Unconvertible::Device
+        })),
+    }
+}
+
+/// Whether a conversion by `how` (`None`: an unknown producer's) takes only
+/// dtypes NumPy has: NumPy's (and CuPy's) `astype`, and an unknown
+/// producer's memory, which only NumPy converts.
+fn numpy_dtypes_only(how: Option<Convert>) -> bool {
+    match how {
+        Some(Convert::NumpyAstype) | None => true,
+        Some(
+            Convert::TorchTo
+            | Convert::JaxAstype
+            | Convert::NamespaceAstype
+            | Convert::TensorflowCast
+            | Convert::NumpyOnly,
+        ) => false,
     }
 }
 

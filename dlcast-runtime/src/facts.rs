@@ -13,7 +13,8 @@
 //!   handed to which function), the import of a producer's capsules
 //!   (`import/exchange.rs` and `import/mod.rs`: the `modules`, `read_only`
 //!   and `legacy_writable` columns: which producers' arrays are immutable,
-//!   and whose legacy capsules may be written), the names, sizes, NumPy type numbers, buffer formats,
+//!   and whose legacy capsules may be written), conversions (`convert.rs`:
+//!   the `convert` column), the names, sizes, NumPy type numbers, buffer formats,
 //!   casting kinds and absences (`export/handoff.rs`) of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
@@ -373,6 +374,29 @@ pub enum Layout {
     NegativeStridesRefused,
 }
 
+/// How an argument's own framework converts it (an implicit conversion of
+/// device memory, or to a dtype NumPy lacks: host memory that NumPy can
+/// view is converted by NumPy, whoever produced it; see `convert.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Convert {
+    /// `x.astype(dtype, order=...)`, NumPy's method (CuPy has the same); a
+    /// dtype NumPy lacks is refused.
+    NumpyAstype,
+    /// `TensorBase`'s own `detach`, `to`, `contiguous` and `permute`, run
+    /// on dlcast's private alias.
+    TorchTo,
+    /// `x.astype(dtype)`, in C order only (the arrays are row-major); a
+    /// 64-bit target of host memory is NumPy's to convert (JAX without
+    /// `jax_enable_x64` silently keeps 32 bits).
+    JaxAstype,
+    /// `x.__array_namespace__().astype(x, dtype)`, in C order only.
+    NamespaceAstype,
+    /// `tensorflow.cast(x, dtype)`, in C order only.
+    TensorflowCast,
+    /// Only what NumPy can view converts (by NumPy).
+    NumpyOnly,
+}
+
 /// How the stub generator writes a framework's array type.
 #[derive(Clone, Copy, Debug)]
 pub struct Stub {
@@ -421,6 +445,8 @@ pub struct FrameworkFacts {
     pub legacy_writable: bool,
     /// What becomes of layouts it cannot take.
     pub layout: Layout,
+    /// How it converts its own arrays.
+    pub convert: Convert,
     /// Its array type in a stub.
     pub stub: Stub,
 }
@@ -436,6 +462,7 @@ macro_rules! frameworks {
         read_only: $read_only:ident,
         legacy_writable: $legacy_writable:literal,
         layout: $layout:ident,
+        convert: $convert:ident,
         stub: $stub:literal [$($import:literal),*] typed: $typed:literal,
     })*) => {
         /// A framework a `#[dlpack_fn(returns = ...)]` function hands its
@@ -457,6 +484,7 @@ macro_rules! frameworks {
             read_only: ReadOnly::$read_only,
             legacy_writable: $legacy_writable,
             layout: Layout::$layout,
+            convert: Convert::$convert,
             stub: Stub { ty: $stub, imports: &[$($import),*], typed: $typed },
         }),*];
     };
@@ -468,6 +496,7 @@ frameworks! {
         option: "numpy", modules: ["numpy"], python_type: "numpy.ndarray", name: "NumPy",
         handover: NumpyCApi("numpy", "from_dlpack"), host_only: true,
         read_only: Marked, legacy_writable: true, layout: AsIs,
+        convert: NumpyAstype,
         stub: "numpy.typing.NDArray[typing.Any]" ["numpy", "numpy.typing"] typed: true,
     }
     /// `torch.from_dlpack`.
@@ -475,6 +504,7 @@ frameworks! {
         option: "torch", modules: ["torch"], python_type: "torch.Tensor", name: "PyTorch",
         handover: TorchExchange("torch", "from_dlpack"), host_only: false,
         read_only: Refused, legacy_writable: true, layout: NegativeStridesRefused,
+        convert: TorchTo,
         stub: "torch.Tensor" ["torch"] typed: true,
     }
     /// `jax.numpy.from_dlpack`.
@@ -482,6 +512,7 @@ frameworks! {
         option: "jax", modules: ["jax", "jaxlib"], python_type: "jax.Array", name: "JAX",
         handover: FromDlpack("jax.numpy", "from_dlpack"), host_only: false,
         read_only: Immutable, legacy_writable: false, layout: CompactCopy,
+        convert: JaxAstype,
         stub: "jax.Array" ["jax"] typed: true,
     }
     /// `cupy.from_dlpack`.
@@ -489,6 +520,7 @@ frameworks! {
         option: "cupy", modules: ["cupy"], python_type: "cupy.ndarray", name: "CuPy",
         handover: FromDlpack("cupy", "from_dlpack"), host_only: false,
         read_only: Marked, legacy_writable: true, layout: AsIs,
+        convert: NumpyAstype,
         stub: "cupy.ndarray" ["cupy"] typed: false,
     }
     /// `tensorflow.experimental.dlpack.from_dlpack` (takes a capsule).
@@ -497,6 +529,7 @@ frameworks! {
         name: "TensorFlow",
         handover: LegacyCapsule("tensorflow.experimental.dlpack", "from_dlpack"),
         host_only: false, read_only: Immutable, legacy_writable: false, layout: AsIs,
+        convert: TensorflowCast,
         stub: "tensorflow.Tensor" ["tensorflow"] typed: false,
     }
     /// `array_api_strict.from_dlpack`.
@@ -505,6 +538,7 @@ frameworks! {
         python_type: "array_api_strict.Array", name: "array_api_strict",
         handover: FromDlpack("array_api_strict", "from_dlpack"), host_only: false,
         read_only: Marked, legacy_writable: true, layout: AsIs,
+        convert: NamespaceAstype,
         stub: "array_api_strict._array_object.Array" ["array_api_strict._array_object"]
             typed: true,
     }
@@ -514,6 +548,7 @@ frameworks! {
         option: "memoryview", modules: [], python_type: "memoryview", name: "memoryview",
         handover: Buffer("builtins", "memoryview"), host_only: true,
         read_only: Marked, legacy_writable: false, layout: AsIs,
+        convert: NumpyOnly,
         stub: "memoryview" [] typed: true,
     }
     /// `mlx.core.from_dlpack` (MLX arrays are immutable).
@@ -521,6 +556,7 @@ frameworks! {
         option: "mlx", modules: ["mlx"], python_type: "mlx.core.array", name: "MLX",
         handover: FromDlpack("mlx.core", "from_dlpack"), host_only: false,
         read_only: Immutable, legacy_writable: false, layout: NegativeStridesCopied,
+        convert: NumpyOnly,
         stub: "mlx.core.array" ["mlx.core"] typed: false,
     }
     /// `paddle.from_dlpack` (PaddlePaddle, which like PyTorch has no
@@ -530,6 +566,7 @@ frameworks! {
         name: "PaddlePaddle",
         handover: FromDlpack("paddle", "from_dlpack"), host_only: false,
         read_only: Refused, legacy_writable: true, layout: NegativeStridesRefused,
+        convert: NumpyOnly,
         stub: "paddle.Tensor" ["paddle"] typed: true,
     }
 }

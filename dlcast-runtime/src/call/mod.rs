@@ -625,105 +625,7 @@ impl<const N: usize> CallCx<N> {
             if slot.obj.is_none() {
                 continue;
             }
-            let param = &who.spec.params[index];
-            let (dtype, writable) = (slot.dtype, slot.writable);
-            let out = slot.raw.get_mut();
-            match import::read_into(py, &slot.source, out) {
-                Ok(()) => {}
-                Err(ImportError::NeedsDlpack) if !slot.via_dlpack => {
-                    return Err(Stop::Work(index, Work::Dlpack))
-                }
-                Err(e @ ImportError::Invalid(_))
-                    if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
-                {
-                    let e = who.import_error(param, e);
-                    return Err(Stop::Work(index, Work::ViaNumpy(e)));
-                }
-                Err(e) => return Err(Stop::Error(who.import_error(param, e))),
-            }
-            let Some(raw) = out.as_mut() else {
-                return Err(Stop::Error(misuse()));
-            };
-            if let Some((_, shape)) = &slot.converted {
-                // Writes into the temporary would never reach the caller's
-                // array: the view of it is read-only in the body. Returned,
-                // it is the caller's new array (see `export_view`).
-                raw.converted = Some(raw.read_only);
-                raw.read_only = true;
-                if raw.shape.as_slice() != shape.as_slice() {
-                    return Err(Stop::Error(
-                        CallError::ConvertedShape {
-                            func: who.spec.name,
-                            param: param.name,
-                            got: raw.shape.to_vec(),
-                            want: shape.to_vec(),
-                        }
-                        .into(),
-                    ));
-                }
-            }
-            match who.check(names, index, param, raw, dtype, writable) {
-                Ok(()) => {}
-                Err(Refusal::Error(e)) => return Err(Stop::Error(e)),
-                Err(Refusal::Convert(target, what)) => {
-                    if slot.converted.is_some() {
-                        return Err(Stop::Error(
-                            CallError::StillMisfits {
-                                func: who.spec.name,
-                                param: param.name,
-                                what,
-                                dtype: raw.dtype,
-                                strides: raw.strides.to_vec(),
-                            }
-                            .into(),
-                        ));
-                    }
-                    // The conversion reads the memory: `convert_read` holds
-                    // it as read in the registry from before the copy
-                    // starts until it has finished.
-                    let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
-                    let shape = SmallVec::from_slice(&raw.shape);
-                    *out = None;
-                    slot.converted = Some((py.None(), shape));
-                    let work = Work::Convert {
-                        target,
-                        what,
-                        host,
-                        ndim,
-                    };
-                    return Err(Stop::Work(index, work));
-                }
-            }
-            who.register(py, param, raw, writable)?;
-            // A Rust reference to a `bool` must see 0 or 1: checked in phase
-            // 2, once the memory is this call's, before any version counter
-            // is bumped.
-            if param.aligned && !raw.holds_valid_bools() {
-                return Err(Stop::Error(
-                    CallError::InvalidBool {
-                        func: who.spec.name,
-                        param: param.name,
-                    }
-                    .into(),
-                ));
-            }
-            // Its holds in rust-numpy's registries, acquired in phase 1, must
-            // describe the array as read (no call into them here).
-            if let (Some(foreign), Source::Numpy(array), None, Some(_)) = (
-                crate::borrow::rnp::foreign(),
-                &slot.source,
-                &slot.converted,
-                &raw.borrow,
-            ) {
-                let array = array.bind(py);
-                if !slot
-                    .rnp
-                    .as_ref()
-                    .is_some_and(|h| h.matches(array, foreign, writable))
-                {
-                    return Err(Stop::Work(index, Work::Rehold));
-                }
-            }
+            read_slot(py, who, names, index, slot)?;
         }
         // rust-numpy's table, which phase 1 checked for every exact
         // `numpy.ndarray` read from its fields, re-established in phase 2,
@@ -819,6 +721,152 @@ impl<const N: usize> CallCx<N> {
             Ok(None)
         }
     }
+}
+
+/// Phase 2 for the argument of parameter `index` (present): its read, into
+/// `slot.raw`, checked against the parameter (named extents bound in
+/// `names`) and entered in the borrow registry, or why the pass stops.
+/// Runs no Python code and allocates no object the cyclic GC tracks.
+#[inline(always)]
+fn read_slot(
+    py: Python<'_>,
+    who: Who,
+    names: &mut [Option<Binding>],
+    index: usize,
+    slot: &mut Slot,
+) -> Result<(), Stop> {
+    let param = &who.spec.params[index];
+    let (dtype, writable) = (slot.dtype, slot.writable);
+    let out = slot.raw.get_mut();
+    if let Err(e) = import::read_into(py, &slot.source, out) {
+        return Err(read_stop(who, index, slot, e));
+    }
+    let Some(raw) = out.as_mut() else {
+        return Err(Stop::Error(misuse()));
+    };
+    if let Some((_, shape)) = &slot.converted {
+        read_of_converted(who, param, raw, shape)?;
+    }
+    match who.check(names, index, param, raw, dtype, writable) {
+        Ok(()) => {}
+        Err(Refusal::Error(e)) => return Err(Stop::Error(e)),
+        Err(Refusal::Convert(target, what)) => {
+            if slot.converted.is_some() {
+                return Err(Stop::Error(
+                    CallError::StillMisfits {
+                        func: who.spec.name,
+                        param: param.name,
+                        what,
+                        dtype: raw.dtype,
+                        strides: raw.strides.to_vec(),
+                    }
+                    .into(),
+                ));
+            }
+            // The conversion reads the memory: `convert_read` holds
+            // it as read in the registry from before the copy
+            // starts until it has finished.
+            let (host, ndim) = (raw.device.is_host_accessible(), raw.shape.len());
+            let shape = SmallVec::from_slice(&raw.shape);
+            *out = None;
+            slot.converted = Some((py.None(), shape));
+            let work = Work::Convert {
+                target,
+                what,
+                host,
+                ndim,
+            };
+            return Err(Stop::Work(index, work));
+        }
+    }
+    who.register(py, param, raw, writable)?;
+    // A Rust reference to a `bool` must see 0 or 1: checked in phase
+    // 2, once the memory is this call's, before any version counter
+    // is bumped.
+    if param.aligned && !raw.holds_valid_bools() {
+        return Err(Stop::Error(
+            CallError::InvalidBool {
+                func: who.spec.name,
+                param: param.name,
+            }
+            .into(),
+        ));
+    }
+    // Its holds in rust-numpy's registries, acquired in phase 1, must
+    // describe the array as read (no call into them here).
+    let registered = raw.borrow.is_some();
+    if !rnp_holds_describe(py, slot, registered, writable) {
+        return Err(Stop::Work(index, Work::Rehold));
+    }
+    Ok(())
+}
+
+/// Why a pass stops where the read of slot `index` failed with `e`: a
+/// NumPy array its fields cannot describe goes through `__dlpack__` (once),
+/// a buffer dlcast cannot describe to NumPy (unless it is a conversion's
+/// temporary); anything else is the import's error.
+#[inline(always)]
+fn read_stop(who: Who, index: usize, slot: &Slot, e: ImportError) -> Stop {
+    let param = &who.spec.params[index];
+    match e {
+        ImportError::NeedsDlpack if !slot.via_dlpack => Stop::Work(index, Work::Dlpack),
+        e @ ImportError::Invalid(_)
+            if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
+        {
+            let e = who.import_error(param, e);
+            Stop::Work(index, Work::ViaNumpy(e))
+        }
+        e => Stop::Error(who.import_error(param, e)),
+    }
+}
+
+/// Marks `raw`, the read of a converted temporary, read-only, and checks
+/// that the conversion kept the argument's `shape`.
+#[inline(always)]
+fn read_of_converted(
+    who: Who,
+    param: &crate::spec::ParamSpec,
+    raw: &mut RawTensor,
+    shape: &[usize],
+) -> Result<(), Stop> {
+    // Writes into the temporary would never reach the caller's
+    // array: the view of it is read-only in the body. Returned,
+    // it is the caller's new array (see `export_view`).
+    raw.converted = Some(raw.read_only);
+    raw.read_only = true;
+    if raw.shape.as_slice() != shape {
+        return Err(Stop::Error(
+            CallError::ConvertedShape {
+                func: who.spec.name,
+                param: param.name,
+                got: raw.shape.to_vec(),
+                want: shape.to_vec(),
+            }
+            .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the holds in rust-numpy's registries that phase 1 acquired for
+/// `slot` describe the array as read, where they must: an exact
+/// `numpy.ndarray` whose read is `registered` in the borrow registry, while
+/// rust-numpy publishes its own registries (no call into them here).
+#[inline(always)]
+fn rnp_holds_describe(py: Python<'_>, slot: &Slot, registered: bool, writable: bool) -> bool {
+    if let (Some(foreign), Source::Numpy(array), None, true) = (
+        crate::borrow::rnp::foreign(),
+        &slot.source,
+        &slot.converted,
+        registered,
+    ) {
+        let array = array.bind(py);
+        return slot
+            .rnp
+            .as_ref()
+            .is_some_and(|h| h.matches(array, foreign, writable));
+    }
+    true
 }
 
 /// The fast read of one exact `numpy.ndarray` argument (parameter `index`,

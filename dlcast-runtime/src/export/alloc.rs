@@ -4,7 +4,6 @@
 //! exported ([`stats`]) and why a [`Tensor`](super::Tensor) cannot be built
 //! ([`ShapeError`]).
 
-use super::tensor::Tensor;
 use crate::borrow::{self, Borrow, Refused};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
@@ -63,6 +62,11 @@ const ALLOC_ALIGN: usize = 16;
 /// glibc maps blocks of 128 KiB and more afresh by default); below, it
 /// zeroes the bytes used itself (`calloc` would zero the slack too).
 const ZEROED_BY_ALLOCATOR: usize = 128 << 10;
+
+/// Alignment in bytes of the buffers dlcast allocates for an export
+/// (`Tensor::zeros`, `Tensor::from_fn`, copies): XLA's, for JAX's
+/// zero-copy import. `Tensor::ALIGN` publishes it.
+pub(super) const EXPORT_ALIGN: usize = 64;
 
 /// An allocation an export owns, with the layout it was made with, freed
 /// on drop: a buffer dlcast allocated, or a `Vec`'s. Held inline in
@@ -207,8 +211,9 @@ pub(super) struct Exported {
     /// read-only memory): `__dlpack__` hands consumers a copy, since some
     /// (PyTorch) ignore `READ_ONLY` and would write it.
     pub(super) never_written: bool,
-    /// C-order data of a `&'static [T]` ([`Tensor::from_static`]): its
-    /// exports share one interned copy ([`Exported::interned`]).
+    /// C-order data of a `&'static [T]`
+    /// ([`Tensor::from_static`](super::Tensor::from_static)): its exports
+    /// share one interned copy ([`Exported::interned`]).
     pub(super) static_data: bool,
     /// Read-only because it is a view of a PyTorch tensor that requires
     /// grad (writes through it would bypass autograd): refusals say so.
@@ -233,7 +238,7 @@ impl Drop for Exported {
 }
 
 /// One interned copy of static data: `bytes` bytes from address `src`,
-/// copied once to `copy` (aligned to [`Tensor::ALIGN`]), kept for the rest
+/// copied once to `copy` (aligned to [`EXPORT_ALIGN`]), kept for the rest
 /// of the process like the static itself.
 struct InternedCopy {
     src: usize,
@@ -247,15 +252,16 @@ struct InternedCopy {
 static INTERNED: std::sync::Mutex<Vec<InternedCopy>> = std::sync::Mutex::new(Vec::new());
 
 impl Exported {
-    /// For [`Tensor::from_static`] data (`static_data`, C order from
-    /// `data`, host memory): the same array over the process's one
-    /// read-only copy of the static's bytes, made on its first export and
-    /// shared by every later one, so that two exports of one static are
-    /// the same memory (`numpy.shares_memory`), as exports of the static
-    /// itself would be. The static itself is never exported: NumPy hands a
-    /// read-only array on to PyTorch (`torch.from_dlpack`), which ignores
-    /// `READ_ONLY` and writes, and a write into a Rust static faults (or
-    /// breaks Rust's immutability of `&'static` data). A consumer that
+    /// For [`Tensor::from_static`](super::Tensor::from_static) data
+    /// (`static_data`, C order from `data`, host memory): the same array
+    /// over the process's one read-only copy of the static's bytes, made on
+    /// its first export and shared by every later one, so that two exports
+    /// of one static are the same memory (`numpy.shares_memory`), as
+    /// exports of the static itself would be. The static itself is never
+    /// exported: NumPy hands a read-only array on to PyTorch
+    /// (`torch.from_dlpack`), which ignores `READ_ONLY` and writes, and a
+    /// write into a Rust static faults (or breaks Rust's immutability of
+    /// `&'static` data). A consumer that
     /// writes the copy that way changes what later exports show, never
     /// what Rust reads.
     ///
@@ -272,7 +278,7 @@ impl Exported {
         // A live `&'static [T]` holds at most `isize::MAX` bytes.
         let bytes = layout::checked_bytes(count, item).ok_or_else(|| oom(usize::MAX))?;
         let src = self.data as usize;
-        let align = item.max(1).next_power_of_two().min(Tensor::<u8>::ALIGN);
+        let align = item.max(1).next_power_of_two().min(EXPORT_ALIGN);
         let copy = if bytes == 0 {
             // Nothing is ever read: no copy, the static's (dangling or
             // real) address as it is.
@@ -290,7 +296,7 @@ impl Exported {
             match found {
                 Some(e) => e.copy + (src - e.src),
                 None => {
-                    let layout = std::alloc::Layout::from_size_align(bytes, Tensor::<u8>::ALIGN)
+                    let layout = std::alloc::Layout::from_size_align(bytes, EXPORT_ALIGN)
                         .map_err(|_| oom(bytes))?;
                     // SAFETY: `layout` has a non-zero size.
                     let dst = unsafe { std::alloc::alloc(layout) };
@@ -525,7 +531,7 @@ impl Exported {
     }
 
     /// The elements copied, in C order, into a new buffer aligned to
-    /// [`Tensor::ALIGN`] bytes (host memory only); same dtype, device and
+    /// [`EXPORT_ALIGN`] bytes (host memory only); same dtype, device and
     /// read-only mark. The copy is a read in the borrow registry while it
     /// reads ([`Exported::copy_borrow`]; `what` names it in errors).
     ///
@@ -545,10 +551,9 @@ impl Exported {
         };
         let count = layout::element_count(&shape).ok_or_else(|| oom(usize::MAX))?;
         let bytes = layout::checked_bytes(count, item)
-            .filter(|&b| b <= isize::MAX as usize - Tensor::<u8>::ALIGN)
+            .filter(|&b| b <= isize::MAX as usize - EXPORT_ALIGN)
             .ok_or_else(|| oom(count.saturating_mul(item)))?;
-        let (buf, dst) =
-            OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).ok_or_else(|| oom(bytes))?;
+        let (buf, dst) = OwnedAlloc::zeroed(bytes, EXPORT_ALIGN).ok_or_else(|| oom(bytes))?;
         let mut written = 0usize;
         let mut overflow = false;
         let walked = layout::for_each_offset(&shape, strides, |off| {
@@ -597,8 +602,7 @@ impl Exported {
 
 #[cfg(test)]
 mod tests {
-    use super::{KeepAlive, OwnedAlloc, ZEROED_BY_ALLOCATOR};
-    use crate::export::Tensor;
+    use super::{KeepAlive, OwnedAlloc, EXPORT_ALIGN, ZEROED_BY_ALLOCATOR};
 
     #[test]
     fn zeroed_buffers_are_aligned_and_zero_on_both_paths() {
@@ -612,8 +616,8 @@ mod tests {
             ZEROED_BY_ALLOCATOR - 1,
             ZEROED_BY_ALLOCATOR + 3,
         ] {
-            let (buf, ptr) = OwnedAlloc::zeroed(bytes, Tensor::<u8>::ALIGN).unwrap();
-            assert_eq!(ptr as usize % Tensor::<u8>::ALIGN, 0, "{bytes} bytes");
+            let (buf, ptr) = OwnedAlloc::zeroed(bytes, EXPORT_ALIGN).unwrap();
+            assert_eq!(ptr as usize % EXPORT_ALIGN, 0, "{bytes} bytes");
             let start = buf.ptr.as_ptr() as usize;
             let end = start + buf.layout.size();
             assert!(

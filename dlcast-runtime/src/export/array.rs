@@ -686,6 +686,29 @@ pub(super) fn make_managed(
     deleted: Option<Arc<AtomicBool>>,
 ) -> PyResult<*mut c_void> {
     let this = &slf.get().inner;
+    let (ndim, device_type) = dlpack_ints(this)?;
+    let (ctx, data) = capsule_ctx(slf, copied, deleted)?;
+    let tensor = dl_tensor(this, data, ndim, device_type);
+    let ptr = if versioned {
+        let mut flags = 0;
+        if copied.is_some() {
+            flags |= FLAG_IS_COPIED;
+        } else if this.read_only {
+            flags |= FLAG_READ_ONLY;
+        }
+        versioned_managed(tensor, ctx, flags)
+    } else {
+        legacy_managed(tensor, ctx)
+    };
+    CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
+    Ok(ptr)
+}
+
+/// The rank and device type of `this` as DLPack's `DLTensor` holds them
+/// (`int32_t`, `DLDeviceType`), or the `BufferError` that DLPack cannot
+/// carry them.
+#[inline]
+fn dlpack_ints(this: &Exported) -> PyResult<(i32, u32)> {
     let (Ok(ndim), Ok(device_type)) = (
         i32::try_from(this.shape.len()),
         u32::try_from(this.device.device_type),
@@ -696,6 +719,18 @@ pub(super) fn make_managed(
         }
         .into());
     };
+    Ok((ndim, device_type))
+}
+
+/// The manager context of a capsule of `slf` (a copy of it when `copied`
+/// names the copy) and the data pointer its tensor describes.
+#[inline]
+fn capsule_ctx(
+    slf: &Bound<'_, Array>,
+    copied: Option<&'static str>,
+    deleted: Option<Arc<AtomicBool>>,
+) -> PyResult<(CapsuleCtx, *mut c_void)> {
+    let this = &slf.get().inner;
     // A copy is the same aligned C-order copy `returns = jax` uses, owned
     // by the capsule; otherwise the capsule keeps `slf` alive.
     let (copy, owner) = if let Some(what) = copied {
@@ -715,8 +750,14 @@ pub(super) fn make_managed(
         strides,
         deleted,
     };
-    // `shape` and `strides` are set once the context has its final place.
-    let tensor = DLTensor {
+    Ok((ctx, data))
+}
+
+/// The `DLTensor` of `this` over `data`; its `shape` and `strides` are set
+/// once the context has its final place (see [`wire_header`]).
+#[inline]
+fn dl_tensor(this: &Exported, data: *mut c_void, ndim: i32, device_type: u32) -> DLTensor {
+    DLTensor {
         data,
         device: DLDevice {
             device_type,
@@ -731,56 +772,59 @@ pub(super) fn make_managed(
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
         byte_offset: this.byte_offset,
-    };
-    let ptr: *mut c_void = if versioned {
-        let mut flags = 0;
-        if copied.is_some() {
-            flags |= FLAG_IS_COPIED;
-        } else if this.read_only {
-            flags |= FLAG_READ_ONLY;
-        }
-        let m = Box::into_raw(Box::new(Managed {
-            tensor: DLManagedTensorVersioned {
-                version: EXPORT_VERSION,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_versioned),
-                flags,
-                dl_tensor: tensor,
-            },
-            ctx,
-        }));
-        // SAFETY: `m` is a fresh allocation only this function knows, never
-        // moved (freed in place by the deleter); the three pointers are
-        // its own fields.
-        unsafe {
-            wire_header(
-                &raw mut (*m).ctx,
-                &raw mut (*m).tensor.manager_ctx,
-                &raw mut (*m).tensor.dl_tensor,
-            );
-        }
-        m.cast()
-    } else {
-        let m = Box::into_raw(Box::new(Managed {
-            tensor: DLManagedTensor {
-                dl_tensor: tensor,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_legacy),
-            },
-            ctx,
-        }));
-        // SAFETY: as above.
-        unsafe {
-            wire_header(
-                &raw mut (*m).ctx,
-                &raw mut (*m).tensor.manager_ctx,
-                &raw mut (*m).tensor.dl_tensor,
-            );
-        }
-        m.cast()
-    };
-    CAPSULES_CREATED.fetch_add(1, Ordering::SeqCst);
-    Ok(ptr)
+    }
+}
+
+/// A `DLManagedTensorVersioned` of `tensor` with `flags`, and `ctx`, in one
+/// allocation the caller owns (freed by [`delete_versioned`]).
+#[inline]
+fn versioned_managed(tensor: DLTensor, ctx: CapsuleCtx, flags: u64) -> *mut c_void {
+    let m = Box::into_raw(Box::new(Managed {
+        tensor: DLManagedTensorVersioned {
+            version: EXPORT_VERSION,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_versioned),
+            flags,
+            dl_tensor: tensor,
+        },
+        ctx,
+    }));
+    // SAFETY: `m` is a fresh allocation only this function knows, never
+    // moved (freed in place by the deleter); the three pointers are
+    // its own fields.
+    unsafe {
+        wire_header(
+            &raw mut (*m).ctx,
+            &raw mut (*m).tensor.manager_ctx,
+            &raw mut (*m).tensor.dl_tensor,
+        );
+    }
+    m.cast()
+}
+
+/// A legacy `DLManagedTensor` of `tensor`, and `ctx`, in one allocation the
+/// caller owns (freed by [`delete_legacy`]).
+#[inline]
+fn legacy_managed(tensor: DLTensor, ctx: CapsuleCtx) -> *mut c_void {
+    let m = Box::into_raw(Box::new(Managed {
+        tensor: DLManagedTensor {
+            dl_tensor: tensor,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_legacy),
+        },
+        ctx,
+    }));
+    // SAFETY: `m` is a fresh allocation only this function knows, never
+    // moved (freed in place by the deleter); the three pointers are
+    // its own fields.
+    unsafe {
+        wire_header(
+            &raw mut (*m).ctx,
+            &raw mut (*m).tensor.manager_ctx,
+            &raw mut (*m).tensor.dl_tensor,
+        );
+    }
+    m.cast()
 }
 
 /// Points a managed tensor's header (legacy or versioned) at its context:

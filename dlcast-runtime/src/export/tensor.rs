@@ -2,7 +2,9 @@
 //! impls), and how a `Tensor` or a returned view becomes a Python object
 //! ([`IntoPyObject`], [`export_view`]).
 
-use super::alloc::{zeroed_dims, Exported, KeepAlive, OwnedAlloc, ShapeError, Unrepresentable};
+use super::alloc::{
+    zeroed_dims, Exported, KeepAlive, OwnedAlloc, ShapeError, Unrepresentable, EXPORT_ALIGN,
+};
 use super::array::Array;
 use crate::device::Device;
 use crate::dtype::Element;
@@ -241,7 +243,7 @@ impl<T: Element> Tensor<T> {
 
     /// Alignment in bytes of the buffers [`Tensor::zeros`] and
     /// [`Tensor::from_fn`] allocate (XLA's, for JAX's zero-copy import).
-    pub const ALIGN: usize = 64;
+    pub const ALIGN: usize = EXPORT_ALIGN;
 
     /// An owned `ndarray` array, exported with its own strides; its
     /// allocation becomes the exported buffer.
