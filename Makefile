@@ -26,9 +26,12 @@ ext: venv
 	maturin develop -q -m tests/rnp/Cargo.toml
 	maturin develop -q -m examples/quickstart/Cargo.toml
 
-lint:
+## scripts/structure.py: no function over 80 lines and no import circle
+## between files in the two published crates.
+lint: venv
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	$(PY) scripts/structure.py
 
 ## The API documentation of the two published crates as docs.rs builds it
 ## (every feature), warnings (broken or private intra-doc links) as

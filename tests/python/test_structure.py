@@ -1,0 +1,71 @@
+"""scripts/structure.py, the structure rules `make lint` checks (no function
+over 80 lines, no import circle between files of the published crates),
+bites: each rule reports a made-up crate that breaks it, and the crates as
+they are break neither."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+structure = importlib.util.module_from_spec(spec)
+sys.modules["structure"] = structure
+spec.loader.exec_module(structure)
+
+
+def write(base: Path, files: dict[str, str]) -> dict[str, Path]:
+    mods = {}
+    for rel, text in files.items():
+        path = base / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        parts = list(Path(rel).with_suffix("").parts)
+        if parts[-1] in ("mod", "lib"):
+            parts.pop()
+        mods["::".join(["runtime", *parts])] = path
+    return mods
+
+
+def test_a_function_over_80_lines_is_reported(tmp_path):
+    body = "\n".join(f"    let _x{i} = {i}; // {{ not a brace" for i in range(79))
+    mods = write(tmp_path, {
+        "lib.rs": f'fn long() {{\n{body}\n}}\n\nfn short() -> &\'static str {{\n    "}}"\n}}\n'
+    })
+    found = {name: lines for name, _, lines in structure.long_functions(mods["runtime"])}
+    assert found == {"long": 81, "short": 3}
+
+
+def test_an_import_circle_is_reported_through_reexports(tmp_path):
+    mods = write(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\npub use b::Thing;\n",
+        "a.rs": "use crate::Thing;\npub fn f() -> Thing { Thing }\n",
+        "b.rs": "pub struct Thing;\npub fn g() { super::a::f(); }\n",
+        "c.rs": "use crate::a::f;\n",
+    })
+    deps = structure.dependencies(mods)
+    assert deps["runtime::a"] == {"runtime::b"}
+    assert structure.cycles(deps) == [["runtime::a", "runtime::b"]]
+
+
+def test_a_tests_module_inside_a_file_is_the_file(tmp_path):
+    mods = write(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a.rs": "pub fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::f;\n    use crate::b::g;\n}\n",
+        "b.rs": "pub fn g() { crate::a::f(); }\n",
+    })
+    deps = structure.dependencies(mods)
+    assert deps["runtime::a"] == {"runtime::b"}
+    assert structure.cycles(deps) == [["runtime::a", "runtime::b"]]
+
+
+def test_the_crates_keep_the_rules():
+    mods = structure.files()
+    too_long = [
+        (str(path), name, lines)
+        for path in mods.values()
+        for name, _, lines in structure.long_functions(path)
+        if lines > structure.MAX_LINES
+    ]
+    assert not too_long
+    assert not structure.cycles(structure.dependencies(mods))
