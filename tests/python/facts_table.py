@@ -9,17 +9,17 @@ rewrites the block below; that test fails while it differs from the tables.
 
 # ---- generated from dlcast-runtime/src/facts.rs; do not edit ----
 # One tuple per row: (option, name, modules, (hand-off module, function),
-# legacy_writable).
+# legacy_writable, python_type, layout).
 FRAMEWORKS = [
-    ("numpy", "NumPy", ("numpy",), ("numpy", "from_dlpack"), True),
-    ("torch", "PyTorch", ("torch",), ("torch", "from_dlpack"), True),
-    ("jax", "JAX", ("jax", "jaxlib"), ("jax.numpy", "from_dlpack"), False),
-    ("cupy", "CuPy", ("cupy",), ("cupy", "from_dlpack"), True),
-    ("tensorflow", "TensorFlow", ("tensorflow",), ("tensorflow.experimental.dlpack", "from_dlpack"), False),
-    ("array_api", "array_api_strict", ("array_api_strict",), ("array_api_strict", "from_dlpack"), True),
-    ("memoryview", "memoryview", (), ("builtins", "memoryview"), False),
-    ("mlx", "MLX", ("mlx",), ("mlx.core", "from_dlpack"), False),
-    ("paddle", "PaddlePaddle", ("paddle",), ("paddle", "from_dlpack"), True),
+    ("numpy", "NumPy", ("numpy",), ("numpy", "from_dlpack"), True, "numpy.ndarray", "AsIs"),
+    ("torch", "PyTorch", ("torch",), ("torch", "from_dlpack"), True, "torch.Tensor", "NegativeStridesRefused"),
+    ("jax", "JAX", ("jax", "jaxlib"), ("jax.numpy", "from_dlpack"), False, "jax.Array", "CompactCopy"),
+    ("cupy", "CuPy", ("cupy",), ("cupy", "from_dlpack"), True, "cupy.ndarray", "AsIs"),
+    ("tensorflow", "TensorFlow", ("tensorflow",), ("tensorflow.experimental.dlpack", "from_dlpack"), False, "tensorflow.Tensor", "AsIs"),
+    ("array_api", "array_api_strict", ("array_api_strict",), ("array_api_strict", "from_dlpack"), True, "array_api_strict.Array", "AsIs"),
+    ("memoryview", "memoryview", (), ("builtins", "memoryview"), False, "memoryview", "AsIs"),
+    ("mlx", "MLX", ("mlx",), ("mlx.core", "from_dlpack"), False, "mlx.core.array", "NegativeStridesCopied"),
+    ("paddle", "PaddlePaddle", ("paddle",), ("paddle", "from_dlpack"), True, "paddle.Tensor", "NegativeStridesRefused"),
 ]
 # One tuple per row: (name, #[dtype] name, whether NumPy has it, the
 # options of the frameworks without it).
