@@ -284,14 +284,14 @@ fn py_bool(b: bool) -> &'static str {
 fn python_tables(t: &Tables) -> String {
     let mut out = String::from(
         "# One tuple per row: (option, name, modules, (hand-off module, function),\n\
-         # legacy_writable, python_type, layout).\n\
+         # legacy_writable, python_type, layout, stub type).\n\
          FRAMEWORKS = [\n",
     );
     for f in t.frameworks {
         let (module, func) = f.handover.importer();
         writeln!(
             out,
-            "    ({}, {}, {}, ({}, {}), {}, {}, {}),",
+            "    ({}, {}, {}, ({}, {}), {}, {}, {}, {}),",
             py_str(f.option),
             py_str(f.name),
             py_tuple(f.modules.iter().copied()),
@@ -300,6 +300,7 @@ fn python_tables(t: &Tables) -> String {
             py_bool(f.legacy_writable),
             py_str(f.python_type),
             py_str(&format!("{:?}", f.layout)),
+            py_str(f.stub.ty),
         )
         .unwrap();
     }
