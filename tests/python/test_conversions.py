@@ -7,7 +7,6 @@ read memory it did not check.
 import array
 import sys
 
-import array_api_strict as xp
 import jax.numpy as jnp
 import numpy as np
 import pytest
