@@ -61,9 +61,9 @@ use parse::{
 /// `dlcast.Array`.
 ///
 /// Options: `#[dlpack_fn(returns = <framework>)]`, where `<framework>` is
-/// `numpy`, `torch`, `jax`, `cupy`, `tensorflow`, `array_api`,
-/// `memoryview`, `mlx` or `paddle` (the framework table of
-/// `dlcast_runtime`; a test keeps this list complete) or `like(param)`,
+/// `numpy`, `torch`, `jax`, `cupy`, `tensorflow`, `array_api`, `memoryview`, `mlx` or `paddle`
+/// (the framework table of `dlcast_runtime`, from which a test writes this
+/// list) or `like(param)`,
 /// hands every returned array to that framework instead, strictly;
 /// `returns = dlcast` keeps the plain `dlcast.Array`. On a return type that
 /// holds no array (`&[f32]`, `f64`) `returns` is an error. `#[dlpack_fn(noconvert)]` turns conversion off

@@ -22,18 +22,21 @@
 //!   and NumPy names ([`DTYPES`]);
 //! - every other copy of these facts (the stub generator's block, the
 //!   Python tests' `tests/python/facts_table.py`, the option lists of the
-//!   ui snapshots and of the docs): `ui-tests/tests/facts.rs` generates or
-//!   checks each, and fails, naming the file, while one lags the tables.
+//!   ui snapshots, the docs' lists and the guide's `returns` table):
+//!   `ui-tests/tests/facts.rs` generates each, and fails, naming the file,
+//!   while one lags the tables.
 //!
 //! Adding a framework: one row of [`FRAMEWORKS`] (which also declares its
 //! [`Framework`] variant; a way of handing arrays over that no row uses yet
 //! is a new [`Handover`] variant, whose arm the compiler then asks for in
-//! the hand-off), its tests (the lists `cargo test -p dlcast-ui-tests` and
-//! the Python tests name: `tests/python/test_exports.py` and
-//! `test_conversions.py` want it tested or said where it is), its name in
-//! the docs' lists that test names, and
-//! `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`, which
-//! rewrites every generated copy (ui snapshots included). Adding a dtype:
+//! the hand-off and the guide's table), its package in
+//! `scripts/requirements-test.txt` (the Python tests hand arrays to, and
+//! convert arrays of, every row of the table, and in CI none of them may
+//! skip), and `DLCAST_BLESS=1 cargo test -p dlcast-ui-tests --test facts`,
+//! which rewrites every generated copy (ui snapshots and docs included).
+//! What the table cannot know (a framework whose arrays need a device, or
+//! that numpy cannot read back) goes into the Python tests' quirk lists
+//! (`tests/python/test_exports.py`, `test_conversions.py`). Adding a dtype:
 //! one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its tests, and
 //! the same command.
 

@@ -9,17 +9,17 @@ rewrites the block below; that test fails while it differs from the tables.
 
 # ---- generated from dlcast-runtime/src/facts.rs; do not edit ----
 # One tuple per row: (option, name, modules, (hand-off module, function),
-# legacy_writable).
+# legacy_writable, python_type, layout, stub type).
 FRAMEWORKS = [
-    ("numpy", "NumPy", ("numpy",), ("numpy", "from_dlpack"), True),
-    ("torch", "PyTorch", ("torch",), ("torch", "from_dlpack"), True),
-    ("jax", "JAX", ("jax", "jaxlib"), ("jax.numpy", "from_dlpack"), False),
-    ("cupy", "CuPy", ("cupy",), ("cupy", "from_dlpack"), True),
-    ("tensorflow", "TensorFlow", ("tensorflow",), ("tensorflow.experimental.dlpack", "from_dlpack"), False),
-    ("array_api", "array_api_strict", ("array_api_strict",), ("array_api_strict", "from_dlpack"), True),
-    ("memoryview", "memoryview", (), ("builtins", "memoryview"), False),
-    ("mlx", "MLX", ("mlx",), ("mlx.core", "from_dlpack"), False),
-    ("paddle", "PaddlePaddle", ("paddle",), ("paddle", "from_dlpack"), True),
+    ("numpy", "NumPy", ("numpy",), ("numpy", "from_dlpack"), True, "numpy.ndarray", "AsIs", "numpy.typing.NDArray[typing.Any]"),
+    ("torch", "PyTorch", ("torch",), ("torch", "from_dlpack"), True, "torch.Tensor", "NegativeStridesRefused", "torch.Tensor"),
+    ("jax", "JAX", ("jax", "jaxlib"), ("jax.numpy", "from_dlpack"), False, "jax.Array", "CompactCopy", "jax.Array"),
+    ("cupy", "CuPy", ("cupy",), ("cupy", "from_dlpack"), True, "cupy.ndarray", "AsIs", "cupy.ndarray"),
+    ("tensorflow", "TensorFlow", ("tensorflow",), ("tensorflow.experimental.dlpack", "from_dlpack"), False, "tensorflow.Tensor", "AsIs", "tensorflow.Tensor"),
+    ("array_api", "array_api_strict", ("array_api_strict",), ("array_api_strict", "from_dlpack"), True, "array_api_strict.Array", "AsIs", "array_api_strict._array_object.Array"),
+    ("memoryview", "memoryview", (), ("builtins", "memoryview"), False, "memoryview", "AsIs", "memoryview"),
+    ("mlx", "MLX", ("mlx",), ("mlx.core", "from_dlpack"), False, "mlx.core.array", "NegativeStridesCopied", "mlx.core.array"),
+    ("paddle", "PaddlePaddle", ("paddle",), ("paddle", "from_dlpack"), True, "paddle.Tensor", "NegativeStridesRefused", "paddle.Tensor"),
 ]
 # One tuple per row: (name, #[dtype] name, whether NumPy has it, the
 # options of the frameworks without it).
@@ -55,6 +55,9 @@ OPTIONS = [f[0] for f in FRAMEWORKS]
 PACKAGES = {f[0]: f[2][0] for f in FRAMEWORKS if f[2]}
 HANDOFFS = {f[0]: f[3] for f in FRAMEWORKS}
 LEGACY_WRITABLE = [f[0] for f in FRAMEWORKS if f[4]]
+PYTHON_TYPES = {f[0]: f[5] for f in FRAMEWORKS}
+LAYOUTS = {f[0]: f[6] for f in FRAMEWORKS}
+STUB_TYPES = {f[0]: f[7] for f in FRAMEWORKS}
 DTYPE_NAMES = [d[0] for d in DTYPES]
 ABSENT_FROM = {d[0]: set(d[3]) for d in DTYPES}
 
@@ -74,3 +77,39 @@ def test_file_has(file, test):
 
     text = (pathlib.Path(__file__).parent / file).read_text()
     return f"def {test}(" in text
+
+
+def require(option):
+    """Skips the test where framework `option` is not installed, outside
+    CI; in CI (`CI=true`), where no framework test may skip, fails: its
+    package belongs in `scripts/requirements-test.txt`. Nothing imported."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    module = PYTHON_TYPES[option].rpartition(".")[0]
+    if not module or importlib.util.find_spec(module.split(".")[0]) is not None:
+        return
+    message = (f"{module} ({option}) is not installed: add its package to "
+               "scripts/requirements-test.txt")
+    if os.environ.get("CI") == "true":
+        raise AssertionError(message)
+    pytest.skip(message + " (in CI this fails)")
+
+
+def array_class(option):
+    """The class of framework `option`'s arrays, from its row's
+    `python_type` (`"torch.Tensor"`: `torch` imported), or where that names
+    no attribute (`array_api_strict.Array`), its stub type without type
+    arguments (`array_api_strict._array_object.Array`); `require(option)`
+    first."""
+    import importlib
+
+    require(option)
+    module, _, name = PYTHON_TYPES[option].rpartition(".")
+    found = getattr(importlib.import_module(module or "builtins"), name, None)
+    if found is None:
+        module, _, name = STUB_TYPES[option].split("[")[0].rpartition(".")
+        found = getattr(importlib.import_module(module), name)
+    return found

@@ -567,38 +567,53 @@ fn arange<T: Element>(
     Ok((t, ptr))
 }
 
+/// `arange` of `dtype` (every dtype but float8) as a `dlcast.Array`, with
+/// the address of the Rust allocation: what the `arange_*` functions return
+/// before their `returns = ...` hands it over.
+fn arange_array(
+    py: Python<'_>,
+    dtype: &str,
+    shape: &[usize],
+    order: &str,
+) -> PyResult<(Py<PyAny>, usize)> {
+    use pyo3::IntoPyObjectExt;
+    macro_rules! go {
+        ($f:expr) => {{
+            let (t, p) = arange(shape, order, $f)?;
+            Ok((t.into_py_any(py)?, p))
+        }};
+    }
+    match dtype {
+        "bool" => go!(|i| i % 2 == 1),
+        "int8" => go!(|i| i as i8),
+        "int16" => go!(|i| i as i16),
+        "int32" => go!(|i| i as i32),
+        "int64" => go!(|i| i as i64),
+        "uint8" => go!(|i| i as u8),
+        "uint16" => go!(|i| i as u16),
+        "uint32" => go!(|i| i as u32),
+        "uint64" => go!(|i| i as u64),
+        "float16" => go!(|i| f16::from_f64(i as f64)),
+        "bfloat16" => go!(|i| bf16::from_f64(i as f64)),
+        "float32" => go!(|i| i as f32),
+        "float64" => go!(|i| i as f64),
+        "complex64" => go!(|i| Complex::new(i as f32, -(i as f32))),
+        "complex128" => go!(|i| Complex::new(i as f64, -(i as f64))),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "dtype {dtype}"
+        ))),
+    }
+}
+
 macro_rules! arange_fns {
     ($($name:ident => ($($opt:tt)*)),* $(,)?) => {$(
-        /// `arange` for every dtype, handed to the framework in its name.
+        /// `arange` for every dtype, handed to the framework in its name
+        /// by the macro's `returns = ...`.
         #[dlpack_fn($($opt)*)]
         #[pyfunction]
         #[pyo3(signature = (dtype, shape, order="c"))]
         fn $name(py: Python<'_>, dtype: &str, shape: Vec<usize>, order: &str) -> PyResult<(Py<PyAny>, usize)> {
-            use pyo3::IntoPyObjectExt;
-            macro_rules! go {
-                ($f:expr) => {{
-                    let (t, p) = arange(&shape, order, $f)?;
-                    Ok((t.into_py_any(py)?, p))
-                }};
-            }
-            match dtype {
-                "bool" => go!(|i| i % 2 == 1),
-                "int8" => go!(|i| i as i8),
-                "int16" => go!(|i| i as i16),
-                "int32" => go!(|i| i as i32),
-                "int64" => go!(|i| i as i64),
-                "uint8" => go!(|i| i as u8),
-                "uint16" => go!(|i| i as u16),
-                "uint32" => go!(|i| i as u32),
-                "uint64" => go!(|i| i as u64),
-                "float16" => go!(|i| f16::from_f64(i as f64)),
-                "bfloat16" => go!(|i| bf16::from_f64(i as f64)),
-                "float32" => go!(|i| i as f32),
-                "float64" => go!(|i| i as f64),
-                "complex64" => go!(|i| Complex::new(i as f32, -(i as f32))),
-                "complex128" => go!(|i| Complex::new(i as f64, -(i as f64))),
-                _ => Err(pyo3::exceptions::PyValueError::new_err(format!("dtype {dtype}"))),
-            }
+            arange_array(py, dtype, &shape, order)
         }
     )*};
 }
@@ -611,6 +626,31 @@ arange_fns!(
     arange_cupy => (returns = cupy),
     arange_tensorflow => (returns = tensorflow),
 );
+
+/// `arange` handed to the framework whose option (`"numpy"`, ...) is given
+/// at run time, through the runtime code a `returns = <option>` function's
+/// result goes through: every row of the framework table is tested by one
+/// function (`test_exports.py` parametrizes over the table's options).
+#[pyfunction]
+#[pyo3(signature = (option, dtype, shape, order="c"))]
+fn arange_to(
+    py: Python<'_>,
+    option: &str,
+    dtype: &str,
+    shape: Vec<usize>,
+    order: &str,
+) -> PyResult<Py<PyAny>> {
+    use pyo3::IntoPyObjectExt;
+    let framework = dlcast_runtime::facts::FRAMEWORKS
+        .iter()
+        .find(|f| f.option == option)
+        .ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("no framework row `{option}`"))
+        })?
+        .id;
+    let result = arange_array(py, dtype, &shape, order)?.into_bound_py_any(py)?;
+    dlcast_runtime::export::convert_result(result, Some(framework))
+}
 
 /// A `Tensor` from a `Box<[u8]>`.
 #[dlpack_fn]
@@ -836,6 +876,7 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         arange_torch,
         arange_jax,
         arange_array_api,
+        arange_to,
         boxed_bytes,
         from_ndarray_t,
         maybe_tensor,
