@@ -17,9 +17,14 @@
 //!   the `convert` column), the names, sizes, NumPy type numbers, buffer formats,
 //!   casting kinds and absences (`export/handoff.rs`) of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
+//! - the Rust side of each dtype, generated from its row of
+//!   `dtype_table!` (the rows [`DTYPES`] is built from): its `DType`
+//!   constant and `Element` impl (`dtype.rs`), and the `__private` alias
+//!   the macro's generated code names (`lib.rs`);
 //! - the macro: `returns = <option>` and the Python type name of the
 //!   signature line ([`FRAMEWORKS`]), `#[dtype(..)]`'s names, element types
-//!   and NumPy names ([`DTYPES`]);
+//!   and NumPy names, and the signature line's name of an element type
+//!   however it is spelt (`ty` and `aka`) ([`DTYPES`]);
 //! - every other copy of these facts (the stub generator's block, the
 //!   Python tests' `tests/python/facts_table.py`, the option lists of the
 //!   ui snapshots, the docs' lists and the guide's `returns` table):
@@ -37,8 +42,13 @@
 //! What the table cannot know (a framework whose arrays need a device, or
 //! that numpy cannot read back) goes into the Python tests' quirk lists
 //! (`tests/python/test_exports.py`, `test_conversions.py`). Adding a dtype:
-//! one row of [`DTYPES`], its `Element` impl (`dtype.rs`), its tests, and
-//! the same command.
+//! one row of `dtype_table!` (its `Element` impl, constant and alias
+//! follow from it; a type whose bytes are not all values is marked
+//! `element by hand` and gets its impl in `dtype.rs`), and the same
+//! command; the Python tests round-trip every row, and what a framework
+//! does not take is the row's `absent from`. PyTorch's own code for it,
+//! if PyTorch has the dtype, goes into `SCALAR_TYPES`
+//! (`import/torch/direct/mod.rs`), which a test checks against the table.
 
 use core::ffi::CStr;
 
@@ -261,7 +271,7 @@ macro_rules! dtype_table {
 #[allow(unused_imports)] // the macros crate builds only `DTYPES` from it
 pub(crate) use dtype_table;
 
-/// Builds [`DTYPES`] from the rows of [`dtype_table`].
+/// Builds [`DTYPES`] from the rows of `dtype_table!`.
 macro_rules! dtypes {
     ($({$name:literal $rust:ident $const:ident [$ty:ty] $(as $alias:ident)? $(if $($feature:literal)+)?
        $(aka $($aka:ident)+)? $(($by:ident by hand))?;
