@@ -71,14 +71,12 @@ use crate::import::{
     Source, StreamCx,
 };
 use crate::stream::{self, StreamKind, StreamRequest};
+use dlpack_rs::ffi::DLPackExchangeAPI;
 use pyo3::intern;
 use pyo3::prelude::*;
 
 pub(crate) mod direct;
-mod key_set;
 mod phase2;
-use key_set::keys;
-pub use key_set::reads_key_set;
 pub(crate) use phase2::{check_write, Declared, WriteCheck};
 use phase2::{declared_by_class, detach, tensor_impl, FunctionOffDefs};
 
@@ -686,10 +684,82 @@ pub(crate) fn prepare(
     // The direct read's layout, learnt at the first PyTorch argument (later
     // calls read plain tensors directly: `direct`).
     direct::learn(py);
-    let keys = keys(py, h);
     let api = exchange::torch_table(py);
     crate::import::ready_private_check(py)?;
+
     let mut off = region(obj, h)?;
+    let Alias {
+        alias,
+        keep,
+        tensor_impl,
+    } = take_alias(obj, h, writable, &mut off)?;
+    if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
+        return Err(ImportError::Unreadable(format!(
+            "x.data gave {}, not a plain tensor",
+            type_name(&alias)
+        )));
+    }
+    let described = describe_alias(&alias, api)?;
+    let (bits, inference) = lazy_state(&alias, h, described, writable, &mut off)?;
+    refuse_lazy_bits(bits)?;
+    drop(off);
+
+    let read_only = read_only_by_class(obj, flags, h, tag)?;
+    // Inference tensors track no version: they are not bumped.
+    let bump = keep.filter(|_| !inference).map(Bound::unbind);
+    let write = tensor_impl.map(|tensor_impl| WriteCheck {
+        original: obj.clone().unbind(),
+        tensor_impl,
+        inference,
+    });
+    let Some((api, exchange::Described { device, .. })) = described else {
+        // No exchange table (a PyTorch without it, or one that failed its
+        // checks): the alias exported by PyTorch's C code.
+        return via_dlpack(alias, None, sx, bump, h, (read_only, declared), write);
+    };
+    match stream_for_table(py, api, device, sx)? {
+        Some(stream) => Ok(Prepared {
+            source: Source::Torch {
+                tensor: alias.unbind(),
+                api,
+                original: obj.clone().unbind(),
+                stream,
+                read_only,
+                declared,
+                write,
+            },
+            bump,
+        }),
+        None => via_dlpack(
+            alias,
+            Some(device),
+            sx,
+            bump,
+            h,
+            (read_only, declared),
+            write,
+        ),
+    }
+}
+
+/// What [`take_alias`] made: the private alias, for a writable parameter
+/// the tensor whose version counter is bumped (`x.detach()`), and the
+/// address of the `TensorImpl` both were made from.
+struct Alias<'py> {
+    alias: Bound<'py, PyAny>,
+    keep: Option<Bound<'py, PyAny>>,
+    tensor_impl: Option<usize>,
+}
+
+/// The private alias of `obj` (see [`prepare`]), inside the regions `off`
+/// holds (entered here where an allocation may have entered a mode).
+fn take_alias<'py>(
+    obj: &Bound<'py, PyAny>,
+    h: &'static Handles,
+    writable: bool,
+    off: &mut Option<NoTorchFunction<'py>>,
+) -> Result<Alias<'py>, ImportError> {
+    let py = obj.py();
     // A tensor with the Python dispatch key makes PyTorch run Python code
     // (`x.data` itself would, through its `__torch_dispatch__`), and a class
     // can hide its `__torch_dispatch__` from the type check above: refused.
@@ -722,7 +792,7 @@ pub(crate) fn prepare(
     if keep.is_some() && off.is_none() && !no_modes(py, h)? {
         // keep's allocation may have run a finalizer that entered a mode,
         // which `x.data` below would consult.
-        off = Some(NoTorchFunction::enter(py, h)?);
+        *off = Some(NoTorchFunction::enter(py, h)?);
     }
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
@@ -733,86 +803,96 @@ pub(crate) fn prepare(
         // the class PyTorch registered as `torch.Tensor`.
         exchange::learn_torch_tensor(&alias);
     }
-    if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
-        return Err(ImportError::Unreadable(format!(
-            "x.data gave {}, not a plain tensor",
-            type_name(&alias)
-        )));
+    Ok(Alias {
+        alias,
+        keep,
+        tensor_impl,
+    })
+}
+
+/// A look at the alias's device and dtype through PyTorch's exchange
+/// table `api` (no Python code); `None` without a table.
+fn describe_alias(
+    alias: &Bound<'_, PyAny>,
+    api: Option<&'static DLPackExchangeAPI>,
+) -> Result<Option<(&'static DLPackExchangeAPI, exchange::Described)>, ImportError> {
+    let Some(api) = api else {
+        return Ok(None);
+    };
+    match exchange::describe(alias, api)? {
+        Some(d) => Ok(Some((api, d))),
+        None => Err(ImportError::Invalid(
+            "the exchange API cannot describe a tensor".into(),
+        )),
     }
-    // A look at the alias's device and dtype (no Python code).
-    let described = match api {
-        Some(api) => match exchange::describe(&alias, api)? {
-            Some(d) => Some((api, d)),
-            None => {
-                return Err(ImportError::Invalid(
-                    "the exchange API cannot describe a tensor".into(),
-                ))
-            }
-        },
-        None => None,
-    };
-    // The lazy bits of the alias, and for a writable parameter whether it
-    // is an inference tensor, which no one else can change: read from its
-    // key set where the layout was learnt (no Python code), else asked.
+}
+
+/// The lazy bits of the alias, and for a writable parameter whether it is
+/// an inference tensor, which no one else can change: asked of PyTorch's
+/// own methods, inside the regions `off` holds (entered here where a mode
+/// may have been entered since).
+fn lazy_state<'py>(
+    alias: &Bound<'py, PyAny>,
+    h: &'static Handles,
+    described: Option<(&'static DLPackExchangeAPI, exchange::Described)>,
+    writable: bool,
+    off: &mut Option<NoTorchFunction<'py>>,
+) -> Result<(Lazy, bool), ImportError> {
+    let py = alias.py();
     let complex = described.is_none_or(|(_, d)| d.complex);
-    let read = keys
-        .filter(|_| exchange::is_exactly_torch_tensor(&alias))
-        .and_then(|k| Some((k, k.read(&alias)?)));
-    let (bits, inference) = match read {
-        Some((k, set)) => {
-            let mut bits = k.bits(set);
-            // A real number is its own conjugate (see `lazy_bits`).
-            bits.conjugate &= complex;
-            (bits, writable && k.inference(set))
-        }
-        None => {
-            // The alias was allocated (a collection may have run a
-            // finalizer, which may have entered a mode): the fast path asks
-            // again for the function modes, the only ones `is_neg()` /
-            // `is_conj()` / `is_inference()` consult (they dispatch no
-            // operator).
-            if off.is_none() && !no_function_modes(py, h)? {
-                off = Some(NoTorchFunction::enter(py, h)?);
-            }
-            let bits = lazy_bits(&alias, h, complex)?;
-            // `is_inference()` releases the GIL: other threads may run, but
-            // cannot reach the private alias it is asked of.
-            let inference = writable
-                && h.is_inference
-                    .bind(py)
-                    .call1((&alias,))
-                    .and_then(|v| is_true(&v))
-                    .map_err(|e| producer_error("x.is_inference", e, py))?;
-            (bits, inference)
-        }
-    };
-    refuse_lazy_bits(bits)?;
-    drop(off);
-    // The class's own read-only declaration (Python code of the class:
-    // after the alias, outside the regions, as any producer's is run), for
-    // every parameter: a read-only parameter's view is exported read-only.
+    // The alias was allocated (a collection may have run a finalizer, which
+    // may have entered a mode): the fast path asks again for the function
+    // modes, the only ones `is_neg()` / `is_conj()` / `is_inference()`
+    // consult (they dispatch no operator).
+    if off.is_none() && !no_function_modes(py, h)? {
+        *off = Some(NoTorchFunction::enter(py, h)?);
+    }
+    let bits = lazy_bits(alias, h, complex)?;
+    // `is_inference()` releases the GIL: other threads may run, but cannot
+    // reach the private alias it is asked of.
+    let inference = writable
+        && h.is_inference
+            .bind(py)
+            .call1((alias,))
+            .and_then(|v| is_true(&v))
+            .map_err(|e| producer_error("x.is_inference", e, py))?;
+    Ok((bits, inference))
+}
+
+/// Whether `obj` is read read-only by its class's declaration: PyTorch's
+/// read-only table (`flags`), or the class's own (Python code of the class:
+/// after the alias, outside the regions, as any producer's is run), for
+/// every parameter: a read-only parameter's view is exported read-only. A
+/// class that declares nothing is noted for the direct read, from what it
+/// held when its tags were `tag`.
+fn read_only_by_class(
+    obj: &Bound<'_, PyAny>,
+    flags: TypeFlags,
+    h: &Handles,
+    tag: (u32, u32),
+) -> Result<bool, ImportError> {
     let (by_class, class_declares_nothing) = declared_by_class(obj)?;
     let read_only = flags.declared_read_only() || by_class;
     if !read_only && class_declares_nothing && is_tensor(obj, h) {
         direct::note_class(obj, tag);
     }
-    // Inference tensors track no version: they are not bumped.
-    let bump = keep.filter(|_| !inference).map(Bound::unbind);
-    let write = tensor_impl.map(|tensor_impl| WriteCheck {
-        original: obj.clone().unbind(),
-        tensor_impl,
-        inference,
-    });
-    let Some((api, exchange::Described { device, .. })) = described else {
-        // No exchange table (a PyTorch without it, or one that failed its
-        // checks): the alias exported by PyTorch's C code.
-        return via_dlpack(alias, None, sx, bump, h, (read_only, declared), write);
-    };
-    // CUDA/ROCm memory is taken as it is on the producer's current work
-    // stream (no synchronisation, see `crate::stream`), unless the function
-    // names a stream: then, and for other devices but the CPU, the alias's
-    // `__dlpack__` synchronises with it.
-    let stream = match stream::stream_kind(device.device_type) {
+    Ok(read_only)
+}
+
+/// The stream the alias's memory is read on through the exchange table:
+/// `Some` when the table may read it (`Some(None)`: no stream), `None`
+/// when the alias's `__dlpack__` must synchronise instead. CUDA/ROCm
+/// memory is taken as it is on the producer's current work stream (no
+/// synchronisation, see `crate::stream`), unless the function names a
+/// stream: then, and for other devices but the CPU, the alias's
+/// `__dlpack__` synchronises with it.
+fn stream_for_table(
+    py: Python<'_>,
+    api: &'static DLPackExchangeAPI,
+    device: crate::device::Device,
+    sx: StreamCx,
+) -> Result<Option<Option<i64>>, ImportError> {
+    Ok(match stream::stream_kind(device.device_type) {
         StreamKind::None if device.device_type == kind::CPU => Some(None),
         StreamKind::None => None,
         _ if sx.request != StreamRequest::Producer => None,
@@ -822,30 +902,7 @@ pub(crate) fn prepare(
             }
             None => None,
         },
-    };
-    match stream {
-        Some(stream) => Ok(Prepared {
-            source: Source::Torch {
-                tensor: alias.unbind(),
-                api,
-                original: obj.clone().unbind(),
-                stream,
-                read_only,
-                declared,
-                write,
-            },
-            bump,
-        }),
-        None => via_dlpack(
-            alias,
-            Some(device),
-            sx,
-            bump,
-            h,
-            (read_only, declared),
-            write,
-        ),
-    }
+    })
 }
 
 /// The disabled regions, unless [`plain`] says they change nothing.
