@@ -24,6 +24,7 @@
 pub(crate) mod buffer_protocol;
 pub(crate) mod capsule;
 pub(crate) mod exchange;
+pub(crate) mod fast_read;
 pub(crate) mod numpy;
 pub(crate) mod tensorflow;
 pub(crate) mod torch;
@@ -114,7 +115,7 @@ pub(crate) enum Owner {
     /// held, and the caller's tensor it was read from.
     Storage {
         #[allow(dead_code)]
-        storage: torch::direct::Hold,
+        storage: fast_read::Hold,
         original: Py<PyAny>,
     },
     /// Nothing yet: a tensor read in phase 2 of a call, whose owner stays

@@ -36,9 +36,9 @@
 //! for the process: Python code can only make dlcast slower.
 
 use crate::dtype::DType;
-use crate::import::numpy::{NpRead, FAST_DIMS};
+use crate::import::fast_read::{Hold, NpRead, TorchRead, FAST_DIMS};
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 mod learn;
 pub(super) use learn::learn;
@@ -187,16 +187,6 @@ pub fn state() -> Option<Result<(), &'static str>> {
         Ok(_) => Some(Ok(())),
         Err(e) => Some(Err(*e)),
     }
-}
-
-/// What a direct read leaves for the call: the held storage, and for a
-/// writable parameter the version counter to bump once every argument
-/// passed.
-pub(crate) struct TorchRead {
-    /// Taken by the first view that owns its read (see `view::fast_raw`);
-    /// else dropped with the call.
-    pub(crate) storage: std::cell::Cell<Option<Hold>>,
-    pub(crate) version: Option<std::ptr::NonNull<AtomicU32>>,
 }
 
 impl Layout {
@@ -433,65 +423,6 @@ pub(crate) fn bump(read: &NpRead) {
         // the caller's object still holds (no Python code ran since the
         // read).
         unsafe { v.as_ref() }.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A reference to a `c10::StorageImpl`, taken and given back by one atomic
-/// step of its combined reference count, only where PyTorch's own
-/// `intrusive_ptr` retain and release would do nothing else (the low 32
-/// bits count strong references, bit 63 says a Python object is attached:
-/// PyTorch increments that object when the count goes from 1 to 2 and
-/// decrements it when it goes from 2 to 1, and destroys the storage at 0).
-/// A release that would be one of those transitions is not made: the
-/// reference is leaked, the storage never freed (it happens only where
-/// Python code dropped every other reference to the storage during the
-/// call).
-pub(crate) struct Hold(std::ptr::NonNull<AtomicU64>);
-
-const STRONG: u64 = 0xffff_ffff;
-const HAS_PYOBJECT: u64 = 1 << 63;
-
-impl Hold {
-    /// A new reference, if taking it is a plain increment.
-    ///
-    /// # Safety
-    /// `count` must be the combined reference count of a live
-    /// `StorageImpl` of a layout [`learn`] verified.
-    #[inline(always)]
-    unsafe fn take(count: *mut AtomicU64) -> Option<Hold> {
-        let count = std::ptr::NonNull::new(count)?;
-        // SAFETY: the caller's contract.
-        let atomic = unsafe { count.as_ref() };
-        let mut now = atomic.load(Ordering::Relaxed);
-        loop {
-            let strong = now & STRONG;
-            if strong == 0 || strong == STRONG || (strong == 1 && now & HAS_PYOBJECT != 0) {
-                return None;
-            }
-            match atomic.compare_exchange_weak(now, now + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(Hold(count)),
-                Err(seen) => now = seen,
-            }
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        // SAFETY: the storage lives while this reference is held.
-        let atomic = unsafe { self.0.as_ref() };
-        let mut now = atomic.load(Ordering::Acquire);
-        loop {
-            let strong = now & STRONG;
-            // After the decrement: at least 2, or 1 without a Python object.
-            if !(strong > 2 || (strong == 2 && now & HAS_PYOBJECT == 0)) {
-                return;
-            }
-            match atomic.compare_exchange_weak(now, now - 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(seen) => now = seen,
-            }
-        }
     }
 }
 
