@@ -136,6 +136,40 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     // the fields of `PyArrayObject`; we hold the GIL and a reference to `obj`, so
     // the fields and the descr they point to stay valid while we read.
     let arr = unsafe { &*obj.as_ptr().cast::<PyArrayObject>() };
+    let dtype = native_dtype(arr)?;
+    let ndim = usize::try_from(arr.nd).ok()?;
+    // Every dtype of `numpy_dtype` has a power-of-two size.
+    let item = dtype.itemsize()? as isize;
+    // SAFETY: `arr` is a live array (as above) of `ndim` dimensions.
+    let (dims, byte_strides) = unsafe { dims_and_strides(arr, ndim) };
+    let extent = byte_extent(arr, dims, byte_strides, item)?;
+
+    // Built where it is kept, then filled: no copy of its inline dims.
+    let raw = out.insert(RawTensor::new(
+        arr.data.cast(),
+        zeros(ndim),
+        zeros(ndim),
+        dtype,
+        arr.flags & NPY_ARRAY_WRITEABLE == 0,
+        extent,
+        ImportPath::Numpy,
+    ));
+    let shift = item.trailing_zeros();
+    for ((&n, &s), (shape, stride)) in dims
+        .iter()
+        .zip(byte_strides)
+        .zip(raw.shape.iter_mut().zip(raw.strides.iter_mut()))
+    {
+        *shape = n as usize;
+        *stride = s >> shift;
+    }
+    Some(())
+}
+
+/// The dtype of `arr` where DLPack can describe it and its bytes are in
+/// native order (else `None`: the generic way).
+#[inline(always)]
+fn native_dtype(arr: &PyArrayObject) -> Option<DType> {
     // SAFETY: every array has a descr, live while the array is.
     let descr = unsafe { &*arr.descr };
     let dtype = numpy_dtype(descr.type_num)?;
@@ -148,12 +182,19 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     if order != b'=' && order != b'|' && order != native {
         return None;
     }
-    let ndim = usize::try_from(arr.nd).ok()?;
-    // Every dtype of `numpy_dtype` has a power-of-two size.
-    let item = dtype.itemsize()? as isize;
+    Some(dtype)
+}
+
+/// The shape and byte strides of `arr`, `ndim` of each.
+///
+/// # Safety
+/// `arr` must be a live array with `nd == ndim`, read under the GIL with no
+/// Python code running while the slices are used (the caller holds it).
+#[inline(always)]
+unsafe fn dims_and_strides(arr: &PyArrayObject, ndim: usize) -> (&[isize], &[isize]) {
     // A 0-d array's `dimensions` and `strides` may be NULL, which no slice
     // may point at, even an empty one.
-    let (dims, byte_strides): (&[isize], &[isize]) = if ndim == 0 {
+    if ndim == 0 {
         (&[], &[])
     } else {
         // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
@@ -165,7 +206,20 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
                 std::slice::from_raw_parts(arr.strides, ndim),
             )
         }
-    };
+    }
+}
+
+/// The bytes `arr` reaches either side of element 0 (`None` inside for an
+/// empty array), or `None` where the generic path decides: a negative
+/// extent, byte strides that are not whole elements of `item` bytes, an
+/// overflow, or a span that is not addressable.
+#[inline(always)]
+fn byte_extent(
+    arr: &PyArrayObject,
+    dims: &[isize],
+    byte_strides: &[isize],
+    item: isize,
+) -> Option<Option<ByteExtent>> {
     // First pass, reading only: the element count and the bytes reached
     // either side of element 0 (NumPy's strides are in bytes already). An
     // overflow matters only for a non-empty array; either way the generic
@@ -193,42 +247,21 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
         count = c;
         overflow |= o1 | o2 | o3;
     }
-    let extent = if empty {
-        None
-    } else {
-        let hi = hi.checked_add(item)?;
-        // The whole span must be addressable, as `make_raw` checks.
-        let base = arr.data as usize;
-        match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
-            (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
-                if h - l > isize::MAX as usize {
-                    return None;
-                }
-            }
-            _ => return None,
-        }
-        Some(ByteExtent { lo, hi })
-    };
-    // Built where it is kept, then filled: no copy of its inline dims.
-    let raw = out.insert(RawTensor::new(
-        arr.data.cast(),
-        zeros(ndim),
-        zeros(ndim),
-        dtype,
-        arr.flags & NPY_ARRAY_WRITEABLE == 0,
-        extent,
-        ImportPath::Numpy,
-    ));
-    let shift = item.trailing_zeros();
-    for ((&n, &s), (shape, stride)) in dims
-        .iter()
-        .zip(byte_strides)
-        .zip(raw.shape.iter_mut().zip(raw.strides.iter_mut()))
-    {
-        *shape = n as usize;
-        *stride = s >> shift;
+    if empty {
+        return Some(None);
     }
-    Some(())
+    let hi = hi.checked_add(item)?;
+    // The whole span must be addressable, as `make_raw` checks.
+    let base = arr.data as usize;
+    match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
+        (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
+            if h - l > isize::MAX as usize {
+                return None;
+            }
+        }
+        _ => return None,
+    }
+    Some(Some(ByteExtent { lo, hi }))
 }
 
 pub(crate) use super::fast_read::{NpRead, FAST_DIMS};

@@ -218,11 +218,57 @@ impl Layout {
         if code == u16::MAX || want == DType::BOOL || usize::from(want.bits) != itemsize * 8 {
             return None;
         }
+        let (tensor, storage) = self.plain_objects(obj, code)?;
+
+        let rank = usize::try_from(tensor.word(at.rank)).ok()?;
+        let offset = isize::try_from(tensor.word(at.storage_offset) as i64).ok()?;
+        if rank == 0 || rank > FAST_DIMS.min(INLINE) || offset < 0 {
+            return None;
+        }
+        let data = storage.word(at.data) as *mut u8;
+        let size_bytes = isize::try_from(storage.word(at.size_bytes) as i64).ok()?;
+        if data.is_null() || size_bytes < 0 {
+            return None;
+        }
+        let version = self.version_to_bump(tensor, writable)?;
+
+        let item = itemsize as isize;
+        let mut read = NpRead {
+            data,
+            ndim: rank,
+            dims: [0; FAST_DIMS],
+            strides: [0; FAST_DIMS],
+            dtype: want,
+            read_only: false,
+            hi: item,
+            torch: None,
+        };
+        let count = self.sizes_and_strides(tensor, item, &mut read)?;
+        // Every byte reached lies in the storage's bytes (a storage resized
+        // under the tensor before the call is refused), and is addressable.
+        let start = offset.checked_mul(item)?;
+        if start.checked_add(read.hi)? > size_bytes || count > isize::MAX as usize {
+            return None;
+        }
+        read.data = (data as usize).checked_add(start as usize)? as *mut u8;
+        (read.data as usize).checked_add(read.hi as usize)?;
+
+        read.torch = Some(self.hold(storage, version)?);
+        Some(read)
+    }
+
+    /// `obj`'s `TensorImpl` and `StorageImpl` where both are of the plain
+    /// classes whose fields lie at the verified offsets, the tensor has a
+    /// plain tensor's key set and the dtype `code`, and the storage checks
+    /// none of its accesses; else `None`.
+    #[inline(always)]
+    fn plain_objects(&self, obj: &Bound<'_, PyAny>, code: u16) -> Option<(Object, Object)> {
+        let at = &self.at;
         // SAFETY: `obj` is an instance of `torch.Tensor` or a subclass
-        // (`accepts`): a `THPVariable`, whose `TensorImpl *` lies at `cdata`
-        // (verified by `learn`), a live `TensorImpl` the object holds (the
-        // caller holds the object), whose `storage_` is NULL or a live
-        // `StorageImpl` it holds.
+        // (`accepts`, checked by the caller): a `THPVariable`, whose
+        // `TensorImpl *` lies at `cdata` (verified by `learn`), a live
+        // `TensorImpl` the object holds (the caller holds the object), whose
+        // `storage_` is NULL or a live `StorageImpl` it holds.
         let (tensor, storage) = unsafe {
             let tensor = Object::new(obj.as_ptr().cast())?.at(at.cdata)?;
             (tensor, tensor.at(at.storage)?)
@@ -237,37 +283,37 @@ impl Layout {
         {
             return None;
         }
-        let rank = usize::try_from(tensor.word(at.rank)).ok()?;
-        let offset = isize::try_from(tensor.word(at.storage_offset) as i64).ok()?;
-        if rank == 0 || rank > FAST_DIMS.min(INLINE) || offset < 0 {
-            return None;
+        Some((tensor, storage))
+    }
+
+    /// For a writable parameter, the `VersionCounter` to bump (`Some(None)`
+    /// for a read-only one); `None` (the general path) for a tensor with
+    /// autograd state: whether it requires grad is PyTorch's to say.
+    #[inline(always)]
+    fn version_to_bump(
+        &self,
+        tensor: Object,
+        writable: bool,
+    ) -> Option<Option<std::ptr::NonNull<u8>>> {
+        let at = &self.at;
+        match writable {
+            true if tensor.word(at.autograd_meta) != 0 => None,
+            true => Some(Some(std::ptr::NonNull::new(
+                tensor.word(at.version_counter) as *mut u8,
+            )?)),
+            false => Some(None),
         }
-        let data = storage.word(at.data) as *mut u8;
-        let size_bytes = isize::try_from(storage.word(at.size_bytes) as i64).ok()?;
-        if data.is_null() || size_bytes < 0 {
-            return None;
-        }
-        let version = match writable {
-            // Autograd state: whether it requires grad is PyTorch's to say.
-            true if tensor.word(at.autograd_meta) != 0 => return None,
-            true => Some(std::ptr::NonNull::new(
-                tensor.word(at.version_counter) as *mut u8
-            )?),
-            false => None,
-        };
-        let item = itemsize as isize;
-        let mut read = NpRead {
-            data,
-            ndim: rank,
-            dims: [0; FAST_DIMS],
-            strides: [0; FAST_DIMS],
-            dtype: want,
-            read_only: false,
-            hi: item,
-            torch: None,
-        };
+    }
+
+    /// Copies the `rank` (`read.ndim`) sizes and strides into `read`,
+    /// extending `read.hi` by each dimension's reach (`item` bytes an
+    /// element); the element count, or `None` (the general path) for an
+    /// empty tensor, a negative stride or an overflow.
+    #[inline(always)]
+    fn sizes_and_strides(&self, tensor: Object, item: isize, read: &mut NpRead) -> Option<usize> {
+        let at = &self.at;
         let mut count = 1usize;
-        for k in 0..rank {
+        for k in 0..read.ndim {
             let n = tensor.word(at.sizes + 8 * k) as i64;
             let s = tensor.word(at.strides + 8 * k) as i64;
             // Empty tensors and negative strides: the general path.
@@ -282,28 +328,28 @@ impl Layout {
             read.dims[k] = n as usize;
             read.strides[k] = s;
         }
-        // Every byte reached lies in the storage's bytes (a storage resized
-        // under the tensor before the call is refused), and is addressable.
-        let start = offset.checked_mul(item)?;
-        if start.checked_add(read.hi)? > size_bytes || count > isize::MAX as usize {
-            return None;
-        }
-        read.data = (data as usize).checked_add(start as usize)? as *mut u8;
-        (read.data as usize).checked_add(read.hi as usize)?;
+        Some(count)
+    }
+
+    /// What the call holds of a read: a reference to `storage` (if taking
+    /// one is a plain increment, else `None`: the general path), and the
+    /// address of `version_`, the counter to bump, in `version`.
+    #[inline(always)]
+    fn hold(&self, storage: Object, version: Option<std::ptr::NonNull<u8>>) -> Option<TorchRead> {
+        let at = &self.at;
         // SAFETY: `storage_refcount` is the storage's combined reference
         // count (verified by `learn`), an aligned 64-bit atomic PyTorch
-        // updates only atomically; live (as above).
+        // updates only atomically; live (as in `plain_objects`).
         let hold = unsafe { Hold::take(storage.field(at.storage_refcount).cast_mut().cast()) }?;
-        read.torch = Some(TorchRead {
+        Some(TorchRead {
             storage: std::cell::Cell::new(Some(hold)),
             version: version.map(|v| {
                 // SAFETY: a live `VersionCounter` (held by the `TensorImpl`,
-                // as above); `version_` an aligned 32-bit atomic at a
-                // verified offset. Only the address is taken here.
+                // as in `plain_objects`); `version_` an aligned 32-bit atomic
+                // at a verified offset. Only the address is taken here.
                 unsafe { v.add(at.version) }.cast::<AtomicU32>()
             }),
-        });
-        Some(read)
+        })
     }
 }
 
@@ -322,7 +368,7 @@ impl Layout {
         let Some(extent) = raw.extent else {
             return true;
         };
-        // SAFETY: as in `read`: a `THPVariable` (an exact tensor), its live
+        // SAFETY: as in `plain_objects`: a `THPVariable` (an exact tensor), its live
         // `TensorImpl`, and that one's `StorageImpl`.
         let Some((tensor, storage)) = (unsafe {
             Object::new(tensor.as_ptr().cast())
