@@ -617,11 +617,13 @@ pub(crate) fn prepare(
     if let Some(owner) = buffer_protocol::try_acquire(obj)? {
         return Ok(Source::Buffer(owner));
     }
-    if is_from_module(obj, &["tensorflow"]) {
+    // TensorFlow's tensors, by the modules and read-only columns of its row.
+    let tensorflow = crate::facts::Framework::Tensorflow;
+    if is_from_module(obj, tensorflow.facts().modules) {
         let cap = tensorflow::tensorflow_to_dlpack(obj)?;
         let mut m = managed(capsule::take(&cap)?, ImportPath::Tensorflow);
         if let Source::Managed { immutable, .. } = &mut m {
-            *immutable = true;
+            *immutable = exchange::arrays_immutable(tensorflow);
         }
         return Ok(m);
     }
