@@ -11,10 +11,12 @@
 //!   the `name`, `handover`, `host_only`, `read_only` and `layout`
 //!   columns, read generically: what is refused, what is copied, what is
 //!   handed to which function), the import of a producer's capsules
-//!   (`import/exchange.rs` and `import/mod.rs`: the `modules`, `read_only`
-//!   and `legacy_writable` columns: which producers' arrays are immutable,
-//!   and whose legacy capsules may be written), conversions (`convert.rs`:
-//!   the `convert` column), the names, sizes, NumPy type numbers, buffer formats,
+//!   (`import/exchange.rs`'s `arrays_immutable`, `import/mod.rs` and
+//!   `import/torch/mod.rs`: the `modules`, `read_only` and
+//!   `legacy_writable` columns: which producers' arrays are immutable,
+//!   whose legacy capsules may be written, and which objects are
+//!   TensorFlow's), conversions (`convert.rs`: the `convert` column), the
+//!   names, sizes, NumPy type numbers, buffer formats,
 //!   casting kinds and absences (`export/handoff.rs`) of dtypes (`dtype.rs`, `convert.rs`, `npapi.rs`,
 //!   `import/numpy.rs`, `import/buffer_protocol.rs`);
 //! - the Rust side of each dtype, generated from its row of

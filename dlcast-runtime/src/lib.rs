@@ -209,7 +209,6 @@ pub mod __private {
     pub use crate::dtype::{DType, Element};
     pub use crate::export::{into_py_default, into_py_result, Framework};
     pub use crate::import::torch::direct::state as torch_direct_state;
-    pub use crate::import::torch::reads_key_set as torch_reads_key_set;
     pub use crate::spec::{Dim, FnSpec, Order, ParamSpec, SharedDType};
     pub use crate::stream::{StreamArg, StreamRequest};
     pub use crate::view::View;

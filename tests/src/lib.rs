@@ -827,14 +827,6 @@ fn import_path(#[device(any)] x: TensorDyn<'_>) -> &'static str {
     x.import_path().name()
 }
 
-/// Whether dlcast reads PyTorch's lazy bits from its C-level key set
-/// (`True`), asks PyTorch's methods (`False`), or has not prepared a tensor
-/// yet (`None`).
-#[pyfunction]
-fn torch_reads_key_set(py: Python<'_>) -> Option<bool> {
-    dlcast_runtime::__private::torch_reads_key_set(py)
-}
-
 /// Whether dlcast reads PyTorch tensors directly (`"on"`), why not (the
 /// reason), or `None` before the first PyTorch argument.
 #[pyfunction]
@@ -895,7 +887,6 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         maybe_ones_like,
         identity_tf,
         import_path,
-        torch_reads_key_set,
         torch_direct,
         typed_path,
         typed_path_mut,

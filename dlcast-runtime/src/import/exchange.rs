@@ -46,8 +46,9 @@ impl TypeFlags {
     const TORCH_TABLE: u8 = 1;
     /// The type is, or derives from, a type of the `torch` package.
     const TORCH_TYPE: u8 = 2;
-    /// A type of JAX, TensorFlow or MLX, whose arrays are immutable although
-    /// their capsules do not say so (DLPack notes).
+    /// A type of a framework whose arrays are immutable although their
+    /// capsules do not say so (DLPack notes): the frameworks table's
+    /// `read_only` column ([`arrays_immutable`]).
     const IMMUTABLE: u8 = 4;
     /// A `torch.Tensor` subclass with its own `__torch_dispatch__`, which
     /// PyTorch may call (Python code) even to read the tensor's sizes.
@@ -125,6 +126,18 @@ fn tag_of(tp: *mut ffi::PyTypeObject) -> u32 {
     }
 }
 
+/// Whether `framework`'s arrays are immutable, so that a capsule of one is
+/// read read-only whatever it says: its `read_only` column of
+/// [`crate::facts::FRAMEWORKS`] (matched in full, so a new kind of
+/// read-only answer is decided here).
+pub(crate) fn arrays_immutable(framework: crate::facts::Framework) -> bool {
+    use crate::facts::ReadOnly;
+    match framework.facts().read_only {
+        ReadOnly::Immutable => true,
+        ReadOnly::Marked | ReadOnly::Refused => false,
+    }
+}
+
 /// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
 /// looked up (Python attribute lookups: phase 1 only) and cached in a free
 /// slot. A cached entry is trusted only while the type's version tag is
@@ -161,10 +174,7 @@ pub(crate) fn type_info(obj: &Bound<'_, PyAny>) -> (Option<&'static DLPackExchan
     if torch_in_mro(obj) {
         kept |= TypeFlags::TORCH_TYPE;
     }
-    // The frameworks whose arrays are immutable: the `read_only` column.
-    if crate::framework::Framework::of(obj)
-        .is_some_and(|f| f.facts().read_only == crate::facts::ReadOnly::Immutable)
-    {
+    if crate::framework::Framework::of(obj).is_some_and(arrays_immutable) {
         kept |= TypeFlags::IMMUTABLE;
     }
     let (api, flags) = lookup(obj, kept);
@@ -310,7 +320,7 @@ static TORCH_CONST_TABLE: AtomicUsize = AtomicUsize::new(0);
 pub(crate) fn torch_const_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
     let mut known = TORCH_CONST_TABLE.load(Ordering::Acquire);
     if known == 0 {
-        let base = crate::import::torch::tensor_base(py).ok()?;
+        let base = crate::import::torch::handles::tensor_base(py).ok()?;
         known = find_table(py, base.bind(py), "_const_dlpack_exchange_api")
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_CONST_TABLE.store(known, Ordering::Release);
@@ -343,7 +353,7 @@ pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> 
     if known == 0 {
         // Until PyTorch's own attributes are found (see `crate::import::torch`),
         // nothing is trusted, and nothing is noted either.
-        let base = crate::import::torch::tensor_base(py).ok()?;
+        let base = crate::import::torch::handles::tensor_base(py).ok()?;
         known = find_table(py, base.bind(py), "_dlpack_exchange_api")
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_TABLE.store(known, Ordering::Release);

@@ -24,6 +24,7 @@
 pub(crate) mod buffer_protocol;
 pub(crate) mod capsule;
 pub(crate) mod exchange;
+pub(crate) mod fast_read;
 pub(crate) mod numpy;
 pub(crate) mod tensorflow;
 pub(crate) mod torch;
@@ -114,7 +115,7 @@ pub(crate) enum Owner {
     /// held, and the caller's tensor it was read from.
     Storage {
         #[allow(dead_code)]
-        storage: torch::direct::Hold,
+        storage: fast_read::Hold,
         original: Py<PyAny>,
     },
     /// Nothing yet: a tensor read in phase 2 of a call, whose owner stays
@@ -610,6 +611,34 @@ pub(crate) fn prepare(
         }
         device = d;
     }
+    if let Some(source) = from_dlpack(obj, flags, sx, device)? {
+        return Ok(source);
+    }
+    if let Some(owner) = buffer_protocol::try_acquire(obj)? {
+        return Ok(Source::Buffer(owner));
+    }
+    // TensorFlow's tensors, by the modules and read-only columns of its row.
+    let tensorflow = crate::facts::Framework::Tensorflow;
+    if is_from_module(obj, tensorflow.facts().modules) {
+        let cap = tensorflow::tensorflow_to_dlpack(obj)?;
+        let mut m = managed(capsule::take(&cap)?, ImportPath::Tensorflow);
+        if let Source::Managed { immutable, .. } = &mut m {
+            *immutable = exchange::arrays_immutable(tensorflow);
+        }
+        return Ok(m);
+    }
+    Err(ImportError::NotAnArray(type_name(obj)))
+}
+
+/// [`prepare`]'s `__dlpack__()` step: the capsule the object hands over on
+/// `device` (asked here where unknown and the parameter may take device
+/// memory), taken; `None` where it has no `__dlpack__`.
+fn from_dlpack(
+    obj: &Bound<'_, PyAny>,
+    flags: exchange::TypeFlags,
+    sx: StreamCx,
+    device: Option<Device>,
+) -> Result<Option<Source>, ImportError> {
     // Only parameters that accept CUDA/ROCm memory ask the device: a
     // CPU-only parameter passes `None` and refuses device memory later.
     let device = match device {
@@ -621,42 +650,31 @@ pub(crate) fn prepare(
         Some(d) => stream::resolve(d, sx.request, None).map_err(ImportError::Stream)?,
         None => None,
     };
-    if let Some(cap) = capsule::call_dlpack(obj, stream)? {
-        let owner = capsule::take(&cap)?;
-        // Asked only of a legacy answer (the rare case): the producer's
-        // framework, by its array type, as it is once `__dlpack__` ran, and
-        // only of a static type (made by C code in a loaded library), whose
-        // `__dlpack__` and module name Python code cannot replace: a class
-        // Python code made can claim any package and forward any memory
-        // (an immutable framework's, a read-only array's).
-        let legacy_writable = matches!(owner, Owner::Legacy(_))
-            && !flags.immutable()
-            && crate::trust::is_static_type(obj.get_type().as_any(), std::ptr::null())
-            && crate::framework::Framework::of(obj).is_some_and(|f| f.facts().legacy_writable);
-        return Ok(Source::Managed {
-            owner,
-            path: ImportPath::Dlpack,
-            stream,
-            immutable: flags.immutable(),
-            legacy_writable,
-            said: device,
-            private: None,
-            declared: None,
-            write: None,
-        });
-    }
-    if let Some(owner) = buffer_protocol::try_acquire(obj)? {
-        return Ok(Source::Buffer(owner));
-    }
-    if is_from_module(obj, &["tensorflow"]) {
-        let cap = tensorflow::tensorflow_to_dlpack(obj)?;
-        let mut m = managed(capsule::take(&cap)?, ImportPath::Tensorflow);
-        if let Source::Managed { immutable, .. } = &mut m {
-            *immutable = true;
-        }
-        return Ok(m);
-    }
-    Err(ImportError::NotAnArray(type_name(obj)))
+    let Some(cap) = capsule::call_dlpack(obj, stream)? else {
+        return Ok(None);
+    };
+    let owner = capsule::take(&cap)?;
+    // Asked only of a legacy answer (the rare case): the producer's
+    // framework, by its array type, as it is once `__dlpack__` ran, and
+    // only of a static type (made by C code in a loaded library), whose
+    // `__dlpack__` and module name Python code cannot replace: a class
+    // Python code made can claim any package and forward any memory
+    // (an immutable framework's, a read-only array's).
+    let legacy_writable = matches!(owner, Owner::Legacy(_))
+        && !flags.immutable()
+        && crate::trust::is_static_type(obj.get_type().as_any(), std::ptr::null())
+        && crate::framework::Framework::of(obj).is_some_and(|f| f.facts().legacy_writable);
+    Ok(Some(Source::Managed {
+        owner,
+        path: ImportPath::Dlpack,
+        stream,
+        immutable: flags.immutable(),
+        legacy_writable,
+        said: device,
+        private: None,
+        declared: None,
+        write: None,
+    }))
 }
 
 /// A [`Source::Managed`] with nothing else known: a legacy capsule of it
@@ -725,35 +743,14 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
             declared,
             write,
             ..
-        } => {
-            let tensor = tensor.bind(py);
-            if !is_private(tensor) {
-                return Err(not_private());
-            }
-            if let Some(w) = write {
-                torch::check_write(py, w)?;
-            }
-            let mut raw = exchange::read_with(tensor, api)?;
-            // Every byte reached lies in the storage (one shrunk under the
-            // tensor, `untyped_storage().resize_()`, is refused), where the
-            // direct read's layout says where the storage keeps its size.
-            if torch::direct::verified().is_some_and(|l| !l.within_storage(tensor, &raw)) {
-                return Err(ImportError::Invalid(
-                    "the tensor reaches beyond its storage (the storage was resized under \
-                     it); pass a tensor whose storage holds it"
-                        .into(),
-                ));
-            }
-            // A declaration that may have changed since it was decided is
-            // taken as made (declarations only add the mark).
-            raw.read_only |= *read_only || !declared.holds(py);
-            raw.stream = if stream::stream_kind(raw.device.device_type) == StreamKind::None {
-                None
-            } else {
-                *stream
-            };
-            Ok(raw)
-        }
+        } => read_torch(
+            tensor.bind(py),
+            api,
+            *stream,
+            *read_only,
+            declared,
+            write.as_ref(),
+        ),
         Source::Managed {
             owner,
             path,
@@ -785,21 +782,72 @@ pub(crate) fn read(py: Python<'_>, source: &Source) -> Result<RawTensor, ImportE
                 raw.read_only = true;
                 raw.legacy = true;
             }
-            let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
-            if let (Some(said), true, None) = (said, has_streams, stream) {
-                // The producer said "no streams here" and then handed over
-                // CUDA/ROCm memory, which it never synchronised for us.
-                return Err(ImportError::Invalid(format!(
-                    "__dlpack_device__() said {said}, but the capsule describes memory on {}",
-                    raw.device
-                )));
-            }
-            raw.stream = if has_streams { *stream } else { None };
+            set_capsule_stream(&mut raw, *said, *stream)?;
             Ok(raw)
         }
         Source::Buffer(owner) => buffer_protocol::read(owner),
         Source::Empty => Err(ImportError::Invalid("the argument was not prepared".into())),
     }
+}
+
+/// [`read`] of a [`Source::Torch`]: PyTorch's private alias `tensor`,
+/// through PyTorch's own exchange table `api`.
+#[inline]
+fn read_torch(
+    tensor: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
+    stream: Option<i64>,
+    read_only: bool,
+    declared: &torch::Declared,
+    write: Option<&torch::WriteCheck>,
+) -> Result<RawTensor, ImportError> {
+    if !is_private(tensor) {
+        return Err(not_private());
+    }
+    if let Some(w) = write {
+        torch::check_write(tensor.py(), w)?;
+    }
+    let mut raw = exchange::read_with(tensor, api)?;
+    // Every byte reached lies in the storage (one shrunk under the
+    // tensor, `untyped_storage().resize_()`, is refused), where the
+    // direct read's layout says where the storage keeps its size.
+    if torch::direct::verified().is_some_and(|l| !l.within_storage(tensor, &raw)) {
+        return Err(ImportError::Invalid(
+            "the tensor reaches beyond its storage (the storage was resized under \
+             it); pass a tensor whose storage holds it"
+                .into(),
+        ));
+    }
+    // A declaration that may have changed since it was decided is
+    // taken as made (declarations only add the mark).
+    raw.read_only |= read_only || !declared.holds(tensor.py());
+    raw.stream = if stream::stream_kind(raw.device.device_type) == StreamKind::None {
+        None
+    } else {
+        stream
+    };
+    Ok(raw)
+}
+
+/// The stream of a capsule's read: its memory's (`stream`) where the
+/// device has streams; refused where the producer said (`said`) a device
+/// without streams and then handed over CUDA/ROCm memory, which it never
+/// synchronised for us.
+#[inline]
+fn set_capsule_stream(
+    raw: &mut RawTensor,
+    said: Option<Device>,
+    stream: Option<i64>,
+) -> Result<(), ImportError> {
+    let has_streams = stream::stream_kind(raw.device.device_type) != StreamKind::None;
+    if let (Some(said), true, None) = (said, has_streams, stream) {
+        return Err(ImportError::Invalid(format!(
+            "__dlpack_device__() said {said}, but the capsule describes memory on {}",
+            raw.device
+        )));
+    }
+    raw.stream = if has_streams { stream } else { None };
+    Ok(())
 }
 
 #[cold]

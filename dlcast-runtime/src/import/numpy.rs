@@ -136,6 +136,40 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     // the fields of `PyArrayObject`; we hold the GIL and a reference to `obj`, so
     // the fields and the descr they point to stay valid while we read.
     let arr = unsafe { &*obj.as_ptr().cast::<PyArrayObject>() };
+    let dtype = native_dtype(arr)?;
+    let ndim = usize::try_from(arr.nd).ok()?;
+    // Every dtype of `numpy_dtype` has a power-of-two size.
+    let item = dtype.itemsize()? as isize;
+    // SAFETY: `arr` is a live array (as above) of `ndim` dimensions.
+    let (dims, byte_strides) = unsafe { dims_and_strides(arr, ndim) };
+    let extent = byte_extent(arr, dims, byte_strides, item)?;
+
+    // Built where it is kept, then filled: no copy of its inline dims.
+    let raw = out.insert(RawTensor::new(
+        arr.data.cast(),
+        zeros(ndim),
+        zeros(ndim),
+        dtype,
+        arr.flags & NPY_ARRAY_WRITEABLE == 0,
+        extent,
+        ImportPath::Numpy,
+    ));
+    let shift = item.trailing_zeros();
+    for ((&n, &s), (shape, stride)) in dims
+        .iter()
+        .zip(byte_strides)
+        .zip(raw.shape.iter_mut().zip(raw.strides.iter_mut()))
+    {
+        *shape = n as usize;
+        *stride = s >> shift;
+    }
+    Some(())
+}
+
+/// The dtype of `arr` where DLPack can describe it and its bytes are in
+/// native order (else `None`: the generic way).
+#[inline(always)]
+fn native_dtype(arr: &PyArrayObject) -> Option<DType> {
     // SAFETY: every array has a descr, live while the array is.
     let descr = unsafe { &*arr.descr };
     let dtype = numpy_dtype(descr.type_num)?;
@@ -148,12 +182,19 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
     if order != b'=' && order != b'|' && order != native {
         return None;
     }
-    let ndim = usize::try_from(arr.nd).ok()?;
-    // Every dtype of `numpy_dtype` has a power-of-two size.
-    let item = dtype.itemsize()? as isize;
+    Some(dtype)
+}
+
+/// The shape and byte strides of `arr`, `ndim` of each.
+///
+/// # Safety
+/// `arr` must be a live array with `nd == ndim`, read under the GIL with no
+/// Python code running while the slices are used (the caller holds it).
+#[inline(always)]
+unsafe fn dims_and_strides(arr: &PyArrayObject, ndim: usize) -> (&[isize], &[isize]) {
     // A 0-d array's `dimensions` and `strides` may be NULL, which no slice
     // may point at, even an empty one.
-    let (dims, byte_strides): (&[isize], &[isize]) = if ndim == 0 {
+    if ndim == 0 {
         (&[], &[])
     } else {
         // SAFETY: `dimensions` and `strides` of an array with `nd` > 0 are
@@ -165,7 +206,20 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
                 std::slice::from_raw_parts(arr.strides, ndim),
             )
         }
-    };
+    }
+}
+
+/// The bytes `arr` reaches either side of element 0 (`None` inside for an
+/// empty array), or `None` where the generic path decides: a negative
+/// extent, byte strides that are not whole elements of `item` bytes, an
+/// overflow, or a span that is not addressable.
+#[inline(always)]
+fn byte_extent(
+    arr: &PyArrayObject,
+    dims: &[isize],
+    byte_strides: &[isize],
+    item: isize,
+) -> Option<Option<ByteExtent>> {
     // First pass, reading only: the element count and the bytes reached
     // either side of element 0 (NumPy's strides are in bytes already). An
     // overflow matters only for a non-empty array; either way the generic
@@ -193,117 +247,24 @@ fn read_fields(obj: &Bound<'_, PyAny>, out: &mut Option<RawTensor>) -> Option<()
         count = c;
         overflow |= o1 | o2 | o3;
     }
-    let extent = if empty {
-        None
-    } else {
-        let hi = hi.checked_add(item)?;
-        // The whole span must be addressable, as `make_raw` checks.
-        let base = arr.data as usize;
-        match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
-            (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
-                if h - l > isize::MAX as usize {
-                    return None;
-                }
-            }
-            _ => return None,
-        }
-        Some(ByteExtent { lo, hi })
-    };
-    // Built where it is kept, then filled: no copy of its inline dims.
-    let raw = out.insert(RawTensor::new(
-        arr.data.cast(),
-        zeros(ndim),
-        zeros(ndim),
-        dtype,
-        arr.flags & NPY_ARRAY_WRITEABLE == 0,
-        extent,
-        ImportPath::Numpy,
-    ));
-    let shift = item.trailing_zeros();
-    for ((&n, &s), (shape, stride)) in dims
-        .iter()
-        .zip(byte_strides)
-        .zip(raw.shape.iter_mut().zip(raw.strides.iter_mut()))
-    {
-        *shape = n as usize;
-        *stride = s >> shift;
+    if empty {
+        return Some(None);
     }
-    Some(())
-}
-
-/// The most dimensions the call driver's fast path reads (see [`read_fast`]).
-pub(crate) const FAST_DIMS: usize = 4;
-
-/// What [`read_fast`] reads of an exact `numpy.ndarray`: a non-empty array
-/// of native byte order, with 1 to [`FAST_DIMS`] dimensions, non-negative
-/// strides of whole elements, and an element count and byte span within
-/// `isize::MAX`. Plain values, no owner: the call context that made it holds
-/// the array (and its borrow-registry entry) while views of it live.
-#[doc(hidden)]
-pub struct NpRead {
-    /// Element 0, the lowest address the array reaches.
-    pub(crate) data: *mut u8,
-    pub(crate) ndim: usize,
-    /// The first `ndim` entries are the extents (all at least 1).
-    pub(crate) dims: [usize; FAST_DIMS],
-    /// The first `ndim` entries are the strides, in elements (all >= 0).
-    pub(crate) strides: [isize; FAST_DIMS],
-    pub(crate) dtype: DType,
-    pub(crate) read_only: bool,
-    /// One past the highest byte reached, relative to `data`.
-    pub(crate) hi: isize,
-    /// A PyTorch tensor read directly: the storage held and the version
-    /// counter to bump (see `import::torch::direct`); `None` for NumPy.
-    pub(crate) torch: Option<crate::import::torch::direct::TorchRead>,
-}
-
-impl NpRead {
-    /// The extents.
-    #[inline(always)]
-    pub(crate) fn shape(&self) -> &[usize] {
-        &self.dims[..self.ndim.min(FAST_DIMS)]
-    }
-
-    /// The strides in elements.
-    #[inline(always)]
-    pub(crate) fn elem_strides(&self) -> &[isize] {
-        &self.strides[..self.ndim.min(FAST_DIMS)]
-    }
-
-    /// Whether two indices may reach the same element:
-    /// [`crate::layout::may_self_overlap`]'s answer, by the same steps on
-    /// fixed arrays (no allocation, no copy of variable length).
-    #[inline(always)]
-    pub(crate) fn may_self_overlap(&self) -> bool {
-        // The dimensions with more than one index, as (stride, extent),
-        // sorted (an insertion sort of at most `FAST_DIMS` pairs).
-        let mut dims = [(0usize, 0usize); FAST_DIMS];
-        let mut len = 0;
-        for (&n, &s) in self.shape().iter().zip(self.elem_strides()) {
-            if n > 1 {
-                let mut k = len;
-                let item = (s.unsigned_abs(), n);
-                while k > 0 && dims[k - 1] > item {
-                    dims[k] = dims[k - 1];
-                    k -= 1;
-                }
-                dims[k] = item;
-                len += 1;
+    let hi = hi.checked_add(item)?;
+    // The whole span must be addressable, as `make_raw` checks.
+    let base = arr.data as usize;
+    match (base.checked_add_signed(lo), base.checked_add_signed(hi)) {
+        (Some(l), Some(h)) if !overflow && !arr.data.is_null() && l != 0 => {
+            if h - l > isize::MAX as usize {
+                return None;
             }
         }
-        let mut reach: usize = 0;
-        for &(stride, n) in &dims[..len] {
-            if stride <= reach {
-                return true;
-            }
-            reach = match stride.checked_mul(n - 1).and_then(|r| r.checked_add(reach)) {
-                Some(r) => r,
-                None => return true,
-            };
-        }
-        false
+        _ => return None,
     }
+    Some(Some(ByteExtent { lo, hi }))
 }
+
+pub(crate) use super::fast_read::{NpRead, FAST_DIMS};
 
 /// The call driver's fast read of an exact `numpy.ndarray` whose dtype is
 /// `want`: `None` for anything [`read_fields`] would describe otherwise or

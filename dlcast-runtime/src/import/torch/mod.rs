@@ -71,344 +71,16 @@ use crate::import::{
     Source, StreamCx,
 };
 use crate::stream::{self, StreamKind, StreamRequest};
+use dlpack_rs::ffi::DLPackExchangeAPI;
 use pyo3::intern;
 use pyo3::prelude::*;
 
 pub(crate) mod direct;
-mod key_set;
+pub(super) mod handles;
 mod phase2;
-use key_set::keys;
-pub use key_set::reads_key_set;
+use handles::{handles, not_torchs_own, Handles, NoArgs};
 pub(crate) use phase2::{check_write, Declared, WriteCheck};
-use phase2::{declared_by_class, detach, tensor_impl, FunctionOffDefs};
-
-/// PyTorch's own C-level attributes, looked up and checked once (see
-/// [`handles`]): `TensorBase`'s `data`, `requires_grad` and
-/// `_python_dispatch` getters and its `is_inference`, `is_neg`, `is_conj`
-/// and `_is_zerotensor` methods, PyTorch's builtins, and the two contexts
-/// that disable torch-function and Python dispatch (under them, neither a
-/// `__torch_function__` nor a `__torch_dispatch__` mode or subclass
-/// override sees dlcast's calls, so they run no Python code and cannot be
-/// lied to).
-struct Handles {
-    /// `torch._C.TensorBase`, a static type: PyTorch's C extension image.
-    base: Py<PyAny>,
-    data: Py<PyAny>,
-    requires_grad: Py<PyAny>,
-    /// The getters of `requires_grad` and `_cdata` (the `TensorImpl`'s
-    /// address), called directly by [`check_write`] (phase 2). `_cdata`
-    /// and `detach` are needed by writable parameters only: without
-    /// PyTorch's own (replaced through the garbage collector), those refuse
-    /// every tensor, naming the attribute ([`not_torchs_own`]); read-only
-    /// parameters do not use them.
-    requires_grad_def: CDef<pyo3::ffi::PyGetSetDef>,
-    cdata_def: Option<CDef<pyo3::ffi::PyGetSetDef>>,
-    /// `TensorBase.detach` (a C method): for a writable parameter, the
-    /// tensor whose version counter is bumped (see [`prepare`]).
-    detach: Option<Py<PyAny>>,
-    is_inference: Py<PyAny>,
-    /// `torch.is_inference_mode_enabled` (a `METH_NOARGS` C function of
-    /// `torch._C` that answers `True` or `False` from a thread-local flag:
-    /// no Python code, no allocation, the GIL kept).
-    inference_mode: NoArgs,
-    increment_version: Py<PyAny>,
-    /// `torch._C.DisableTorchFunction`, a static type of PyTorch's image.
-    disable: Py<PyAny>,
-    /// Its `__enter__` and `__exit__`, for the region phase 2 enters
-    /// ([`FunctionOff`]); `None` where they are not what dlcast knows.
-    function_off: Option<FunctionOffDefs>,
-    /// `torch._C._DisableTorchDispatch`'s own C functions.
-    disable_dispatch: DispatchGuard,
-    /// `TensorBase._python_dispatch`'s getter (`is_python_dispatch()`).
-    python_dispatch: Py<PyAny>,
-    /// `TensorBase.is_neg` and `TensorBase.is_conj` (C methods without
-    /// arguments).
-    is_neg: Py<PyAny>,
-    is_conj: Py<PyAny>,
-    /// `TensorBase._is_zerotensor` (a C method without arguments).
-    is_zerotensor: Py<PyAny>,
-    /// `torch._C._len_torch_function_stack` and `_len_torch_dispatch_stack`
-    /// (C functions without arguments); `None` in a PyTorch without them,
-    /// which then always takes the disabled regions.
-    mode_stacks: Option<(NoArgs, NoArgs)>,
-    /// `torch._C._to_dlpack_versioned` (else `_to_dlpack`), checked: the C
-    /// export behind `Tensor.__dlpack__`, for host tensors read without the
-    /// exchange table (`Tensor.__dlpack__` itself is Python code of the
-    /// `torch.Tensor` class, which Python code can replace). `None` in a
-    /// PyTorch without either.
-    to_dlpack: Option<Py<PyAny>>,
-}
-
-/// A C definition of PyTorch's (a getter's or a method's): static data of
-/// its image, which nothing writes once the module is made.
-#[derive(Clone, Copy)]
-struct CDef<T: 'static>(&'static T);
-
-// SAFETY: a `CDef` only reads static data no one writes (see above), and
-// calls its functions with the GIL held.
-unsafe impl<T> Sync for CDef<T> {}
-// SAFETY: as above.
-unsafe impl<T> Send for CDef<T> {}
-
-/// `torch._C._DisableTorchDispatch`, a pybind11 class: a heap type, whose
-/// class attributes (`__init__`, `__enter__`, `__exit__`, `__new__`) Python
-/// code can replace. So its C functions are taken once, each checked
-/// (see [`DispatchGuard::find`]), and called directly, never looked up
-/// through the class again.
-struct DispatchGuard {
-    /// The class (an instance is made of it with `new`).
-    class: Py<PyAny>,
-    /// Its `tp_new` slot as it was checked (pybind11's allocator).
-    new: pyo3::ffi::newfunc,
-    /// The builtins behind `__init__`, `__enter__` and `__exit__`.
-    init: Py<PyAny>,
-    enter: Py<PyAny>,
-    exit: Py<PyAny>,
-}
-
-/// The class PyTorch's dispatch guard is registered as, which pybind11 writes
-/// into the signature (`ml_doc`) of each of its methods.
-const DISPATCH_GUARD: &str = "torch._C._DisableTorchDispatch";
-
-impl DispatchGuard {
-    /// `_DisableTorchDispatch`'s C functions, checked against `image`
-    /// (`TensorBase`'s): its `tp_new` and `tp_dealloc` slots lie in it, or
-    /// are pybind11's own, inherited from its base type (a `__new__` set
-    /// from Python, or a Python subclass, has CPython's slot functions
-    /// instead), and each of `__init__`, `__enter__` and
-    /// `__exit__` is a builtin of that name whose C function lies in it and
-    /// whose signature, which Python code cannot change, names
-    /// `self: torch._C._DisableTorchDispatch` (pybind11 checks `self`
-    /// against the C++ class that signature was made for, so the method of
-    /// another PyTorch class, or an instance of another class, fails).
-    fn find(class: &Bound<'_, PyAny>, image: *const std::ffi::c_void) -> Option<Self> {
-        use pyo3::ffi;
-        let py = class.py();
-        // SAFETY: `class` is live; PyType_Check reads its type's flags.
-        if unsafe { ffi::PyType_Check(class.as_ptr()) } == 0 {
-            return None;
-        }
-        let tp = class.as_ptr().cast::<ffi::PyTypeObject>();
-        // SAFETY: `tp` is a type object (checked above); PyType_GetSlot reads
-        // a slot of a heap type (NULL with an error set for a static type
-        // before 3.10, cleared below).
-        let (new, dealloc) = unsafe {
-            (
-                ffi::PyType_GetSlot(tp, ffi::Py_tp_new),
-                ffi::PyType_GetSlot(tp, ffi::Py_tp_dealloc),
-            )
-        };
-        let _ = PyErr::take(py);
-        // pybind11 classes inherit both slots from pybind11's own base type,
-        // made by the first pybind11 module the process loaded: PyTorch's, or
-        // another library's (TensorFlow, imported first). So a slot is
-        // PyTorch's own if it lies in PyTorch's image, or is the base type's
-        // slot and that lies in a library that is not CPython (a `__new__`
-        // set from Python, or a Python base, has CPython's slot functions).
-        // SAFETY: `tp` is a heap type (pybind11's classes are); its
-        // `tp_base` slot is a type object or NULL.
-        let base = unsafe { ffi::PyType_GetSlot(tp, ffi::Py_tp_base) }.cast::<ffi::PyTypeObject>();
-        let _ = PyErr::take(py);
-        let inherited = |slot: std::ffi::c_int, value: *mut std::ffi::c_void| {
-            if base.is_null() {
-                return false;
-            }
-            // SAFETY: `base` is a live type object (the class holds it).
-            let theirs = unsafe { ffi::PyType_GetSlot(base, slot) };
-            let _ = PyErr::take(py);
-            theirs == value
-                && crate::trust::image_base(value).is_some()
-                && !crate::trust::same_image(value, crate::trust::python_image())
-        };
-        let own = |slot, value: *mut std::ffi::c_void| {
-            crate::trust::same_image(value, image) || inherited(slot, value)
-        };
-        if !own(ffi::Py_tp_new, new) || !own(ffi::Py_tp_dealloc, dealloc) {
-            return None;
-        }
-        // SAFETY: `new` is not NULL (`same_image` is false for NULL), and a
-        // `Py_tp_new` slot is a `newfunc`.
-        let new: ffi::newfunc = unsafe { std::mem::transmute::<*mut std::ffi::c_void, _>(new) };
-        let dict = class.getattr(intern!(py, "__dict__")).ok()?;
-        let method = |name: &str| -> Option<Py<PyAny>> {
-            let entry = dict.get_item(name).ok()?;
-            // pybind11 wraps each method in an `instancemethod`; the function
-            // and its signature text are read from their C structs.
-            let f = crate::trust::instancemethod_function(&entry).unwrap_or(entry);
-            let doc = crate::trust::builtin_doc(&f)?.to_bytes();
-            let signed = format!("{name}(self: {DISPATCH_GUARD}");
-            (crate::trust::is_builtin(&f, name, image) && doc.starts_with(signed.as_bytes()))
-                .then(|| f.unbind())
-        };
-        Some(DispatchGuard {
-            class: class.clone().unbind(),
-            new,
-            init: method("__init__")?,
-            enter: method("__enter__")?,
-            exit: method("__exit__")?,
-        })
-    }
-
-    /// A new guard object, initialised and entered.
-    fn enter<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let args = pyo3::types::PyTuple::empty(py);
-        // SAFETY: `new` is the class's own `tp_new` as checked in `find`
-        // (pybind11's allocator, which ignores its arguments): called with
-        // the class, an empty tuple and no keywords, as `type.__call__`
-        // would; it returns a new reference or NULL with an exception set.
-        let guard = unsafe {
-            Bound::from_owned_ptr_or_err(
-                py,
-                (self.new)(
-                    self.class.as_ptr().cast(),
-                    args.as_ptr(),
-                    std::ptr::null_mut(),
-                ),
-            )?
-        };
-        self.init.bind(py).call1((&guard,))?;
-        self.enter.bind(py).call1((&guard,))?;
-        Ok(guard)
-    }
-
-    /// Leaves a guard made by [`DispatchGuard::enter`] (the caller then
-    /// frees it: see `NoTorchFunction`'s `drop`).
-    fn exit(&self, guard: &Bound<'_, PyAny>) {
-        let py = guard.py();
-        // Restores the state saved by `__enter__`; cannot fail in PyTorch.
-        let _ = self
-            .exit
-            .bind(py)
-            .call1((guard, py.None(), py.None(), py.None()));
-    }
-}
-
-/// Refuses PyTorch when one of its C-level attributes is not its own.
-fn not_torchs_own(what: &str) -> ImportError {
-    ImportError::Unreadable(format!(
-        "{what} is not PyTorch's own (it was replaced, or this PyTorch is not one dlcast \
-         knows), so dlcast cannot tell whether Python code would run while it reads the \
-         tensor; restore it (or import torch afresh) to pass tensors"
-    ))
-}
-
-/// PyTorch's attributes, found and checked the first time (phase 1):
-/// `torch._C.TensorBase` must be the static type of that name, whose
-/// attributes Python code cannot change and whose object lies in the
-/// image of PyTorch's C extension; each builtin must be that image's C
-/// function of its name (`crate::trust::is_builtin`), and the contexts
-/// PyTorch's own types. Whatever fails is refused (the replaced attribute is
-/// named): a look-alike could run Python code where dlcast reads a tensor,
-/// or answer for PyTorch. Once found, nothing is looked up again.
-fn handles(py: Python<'_>) -> Result<&'static Handles, ImportError> {
-    static HANDLES: pyo3::sync::PyOnceLock<Handles> = pyo3::sync::PyOnceLock::new();
-    HANDLES.get_or_try_init(py, || -> Result<Handles, ImportError> {
-        let lookup = |e| producer_error("PyTorch's C API (torch._C)", e, py);
-        let torch = py.import("torch").map_err(lookup)?;
-        let c = torch.getattr("_C").map_err(lookup)?;
-        let base = c.getattr("TensorBase").map_err(lookup)?;
-        if crate::trust::static_type_name(&base).as_deref() != Some("torch._C.TensorBase") {
-            return Err(not_torchs_own("torch._C.TensorBase"));
-        }
-        let image = base.as_ptr().cast::<std::ffi::c_void>().cast_const();
-        // Entries of a static type's `__dict__`, each checked to be
-        // `TensorBase`'s own C attribute of that name (Python code can
-        // change what the dictionary holds, through the garbage collector).
-        let dict = base.getattr("__dict__").map_err(lookup)?;
-        let get = |name: &str| -> Result<Py<PyAny>, ImportError> {
-            let entry = dict.get_item(name).map_err(lookup)?;
-            if crate::trust::is_own_descriptor(&entry, &base, name) {
-                Ok(entry.unbind())
-            } else {
-                Err(not_torchs_own(&format!("torch._C.TensorBase.{name}")))
-            }
-        };
-        let builtin = |owner: &Bound<'_, PyAny>, name: &str, what: &str| {
-            let f = owner.getattr(name).map_err(lookup)?;
-            if crate::trust::is_builtin(&f, name, image) {
-                Ok(f.unbind())
-            } else {
-                Err(not_torchs_own(what))
-            }
-        };
-        let mode_stacks = match (
-            c.hasattr("_len_torch_function_stack"),
-            c.hasattr("_len_torch_dispatch_stack"),
-        ) {
-            (Ok(true), Ok(true)) => Some((
-                NoArgs::new(builtin(
-                    &c,
-                    "_len_torch_function_stack",
-                    "torch._C._len_torch_function_stack",
-                )?),
-                NoArgs::new(builtin(
-                    &c,
-                    "_len_torch_dispatch_stack",
-                    "torch._C._len_torch_dispatch_stack",
-                )?),
-            )),
-            _ => None,
-        };
-        let disable = c.getattr("DisableTorchFunction").map_err(lookup)?;
-        if !crate::trust::is_static_type(&disable, image)
-            || crate::trust::static_type_name(&disable).as_deref()
-                != Some("torch._C.DisableTorchFunction")
-        {
-            return Err(not_torchs_own("torch._C.DisableTorchFunction"));
-        }
-        let function_off = FunctionOffDefs::find(&disable);
-        let disable_dispatch = c.getattr("_DisableTorchDispatch").map_err(lookup)?;
-        let disable_dispatch = DispatchGuard::find(&disable_dispatch, image)
-            .ok_or_else(|| not_torchs_own("torch._C._DisableTorchDispatch"))?;
-        let to_dlpack = ["_to_dlpack_versioned", "_to_dlpack"]
-            .into_iter()
-            .find(|name| c.hasattr(*name).unwrap_or(false))
-            .map(|name| builtin(&c, name, "torch._C._to_dlpack_versioned"))
-            .transpose()?;
-        let getset =
-            |name: &str| -> Result<(Py<PyAny>, CDef<pyo3::ffi::PyGetSetDef>), ImportError> {
-                let entry = get(name)?;
-                match crate::trust::getset_def(entry.bind(py)) {
-                    Some(def) if def.get.is_some() => Ok((entry, CDef(def))),
-                    _ => Err(not_torchs_own(&format!("torch._C.TensorBase.{name}"))),
-                }
-            };
-        let (requires_grad, requires_grad_def) = getset("requires_grad")?;
-        let cdata_def = getset("_cdata").ok().map(|(_, def)| def);
-        let detach = get("detach").ok();
-        Ok(Handles {
-            to_dlpack,
-            data: get("data")?,
-            requires_grad,
-            requires_grad_def,
-            cdata_def,
-            detach,
-            is_inference: get("is_inference")?,
-            inference_mode: NoArgs::new(builtin(
-                &torch,
-                "is_inference_mode_enabled",
-                "torch.is_inference_mode_enabled",
-            )?),
-            function_off,
-            increment_version: builtin(&c, "_increment_version", "torch._C._increment_version")?,
-            disable: disable.unbind(),
-            disable_dispatch,
-            python_dispatch: get("_python_dispatch")?,
-            is_neg: get("is_neg")?,
-            is_conj: get("is_conj")?,
-            is_zerotensor: get("_is_zerotensor")?,
-            mode_stacks,
-            base: base.unbind(),
-        })
-    })
-}
-
-/// `torch._C.TensorBase`, checked (see [`handles`]): its object lies in the
-/// image of PyTorch's C extension, where PyTorch's own C functions and
-/// tables lie. Looked up the first time (Python code: phase 1 only).
-pub(crate) fn tensor_base(py: Python<'_>) -> Result<&'static Py<PyAny>, ImportError> {
-    handles(py).map(|h| &h.base)
-}
+use phase2::{declared_by_class, detach, tensor_impl};
 
 /// Whether `obj` has PyTorch's Python dispatch key: `TensorBase`'s own
 /// `_python_dispatch` getter (`TensorImpl::is_python_dispatch()`), which
@@ -511,46 +183,6 @@ fn stack_empty(py: Python<'_>, len: &NoArgs) -> Result<bool, ImportError> {
         .and_then(|n| n.extract::<i64>())
         .map(|n| n == 0)
         .map_err(|e| producer_error("torch._C._len_torch_function_stack", e, py))
-}
-
-/// A builtin without arguments, checked to be PyTorch's own (see
-/// [`handles`]), with its C function when it is a `METH_NOARGS` one: that
-/// is called directly, as CPython would call it, without going through the
-/// generic call machinery.
-struct NoArgs {
-    builtin: Py<PyAny>,
-    function: Option<pyo3::ffi::PyCFunction>,
-}
-
-impl NoArgs {
-    /// `builtin` must be exactly a builtin function (`is_builtin` holds).
-    fn new(builtin: Py<PyAny>) -> Self {
-        use pyo3::ffi;
-        let f = builtin.as_ptr();
-        // SAFETY: both calls: `f` is exactly a builtin function (checked by
-        // the caller with `is_builtin`), as they require.
-        let function = unsafe {
-            (ffi::PyCFunction_GetFlags(f) == ffi::METH_NOARGS)
-                .then(|| ffi::PyCFunction_GetFunction(f))
-                .flatten()
-        };
-        NoArgs { builtin, function }
-    }
-
-    /// `builtin()`.
-    fn call<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let Some(function) = self.function else {
-            return self.builtin.bind(py).call0();
-        };
-        // SAFETY: `function` is the `METH_NOARGS` C function of the builtin
-        // kept in `self` (see `new`): called as CPython calls it, with the
-        // builtin's `self` (borrowed from the builtin, which holds it) and
-        // NULL; it returns a new reference or NULL with an exception set.
-        unsafe {
-            let module = pyo3::ffi::PyCFunction_GetSelf(self.builtin.as_ptr());
-            Bound::from_owned_ptr_or_err(py, function(module, std::ptr::null_mut()))
-        }
-    }
 }
 
 /// `torch._C.DisableTorchFunction()` and `torch._C._DisableTorchDispatch()`
@@ -686,10 +318,82 @@ pub(crate) fn prepare(
     // The direct read's layout, learnt at the first PyTorch argument (later
     // calls read plain tensors directly: `direct`).
     direct::learn(py);
-    let keys = keys(py, h);
     let api = exchange::torch_table(py);
     crate::import::ready_private_check(py)?;
+
     let mut off = region(obj, h)?;
+    let Alias {
+        alias,
+        keep,
+        tensor_impl,
+    } = take_alias(obj, h, writable, &mut off)?;
+    if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
+        return Err(ImportError::Unreadable(format!(
+            "x.data gave {}, not a plain tensor",
+            type_name(&alias)
+        )));
+    }
+    let described = describe_alias(&alias, api)?;
+    let (bits, inference) = lazy_state(&alias, h, described, writable, &mut off)?;
+    refuse_lazy_bits(bits)?;
+    drop(off);
+
+    let read_only = read_only_by_class(obj, flags, h, tag)?;
+    // Inference tensors track no version: they are not bumped.
+    let bump = keep.filter(|_| !inference).map(Bound::unbind);
+    let write = tensor_impl.map(|tensor_impl| WriteCheck {
+        original: obj.clone().unbind(),
+        tensor_impl,
+        inference,
+    });
+    let Some((api, exchange::Described { device, .. })) = described else {
+        // No exchange table (a PyTorch without it, or one that failed its
+        // checks): the alias exported by PyTorch's C code.
+        return via_dlpack(alias, None, sx, bump, h, (read_only, declared), write);
+    };
+    match stream_for_table(py, api, device, sx)? {
+        Some(stream) => Ok(Prepared {
+            source: Source::Torch {
+                tensor: alias.unbind(),
+                api,
+                original: obj.clone().unbind(),
+                stream,
+                read_only,
+                declared,
+                write,
+            },
+            bump,
+        }),
+        None => via_dlpack(
+            alias,
+            Some(device),
+            sx,
+            bump,
+            h,
+            (read_only, declared),
+            write,
+        ),
+    }
+}
+
+/// What [`take_alias`] made: the private alias, for a writable parameter
+/// the tensor whose version counter is bumped (`x.detach()`), and the
+/// address of the `TensorImpl` both were made from.
+struct Alias<'py> {
+    alias: Bound<'py, PyAny>,
+    keep: Option<Bound<'py, PyAny>>,
+    tensor_impl: Option<usize>,
+}
+
+/// The private alias of `obj` (see [`prepare`]), inside the regions `off`
+/// holds (entered here where an allocation may have entered a mode).
+fn take_alias<'py>(
+    obj: &Bound<'py, PyAny>,
+    h: &'static Handles,
+    writable: bool,
+    off: &mut Option<NoTorchFunction<'py>>,
+) -> Result<Alias<'py>, ImportError> {
+    let py = obj.py();
     // A tensor with the Python dispatch key makes PyTorch run Python code
     // (`x.data` itself would, through its `__torch_dispatch__`), and a class
     // can hide its `__torch_dispatch__` from the type check above: refused.
@@ -722,7 +426,7 @@ pub(crate) fn prepare(
     if keep.is_some() && off.is_none() && !no_modes(py, h)? {
         // keep's allocation may have run a finalizer that entered a mode,
         // which `x.data` below would consult.
-        off = Some(NoTorchFunction::enter(py, h)?);
+        *off = Some(NoTorchFunction::enter(py, h)?);
     }
     // `TensorBase.data`'s getter itself: a subclass's `data` property is
     // not asked, and the alias is a plain `torch.Tensor`.
@@ -733,86 +437,96 @@ pub(crate) fn prepare(
         // the class PyTorch registered as `torch.Tensor`.
         exchange::learn_torch_tensor(&alias);
     }
-    if api.is_some() && !exchange::is_exactly_torch_tensor(&alias) {
-        return Err(ImportError::Unreadable(format!(
-            "x.data gave {}, not a plain tensor",
-            type_name(&alias)
-        )));
+    Ok(Alias {
+        alias,
+        keep,
+        tensor_impl,
+    })
+}
+
+/// A look at the alias's device and dtype through PyTorch's exchange
+/// table `api` (no Python code); `None` without a table.
+fn describe_alias(
+    alias: &Bound<'_, PyAny>,
+    api: Option<&'static DLPackExchangeAPI>,
+) -> Result<Option<(&'static DLPackExchangeAPI, exchange::Described)>, ImportError> {
+    let Some(api) = api else {
+        return Ok(None);
+    };
+    match exchange::describe(alias, api)? {
+        Some(d) => Ok(Some((api, d))),
+        None => Err(ImportError::Invalid(
+            "the exchange API cannot describe a tensor".into(),
+        )),
     }
-    // A look at the alias's device and dtype (no Python code).
-    let described = match api {
-        Some(api) => match exchange::describe(&alias, api)? {
-            Some(d) => Some((api, d)),
-            None => {
-                return Err(ImportError::Invalid(
-                    "the exchange API cannot describe a tensor".into(),
-                ))
-            }
-        },
-        None => None,
-    };
-    // The lazy bits of the alias, and for a writable parameter whether it
-    // is an inference tensor, which no one else can change: read from its
-    // key set where the layout was learnt (no Python code), else asked.
+}
+
+/// The lazy bits of the alias, and for a writable parameter whether it is
+/// an inference tensor, which no one else can change: asked of PyTorch's
+/// own methods, inside the regions `off` holds (entered here where a mode
+/// may have been entered since).
+fn lazy_state<'py>(
+    alias: &Bound<'py, PyAny>,
+    h: &'static Handles,
+    described: Option<(&'static DLPackExchangeAPI, exchange::Described)>,
+    writable: bool,
+    off: &mut Option<NoTorchFunction<'py>>,
+) -> Result<(Lazy, bool), ImportError> {
+    let py = alias.py();
     let complex = described.is_none_or(|(_, d)| d.complex);
-    let read = keys
-        .filter(|_| exchange::is_exactly_torch_tensor(&alias))
-        .and_then(|k| Some((k, k.read(&alias)?)));
-    let (bits, inference) = match read {
-        Some((k, set)) => {
-            let mut bits = k.bits(set);
-            // A real number is its own conjugate (see `lazy_bits`).
-            bits.conjugate &= complex;
-            (bits, writable && k.inference(set))
-        }
-        None => {
-            // The alias was allocated (a collection may have run a
-            // finalizer, which may have entered a mode): the fast path asks
-            // again for the function modes, the only ones `is_neg()` /
-            // `is_conj()` / `is_inference()` consult (they dispatch no
-            // operator).
-            if off.is_none() && !no_function_modes(py, h)? {
-                off = Some(NoTorchFunction::enter(py, h)?);
-            }
-            let bits = lazy_bits(&alias, h, complex)?;
-            // `is_inference()` releases the GIL: other threads may run, but
-            // cannot reach the private alias it is asked of.
-            let inference = writable
-                && h.is_inference
-                    .bind(py)
-                    .call1((&alias,))
-                    .and_then(|v| is_true(&v))
-                    .map_err(|e| producer_error("x.is_inference", e, py))?;
-            (bits, inference)
-        }
-    };
-    refuse_lazy_bits(bits)?;
-    drop(off);
-    // The class's own read-only declaration (Python code of the class:
-    // after the alias, outside the regions, as any producer's is run), for
-    // every parameter: a read-only parameter's view is exported read-only.
+    // The alias was allocated (a collection may have run a finalizer, which
+    // may have entered a mode): the fast path asks again for the function
+    // modes, the only ones `is_neg()` / `is_conj()` / `is_inference()`
+    // consult (they dispatch no operator).
+    if off.is_none() && !no_function_modes(py, h)? {
+        *off = Some(NoTorchFunction::enter(py, h)?);
+    }
+    let bits = lazy_bits(alias, h, complex)?;
+    // `is_inference()` releases the GIL: other threads may run, but cannot
+    // reach the private alias it is asked of.
+    let inference = writable
+        && h.is_inference
+            .bind(py)
+            .call1((alias,))
+            .and_then(|v| is_true(&v))
+            .map_err(|e| producer_error("x.is_inference", e, py))?;
+    Ok((bits, inference))
+}
+
+/// Whether `obj` is read read-only by its class's declaration: PyTorch's
+/// read-only table (`flags`), or the class's own (Python code of the class:
+/// after the alias, outside the regions, as any producer's is run), for
+/// every parameter: a read-only parameter's view is exported read-only. A
+/// class that declares nothing is noted for the direct read, from what it
+/// held when its tags were `tag`.
+fn read_only_by_class(
+    obj: &Bound<'_, PyAny>,
+    flags: TypeFlags,
+    h: &Handles,
+    tag: (u32, u32),
+) -> Result<bool, ImportError> {
     let (by_class, class_declares_nothing) = declared_by_class(obj)?;
     let read_only = flags.declared_read_only() || by_class;
     if !read_only && class_declares_nothing && is_tensor(obj, h) {
         direct::note_class(obj, tag);
     }
-    // Inference tensors track no version: they are not bumped.
-    let bump = keep.filter(|_| !inference).map(Bound::unbind);
-    let write = tensor_impl.map(|tensor_impl| WriteCheck {
-        original: obj.clone().unbind(),
-        tensor_impl,
-        inference,
-    });
-    let Some((api, exchange::Described { device, .. })) = described else {
-        // No exchange table (a PyTorch without it, or one that failed its
-        // checks): the alias exported by PyTorch's C code.
-        return via_dlpack(alias, None, sx, bump, h, (read_only, declared), write);
-    };
-    // CUDA/ROCm memory is taken as it is on the producer's current work
-    // stream (no synchronisation, see `crate::stream`), unless the function
-    // names a stream: then, and for other devices but the CPU, the alias's
-    // `__dlpack__` synchronises with it.
-    let stream = match stream::stream_kind(device.device_type) {
+    Ok(read_only)
+}
+
+/// The stream the alias's memory is read on through the exchange table:
+/// `Some` when the table may read it (`Some(None)`: no stream), `None`
+/// when the alias's `__dlpack__` must synchronise instead. CUDA/ROCm
+/// memory is taken as it is on the producer's current work stream (no
+/// synchronisation, see `crate::stream`), unless the function names a
+/// stream: then, and for other devices but the CPU, the alias's
+/// `__dlpack__` synchronises with it.
+fn stream_for_table(
+    py: Python<'_>,
+    api: &'static DLPackExchangeAPI,
+    device: crate::device::Device,
+    sx: StreamCx,
+) -> Result<Option<Option<i64>>, ImportError> {
+    Ok(match stream::stream_kind(device.device_type) {
         StreamKind::None if device.device_type == kind::CPU => Some(None),
         StreamKind::None => None,
         _ if sx.request != StreamRequest::Producer => None,
@@ -822,30 +536,7 @@ pub(crate) fn prepare(
             }
             None => None,
         },
-    };
-    match stream {
-        Some(stream) => Ok(Prepared {
-            source: Source::Torch {
-                tensor: alias.unbind(),
-                api,
-                original: obj.clone().unbind(),
-                stream,
-                read_only,
-                declared,
-                write,
-            },
-            bump,
-        }),
-        None => via_dlpack(
-            alias,
-            Some(device),
-            sx,
-            bump,
-            h,
-            (read_only, declared),
-            write,
-        ),
-    }
+    })
 }
 
 /// The disabled regions, unless [`plain`] says they change nothing.

@@ -5,6 +5,7 @@
 //! through PyTorch's C getters called directly, with no Python code and no
 //! object the garbage collector tracks.
 
+use super::handles::CDef;
 #[allow(unused_imports)]
 use super::*;
 
@@ -261,43 +262,6 @@ fn call_getter<'py>(
     unsafe { Bound::from_owned_ptr_or_err(obj.py(), get(obj.as_ptr(), def.closure)) }
 }
 
-/// `torch._C.DisableTorchFunction`'s `__enter__` and `__exit__` method
-/// definitions, checked, for [`FunctionOff`].
-pub(super) struct FunctionOffDefs {
-    enter: CDef<pyo3::ffi::PyMethodDef>,
-    exit: CDef<pyo3::ffi::PyMethodDef>,
-}
-
-impl FunctionOffDefs {
-    /// The definitions, where `disable` (the static type, checked by the
-    /// caller) does not have its instances tracked by the collector and
-    /// `__enter__`/`__exit__` are its own C methods without arguments (or,
-    /// for `__exit__`, ignoring a tuple of them: PyTorch's takes `*args`).
-    pub(super) fn find(disable: &Bound<'_, PyAny>) -> Option<Self> {
-        use pyo3::ffi;
-        // SAFETY: `disable` is a type object (a static type: checked by the
-        // caller); reading its flags.
-        let flags = unsafe { ffi::PyType_GetFlags(disable.as_ptr().cast()) };
-        if flags & ffi::Py_TPFLAGS_HAVE_GC != 0 {
-            return None;
-        }
-        let dict = disable.getattr(intern!(disable.py(), "__dict__")).ok()?;
-        let def = |name: &str, flags: &[std::ffi::c_int]| {
-            let entry = dict.get_item(name).ok()?;
-            if !crate::trust::is_own_descriptor(&entry, disable, name) {
-                return None;
-            }
-            crate::trust::method_def(&entry)
-                .filter(|d| flags.contains(&d.ml_flags))
-                .map(CDef)
-        };
-        Some(FunctionOffDefs {
-            enter: def("__enter__", &[ffi::METH_NOARGS])?,
-            exit: def("__exit__", &[ffi::METH_NOARGS, ffi::METH_VARARGS])?,
-        })
-    }
-}
-
 /// `torch._C.DisableTorchFunction` entered, for phase 2: no
 /// `__torch_function__`, of a mode or a subclass, runs inside (PyTorch's
 /// C getters then skip their lookup of it, which is Python code for a
@@ -339,7 +303,7 @@ impl Drop for FunctionOff<'_> {
     }
 }
 
-/// Calls a method definition checked by [`FunctionOffDefs::find`] on
+/// Calls a method definition checked by `FunctionOffDefs::find` on
 /// `obj`, an instance of its type, with no arguments.
 fn call_method<'py>(
     def: CDef<pyo3::ffi::PyMethodDef>,

@@ -23,6 +23,7 @@
 
 use super::OFF;
 use super::*;
+use crate::import::fast_read::STRONG;
 use crate::import::torch::{get, handles, is_true, phase2::tensor_impl, Handles, NoTorchFunction};
 use dlpack_rs::ffi::DLTensor;
 use pyo3::types::{PyDict, PyTuple};

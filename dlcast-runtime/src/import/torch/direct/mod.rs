@@ -36,9 +36,9 @@
 //! for the process: Python code can only make dlcast slower.
 
 use crate::dtype::DType;
-use crate::import::numpy::{NpRead, FAST_DIMS};
+use crate::import::fast_read::{Hold, NpRead, TorchRead, FAST_DIMS};
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 mod learn;
 pub(super) use learn::learn;
@@ -189,16 +189,6 @@ pub fn state() -> Option<Result<(), &'static str>> {
     }
 }
 
-/// What a direct read leaves for the call: the held storage, and for a
-/// writable parameter the version counter to bump once every argument
-/// passed.
-pub(crate) struct TorchRead {
-    /// Taken by the first view that owns its read (see `view::fast_raw`);
-    /// else dropped with the call.
-    pub(crate) storage: std::cell::Cell<Option<Hold>>,
-    pub(crate) version: Option<std::ptr::NonNull<AtomicU32>>,
-}
-
 impl Layout {
     /// Whether `obj`'s class is one whose instances are read directly:
     /// `torch.Tensor` or a subclass, noted by the general path while it
@@ -228,11 +218,57 @@ impl Layout {
         if code == u16::MAX || want == DType::BOOL || usize::from(want.bits) != itemsize * 8 {
             return None;
         }
+        let (tensor, storage) = self.plain_objects(obj, code)?;
+
+        let rank = usize::try_from(tensor.word(at.rank)).ok()?;
+        let offset = isize::try_from(tensor.word(at.storage_offset) as i64).ok()?;
+        if rank == 0 || rank > FAST_DIMS.min(INLINE) || offset < 0 {
+            return None;
+        }
+        let data = storage.word(at.data) as *mut u8;
+        let size_bytes = isize::try_from(storage.word(at.size_bytes) as i64).ok()?;
+        if data.is_null() || size_bytes < 0 {
+            return None;
+        }
+        let version = self.version_to_bump(tensor, writable)?;
+
+        let item = itemsize as isize;
+        let mut read = NpRead {
+            data,
+            ndim: rank,
+            dims: [0; FAST_DIMS],
+            strides: [0; FAST_DIMS],
+            dtype: want,
+            read_only: false,
+            hi: item,
+            torch: None,
+        };
+        let count = self.sizes_and_strides(tensor, item, &mut read)?;
+        // Every byte reached lies in the storage's bytes (a storage resized
+        // under the tensor before the call is refused), and is addressable.
+        let start = offset.checked_mul(item)?;
+        if start.checked_add(read.hi)? > size_bytes || count > isize::MAX as usize {
+            return None;
+        }
+        read.data = (data as usize).checked_add(start as usize)? as *mut u8;
+        (read.data as usize).checked_add(read.hi as usize)?;
+
+        read.torch = Some(self.hold(storage, version)?);
+        Some(read)
+    }
+
+    /// `obj`'s `TensorImpl` and `StorageImpl` where both are of the plain
+    /// classes whose fields lie at the verified offsets, the tensor has a
+    /// plain tensor's key set and the dtype `code`, and the storage checks
+    /// none of its accesses; else `None`.
+    #[inline(always)]
+    fn plain_objects(&self, obj: &Bound<'_, PyAny>, code: u16) -> Option<(Object, Object)> {
+        let at = &self.at;
         // SAFETY: `obj` is an instance of `torch.Tensor` or a subclass
-        // (`accepts`): a `THPVariable`, whose `TensorImpl *` lies at `cdata`
-        // (verified by `learn`), a live `TensorImpl` the object holds (the
-        // caller holds the object), whose `storage_` is NULL or a live
-        // `StorageImpl` it holds.
+        // (`accepts`, checked by the caller): a `THPVariable`, whose
+        // `TensorImpl *` lies at `cdata` (verified by `learn`), a live
+        // `TensorImpl` the object holds (the caller holds the object), whose
+        // `storage_` is NULL or a live `StorageImpl` it holds.
         let (tensor, storage) = unsafe {
             let tensor = Object::new(obj.as_ptr().cast())?.at(at.cdata)?;
             (tensor, tensor.at(at.storage)?)
@@ -247,37 +283,37 @@ impl Layout {
         {
             return None;
         }
-        let rank = usize::try_from(tensor.word(at.rank)).ok()?;
-        let offset = isize::try_from(tensor.word(at.storage_offset) as i64).ok()?;
-        if rank == 0 || rank > FAST_DIMS.min(INLINE) || offset < 0 {
-            return None;
+        Some((tensor, storage))
+    }
+
+    /// For a writable parameter, the `VersionCounter` to bump (`Some(None)`
+    /// for a read-only one); `None` (the general path) for a tensor with
+    /// autograd state: whether it requires grad is PyTorch's to say.
+    #[inline(always)]
+    fn version_to_bump(
+        &self,
+        tensor: Object,
+        writable: bool,
+    ) -> Option<Option<std::ptr::NonNull<u8>>> {
+        let at = &self.at;
+        match writable {
+            true if tensor.word(at.autograd_meta) != 0 => None,
+            true => Some(Some(std::ptr::NonNull::new(
+                tensor.word(at.version_counter) as *mut u8,
+            )?)),
+            false => Some(None),
         }
-        let data = storage.word(at.data) as *mut u8;
-        let size_bytes = isize::try_from(storage.word(at.size_bytes) as i64).ok()?;
-        if data.is_null() || size_bytes < 0 {
-            return None;
-        }
-        let version = match writable {
-            // Autograd state: whether it requires grad is PyTorch's to say.
-            true if tensor.word(at.autograd_meta) != 0 => return None,
-            true => Some(std::ptr::NonNull::new(
-                tensor.word(at.version_counter) as *mut u8
-            )?),
-            false => None,
-        };
-        let item = itemsize as isize;
-        let mut read = NpRead {
-            data,
-            ndim: rank,
-            dims: [0; FAST_DIMS],
-            strides: [0; FAST_DIMS],
-            dtype: want,
-            read_only: false,
-            hi: item,
-            torch: None,
-        };
+    }
+
+    /// Copies the `rank` (`read.ndim`) sizes and strides into `read`,
+    /// extending `read.hi` by each dimension's reach (`item` bytes an
+    /// element); the element count, or `None` (the general path) for an
+    /// empty tensor, a negative stride or an overflow.
+    #[inline(always)]
+    fn sizes_and_strides(&self, tensor: Object, item: isize, read: &mut NpRead) -> Option<usize> {
+        let at = &self.at;
         let mut count = 1usize;
-        for k in 0..rank {
+        for k in 0..read.ndim {
             let n = tensor.word(at.sizes + 8 * k) as i64;
             let s = tensor.word(at.strides + 8 * k) as i64;
             // Empty tensors and negative strides: the general path.
@@ -292,28 +328,28 @@ impl Layout {
             read.dims[k] = n as usize;
             read.strides[k] = s;
         }
-        // Every byte reached lies in the storage's bytes (a storage resized
-        // under the tensor before the call is refused), and is addressable.
-        let start = offset.checked_mul(item)?;
-        if start.checked_add(read.hi)? > size_bytes || count > isize::MAX as usize {
-            return None;
-        }
-        read.data = (data as usize).checked_add(start as usize)? as *mut u8;
-        (read.data as usize).checked_add(read.hi as usize)?;
+        Some(count)
+    }
+
+    /// What the call holds of a read: a reference to `storage` (if taking
+    /// one is a plain increment, else `None`: the general path), and the
+    /// address of `version_`, the counter to bump, in `version`.
+    #[inline(always)]
+    fn hold(&self, storage: Object, version: Option<std::ptr::NonNull<u8>>) -> Option<TorchRead> {
+        let at = &self.at;
         // SAFETY: `storage_refcount` is the storage's combined reference
         // count (verified by `learn`), an aligned 64-bit atomic PyTorch
-        // updates only atomically; live (as above).
+        // updates only atomically; live (as in `plain_objects`).
         let hold = unsafe { Hold::take(storage.field(at.storage_refcount).cast_mut().cast()) }?;
-        read.torch = Some(TorchRead {
+        Some(TorchRead {
             storage: std::cell::Cell::new(Some(hold)),
             version: version.map(|v| {
                 // SAFETY: a live `VersionCounter` (held by the `TensorImpl`,
-                // as above); `version_` an aligned 32-bit atomic at a
-                // verified offset. Only the address is taken here.
+                // as in `plain_objects`); `version_` an aligned 32-bit atomic
+                // at a verified offset. Only the address is taken here.
                 unsafe { v.add(at.version) }.cast::<AtomicU32>()
             }),
-        });
-        Some(read)
+        })
     }
 }
 
@@ -332,7 +368,7 @@ impl Layout {
         let Some(extent) = raw.extent else {
             return true;
         };
-        // SAFETY: as in `read`: a `THPVariable` (an exact tensor), its live
+        // SAFETY: as in `plain_objects`: a `THPVariable` (an exact tensor), its live
         // `TensorImpl`, and that one's `StorageImpl`.
         let Some((tensor, storage)) = (unsafe {
             Object::new(tensor.as_ptr().cast())
@@ -433,65 +469,6 @@ pub(crate) fn bump(read: &NpRead) {
         // the caller's object still holds (no Python code ran since the
         // read).
         unsafe { v.as_ref() }.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A reference to a `c10::StorageImpl`, taken and given back by one atomic
-/// step of its combined reference count, only where PyTorch's own
-/// `intrusive_ptr` retain and release would do nothing else (the low 32
-/// bits count strong references, bit 63 says a Python object is attached:
-/// PyTorch increments that object when the count goes from 1 to 2 and
-/// decrements it when it goes from 2 to 1, and destroys the storage at 0).
-/// A release that would be one of those transitions is not made: the
-/// reference is leaked, the storage never freed (it happens only where
-/// Python code dropped every other reference to the storage during the
-/// call).
-pub(crate) struct Hold(std::ptr::NonNull<AtomicU64>);
-
-const STRONG: u64 = 0xffff_ffff;
-const HAS_PYOBJECT: u64 = 1 << 63;
-
-impl Hold {
-    /// A new reference, if taking it is a plain increment.
-    ///
-    /// # Safety
-    /// `count` must be the combined reference count of a live
-    /// `StorageImpl` of a layout [`learn`] verified.
-    #[inline(always)]
-    unsafe fn take(count: *mut AtomicU64) -> Option<Hold> {
-        let count = std::ptr::NonNull::new(count)?;
-        // SAFETY: the caller's contract.
-        let atomic = unsafe { count.as_ref() };
-        let mut now = atomic.load(Ordering::Relaxed);
-        loop {
-            let strong = now & STRONG;
-            if strong == 0 || strong == STRONG || (strong == 1 && now & HAS_PYOBJECT != 0) {
-                return None;
-            }
-            match atomic.compare_exchange_weak(now, now + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(Hold(count)),
-                Err(seen) => now = seen,
-            }
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        // SAFETY: the storage lives while this reference is held.
-        let atomic = unsafe { self.0.as_ref() };
-        let mut now = atomic.load(Ordering::Acquire);
-        loop {
-            let strong = now & STRONG;
-            // After the decrement: at least 2, or 1 without a Python object.
-            if !(strong > 2 || (strong == 2 && now & HAS_PYOBJECT == 0)) {
-                return;
-            }
-            match atomic.compare_exchange_weak(now, now - 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(seen) => now = seen,
-            }
-        }
     }
 }
 
