@@ -2,10 +2,14 @@
 
 - No function in `dlcast-runtime/src` or `dlcast-macros/src` is over
   80 lines, from the line of its `fn` to that of its closing brace.
-- No import circle between the crate's files: a file depends on another
-  when it names an item of it (`use`, or a path in code through `crate::`,
-  `super::` or `self::`); a parent's `mod` declaration of a child is not a
-  dependency, so a `mod.rs` and its children are as free as siblings.
+- No import circle between the parts of any module (the files and folders
+  directly inside it, a folder standing for everything in it): a file
+  depends on another when it names an item defined there (`use`, or a path
+  in code through `crate::`, `super::`, `self::` or a child module; a
+  `pub use` re-export is followed to where the item is defined, and is no
+  dependency itself), and a part depends on another when a file in it
+  depends on a file in the other. A module and its own descendants are one
+  part: a folder's `mod.rs` and its files may name each other's items.
 
 `python scripts/structure.py` prints what breaks a rule and exits 1;
 `--report` prints the longest functions and every file's dependencies.
@@ -261,7 +265,19 @@ def dependencies(mods: dict[str, Path]) -> dict[str, set[str]]:
     for mod in mods:
         code = info[mod][0]
         spans = inline_depth(code)
-        for p, pos, public in use_paths(code):
+        children = {m.rsplit("::", 1)[1] for m in mods if m.rsplit("::", 1)[0] == mod and "::" in m}
+        # Paths through a child module without `self::` (`use phase2::X`,
+        # `phase2::f()`): relative to this file.
+        named = use_paths(code) + [
+            ("self::" + re.sub(r"\s", "", m.group(0)), m.start(), False)
+            for m in re.finditer(r"(?<![\w:])(\w+)(?:\s*::\s*\w+)+", USE.sub(lambda m: " " * len(m.group(0)), code))
+            if m.group(1) in children
+        ] + [
+            ("self::" + p, pos, public)
+            for p, pos, public in use_paths(code)
+            if p.split("::")[0] in children
+        ]
+        for p, pos, public in named:
             parts = p.split("::")
             if parts[-1] in ("*", "self"):
                 parts = parts[:-1]
@@ -314,6 +330,27 @@ def cycles(deps: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def part_dependencies(deps: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The dependencies between the parts of each module (the files and
+    folders directly inside it): a file's dependency on another, seen from
+    their closest common module, is one of the part holding the first on
+    the part holding the second. A module and its own descendants are one
+    part (a child names its parent's items, a parent its children's)."""
+    parts: dict[str, set[str]] = {}
+    for a, targets in deps.items():
+        for b in targets:
+            pa, pb = a.split("::"), b.split("::")
+            k = 0
+            while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
+                k += 1
+            if k == len(pa) or k == len(pb):
+                continue
+            x, y = "::".join(pa[: k + 1]), "::".join(pb[: k + 1])
+            parts.setdefault(x, set()).add(y)
+            parts.setdefault(y, set())
+    return parts
+
+
 def main() -> int:
     mods = files()
     report = "--report" in sys.argv
@@ -332,9 +369,10 @@ def main() -> int:
         for lines, where in longest[:40]:
             print(f"  {lines:4} {where}")
     deps = dependencies(mods)
-    for comp in cycles(deps):
+    parts = part_dependencies(deps)
+    for comp in cycles(parts):
         bad += 1
-        inner = {m: sorted(deps[m] & set(comp)) for m in comp}
+        inner = {m: sorted(parts[m] & set(comp)) for m in comp}
         print("import circle: " + "; ".join(f"{m} -> {', '.join(d)}" for m, d in inner.items()))
     if report:
         print("\ndependencies:")

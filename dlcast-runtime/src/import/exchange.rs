@@ -320,7 +320,7 @@ static TORCH_CONST_TABLE: AtomicUsize = AtomicUsize::new(0);
 pub(crate) fn torch_const_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
     let mut known = TORCH_CONST_TABLE.load(Ordering::Acquire);
     if known == 0 {
-        let base = crate::import::torch::handles::tensor_base(py).ok()?;
+        let base = crate::import::torch_handles::tensor_base(py).ok()?;
         known = find_table(py, base.bind(py), "_const_dlpack_exchange_api")
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_CONST_TABLE.store(known, Ordering::Release);
@@ -353,7 +353,7 @@ pub(crate) fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> 
     if known == 0 {
         // Until PyTorch's own attributes are found (see `crate::import::torch`),
         // nothing is trusted, and nothing is noted either.
-        let base = crate::import::torch::handles::tensor_base(py).ok()?;
+        let base = crate::import::torch_handles::tensor_base(py).ok()?;
         known = find_table(py, base.bind(py), "_dlpack_exchange_api")
             .map_or(NO_API, |t| t as *const DLPackExchangeAPI as usize);
         TORCH_TABLE.store(known, Ordering::Release);

@@ -28,6 +28,7 @@ pub(crate) mod fast_read;
 pub(crate) mod numpy;
 pub(crate) mod tensorflow;
 pub(crate) mod torch;
+pub(crate) mod torch_handles;
 
 use crate::device::{device_type_name, Device};
 use crate::dtype::DType;

@@ -76,9 +76,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 pub(crate) mod direct;
-pub(super) mod handles;
 mod phase2;
-use handles::{handles, not_torchs_own, Handles, NoArgs};
+use super::torch_handles::{handles, not_torchs_own, Handles, NoArgs};
 pub(crate) use phase2::{check_write, Declared, WriteCheck};
 use phase2::{declared_by_class, detach, tensor_impl};
 

@@ -5,9 +5,9 @@
 //! through PyTorch's C getters called directly, with no Python code and no
 //! object the garbage collector tracks.
 
-use super::handles::CDef;
 #[allow(unused_imports)]
 use super::*;
+use crate::import::torch_handles::CDef;
 
 /// What a tensor's read-only declaration was decided from in phase 1 (its
 /// type, its MRO, and what each class holds under `__dlpack__` and

@@ -24,7 +24,8 @@
 use super::OFF;
 use super::*;
 use crate::import::fast_read::STRONG;
-use crate::import::torch::{get, handles, is_true, phase2::tensor_impl, Handles, NoTorchFunction};
+use crate::import::torch::{get, is_true, phase2::tensor_impl, NoTorchFunction};
+use crate::import::torch_handles::{handles, Handles};
 use dlpack_rs::ffi::DLTensor;
 use pyo3::types::{PyDict, PyTuple};
 

@@ -1,8 +1,10 @@
 //! PyTorch's own C-level attributes ([`Handles`]), looked up and checked
-//! once, the first time a tensor is prepared (phase 1): what every other
-//! part of the `torch` module calls, and what the exchange module checks
-//! PyTorch's tables against (`tensor_base`: the image of PyTorch's C
-//! extension). Nothing here depends on the exchange module.
+//! once, the first time a tensor is prepared (phase 1): what every part of
+//! the `torch` module calls, and what the exchange module checks PyTorch's
+//! tables against (`tensor_base`: the image of PyTorch's C extension).
+//! Beside the `torch` module rather than in it: both it and the exchange
+//! module build on these, and the `torch` module builds on the exchange
+//! module, so this file depends on neither.
 
 use crate::import::{producer_error, ImportError};
 use pyo3::intern;
@@ -22,7 +24,7 @@ pub(super) struct Handles {
     pub(super) data: Py<PyAny>,
     pub(super) requires_grad: Py<PyAny>,
     /// The getters of `requires_grad` and `_cdata` (the `TensorImpl`'s
-    /// address), called directly by [`check_write`] (phase 2). `_cdata`
+    /// address), called directly by [`check_write`](super::torch::check_write) (phase 2). `_cdata`
     /// and `detach` are needed by writable parameters only: without
     /// PyTorch's own (replaced through the garbage collector), those refuse
     /// every tensor, naming the attribute ([`not_torchs_own`]); read-only
@@ -30,7 +32,7 @@ pub(super) struct Handles {
     pub(super) requires_grad_def: CDef<pyo3::ffi::PyGetSetDef>,
     pub(super) cdata_def: Option<CDef<pyo3::ffi::PyGetSetDef>>,
     /// `TensorBase.detach` (a C method): for a writable parameter, the
-    /// tensor whose version counter is bumped (see [`prepare`]).
+    /// tensor whose version counter is bumped (see [`prepare`](super::torch::prepare)).
     pub(super) detach: Option<Py<PyAny>>,
     pub(super) is_inference: Py<PyAny>,
     /// `torch.is_inference_mode_enabled` (a `METH_NOARGS` C function of
@@ -41,7 +43,7 @@ pub(super) struct Handles {
     /// `torch._C.DisableTorchFunction`, a static type of PyTorch's image.
     pub(super) disable: Py<PyAny>,
     /// Its `__enter__` and `__exit__`, for the region phase 2 enters
-    /// ([`FunctionOff`]); `None` where they are not what dlcast knows.
+    /// (`FunctionOff` (`torch/phase2.rs`)); `None` where they are not what dlcast knows.
     pub(super) function_off: Option<FunctionOffDefs>,
     /// `torch._C._DisableTorchDispatch`'s own C functions.
     pub(super) disable_dispatch: DispatchGuard,
@@ -385,7 +387,7 @@ pub(crate) fn tensor_base(py: Python<'_>) -> Result<&'static Py<PyAny>, ImportEr
 }
 
 /// `torch._C.DisableTorchFunction`'s `__enter__` and `__exit__` method
-/// definitions, checked, for [`FunctionOff`].
+/// definitions, checked, for `FunctionOff` (`torch/phase2.rs`).
 pub(super) struct FunctionOffDefs {
     pub(super) enter: CDef<pyo3::ffi::PyMethodDef>,
     pub(super) exit: CDef<pyo3::ffi::PyMethodDef>,
