@@ -105,12 +105,12 @@ impl Drop for Hold {
 unsafe impl Send for Hold {}
 
 /// What phase 1 acquired for one exact `numpy.ndarray` argument in each of
-/// rust-numpy's registries in use ([`foreign`]). rust-numpy's functions are
-/// called only in phase 1 ([`pre_hold`]) and after the body (releases):
-/// they are other code (a table Python code put in rust-numpy's place may
-/// even run Python code), so never between the raw reads and the body.
-/// Phase 2 only checks that the holds still describe the array as it is
-/// read ([`PreHold::matches`]): else the reads stop and phase 1 acquires
+/// rust-numpy's registries in use ([`super::foreign`]). rust-numpy's
+/// functions are called only in phase 1 ([`pre_hold`]) and after the body
+/// (releases): they are other code (a table Python code put in rust-numpy's
+/// place may even run Python code), so never between the raw reads and the
+/// body. Phase 2 only checks that the holds still describe the array as it
+/// is read ([`PreHold::matches`]): else the reads stop and phase 1 acquires
 /// again.
 pub(crate) struct PreHold {
     holds: SmallVec<[Hold; 1]>,

@@ -1,11 +1,11 @@
 //! Working together with rust-numpy's borrow checking.
 //!
 //! rust-numpy (the `numpy` crate) checks its `PyReadonlyArray` and
-//! `PyReadwriteArray` borrows at run time, in a registry that its
-//! extensions share through a capsule named [`ATTR`], in the attribute of
-//! the same name of NumPy's `multiarray` module (`numpy._core.multiarray`
-//! under NumPy 2, `numpy.core.multiarray` before). The capsule holds a C
-//! struct ([`table::Shared`]): its version first (1; later versions may only append
+//! `PyReadwriteArray` borrows at run time, in a registry that its extensions
+//! share through a capsule named [`ATTR`], in the attribute of the same name
+//! of NumPy's `multiarray` module (`numpy._core.multiarray` under NumPy 2,
+//! `numpy.core.multiarray` before). The capsule holds a C struct
+//! ([`table::Shared`]): its version first (1; later versions may only append
 //! fields), an opaque `flags` pointer and four functions, `acquire`,
 //! `acquire_mut`, `release` and `release_mut`, each passed `flags` and a
 //! `PyArrayObject*`, called with the GIL held; the acquiring ones return 0
@@ -35,8 +35,8 @@
 //!   dlcast build recognises it. From then on there is one registry for
 //!   both, and a dlcast call pays only the check.
 //! - **A capsule of rust-numpy's**: every view dlcast makes of an exact
-//!   `numpy.ndarray` is also acquired there ([`pre_hold`]), read or write as the
-//!   view, and released when the view's borrow ends ([`release`]). The
+//!   `numpy.ndarray` is also acquired there ([`pre_hold`]), read or write as
+//!   the view, and released when the view's borrow ends ([`release`]). The
 //!   holds sit in a table of this extension keyed by the dlcast borrow's id
 //!   (the view's own layout is unchanged: the NumPy path pays one atomic
 //!   load when it reads and one when it drops).

@@ -3,22 +3,22 @@
 //! a table dlcast uses ([`look`], [`shadowed`]).
 //!
 //! **Where rust-numpy looks.** rust-numpy picks its module once per
-//! extension, at its first use of NumPy, from `numpy.__version__` (a
-//! Python attribute: a 1.x string under NumPy 2 sends it to the
+//! extension, at its first use of NumPy, from `numpy.__version__` (a Python
+//! attribute: a 1.x string under NumPy 2 sends it to the
 //! `numpy.core.multiarray` shim, whose `__getattr__` forwards a missing
 //! attribute to `numpy._core.multiarray`), imports it (the module is what
 //! `sys.modules` holds under that name then), and takes the table with a
-//! plain attribute look-up, publishing its own in that module if the
-//! look-up fails. dlcast also checks the other major version's module
-//! ([`recheck_other`]): while it is in `sys.modules` it must be a plain
-//! module whose attribute is missing (the shim then forwards to NumPy's
-//! module, where dlcast's table is) or a table dlcast uses; a valid table
-//! dlcast does not use there refuses NumPy arrays for the rest of the
+//! plain attribute look-up, publishing its own in that module if the look-up
+//! fails. dlcast also checks the other major version's module
+//! ([`super::recheck::recheck_other`]): while it is in `sys.modules` it must
+//! be a plain module whose attribute is missing (the shim then forwards to
+//! NumPy's module, where dlcast's table is) or a table dlcast uses; a valid
+//! table dlcast does not use there refuses NumPy arrays for the rest of the
 //! process. What stays unseen: a module swapped into `sys.modules` only
 //! around a rust-numpy extension's first borrow, and Python code that
 //! redirects the shim's forwarding (its `__getattr__`, or the `multiarray`
-//! attribute of `numpy._core` it reads) while that module's own attribute
-//! is missing (README, *Safety*).
+//! attribute of `numpy._core` it reads) while that module's own attribute is
+//! missing (README, *Safety*).
 
 use super::{refusal, ATTR_NAME};
 use pyo3::ffi;
@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 pub(super) static NUMPY2: AtomicBool = AtomicBool::new(true);
 
 /// Where rust-numpy looks for its table, learned once: NumPy's `multiarray`
-/// module (kept alive), its name as rust-numpy imports it, its `__dict__`
-/// (a module's dictionary cannot be replaced), [`ATTR`] as a `str`, and
+/// module (kept alive), its name as rust-numpy imports it, its `__dict__` (a
+/// module's dictionary cannot be replaced), [`super::ATTR`] as a `str`, and
 /// the name of the other NumPy major version's `multiarray` module
 /// (`numpy.core.multiarray` under NumPy 2, `numpy._core.multiarray` under
 /// NumPy 1), where a rust-numpy extension looks that read the other major
@@ -52,8 +52,9 @@ unsafe impl Send for Place {}
 unsafe impl Sync for Place {}
 
 pub(super) static PLACE: PyOnceLock<Place> = PyOnceLock::new();
-/// The capsule [`check`] expects in the attribute: the one dlcast published
-/// or last adopted (a strong reference kept for the process), or NULL.
+/// The capsule [`super::check`] expects in the attribute: the one dlcast
+/// published or last adopted (a strong reference kept for the process), or
+/// NULL.
 pub(super) static EXPECTED: AtomicPtr<ffi::PyObject> = AtomicPtr::new(std::ptr::null_mut());
 
 /// A capsule found in the other major version's module ([`Place`]'s
@@ -73,24 +74,24 @@ pub(super) static OTHER_TABLE: AtomicBool = AtomicBool::new(false);
 ///
 /// - `sys.modules[name]` (the interpreter's dictionary) is NumPy's
 ///   `multiarray` module, of the plain module type, and its dictionary's
-///   [`ATTR`] is [`EXPECTED`];
+///   [`super::ATTR`] is [`EXPECTED`];
 /// - no attribute of that name on the classes `module` or `object`
 ///   shadows the dictionary's entry ([`shadowed`]; in abi3 builds only in
 ///   phase 1, `phase2` false);
 /// - the other major version's module (where an extension that read the
 ///   other major version from `numpy.__version__` looks) is not in
-///   `sys.modules`, or is a plain module whose [`ATTR`] is missing,
-///   [`EXPECTED`] or [`OTHER_OK`] (its `__getattr__` forwards a missing
-///   one to NumPy's module);
+///   `sys.modules`, or is a plain module whose [`super::ATTR`] is missing,
+///   [`EXPECTED`] or [`OTHER_OK`] (its `__getattr__` forwards a missing one
+///   to NumPy's module);
 /// - no table dlcast does not use was ever found there ([`OTHER_TABLE`]).
 ///
 /// Returns that other module (NULL when absent) when all holds. No Python
-/// code runs, but for one case no C API can rule out: a dictionary
-/// look-up compares keys of the same hash with `__eq__`, so a key Python
-/// code put in `sys.modules` or a module's dictionary with the hash of one
-/// of these names runs its `__eq__`. [`settle`] records only when no
+/// code runs, but for one case no C API can rule out: a dictionary look-up
+/// compares keys of the same hash with `__eq__`, so a key Python code put in
+/// `sys.modules` or a module's dictionary with the hash of one of these
+/// names runs its `__eq__`. [`super::checks::settle`] records only when no
 /// dictionary changed meanwhile; phase 2 looks up only in builds without
-/// version tags ([`in_place`]). An error the look-ups set (none is
+/// version tags ([`super::in_place`]). An error the look-ups set (none is
 /// expected) is left for the caller to clear.
 ///
 /// # Safety

@@ -13,7 +13,7 @@
 //!   registry;
 //! - **another valid table** (a rust-numpy extension published its own
 //!   after a deletion): adopted, views are acquired in it too, besides the
-//!   tables already in use (up to [`MAX_FOREIGN`]);
+//!   tables already in use (up to [`super::table::MAX_FOREIGN`]);
 //! - **anything else** (an object that is no table, a `ctypes` table, a
 //!   replaced `sys.modules` entry or module class, which redirect
 //!   rust-numpy's own look-up): exact `numpy.ndarray` arguments are
@@ -37,7 +37,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use std::sync::atomic::Ordering;
 
-/// [`check`]'s slow path (phase 1: may run Python code, the first time).
+/// [`super::check`]'s slow path (phase 1: may run Python code, the first
+/// time).
 #[cold]
 #[inline(never)]
 pub(super) fn recheck(py: Python<'_>) -> PyResult<()> {

@@ -1,10 +1,11 @@
-//! The state of the dictionaries [`look`] looks in (and of those where
-//! [`shadowed`] looks) when it last found them as expected, by their version
-//! tags (PEP 509: CPython gives a dict a new tag whenever an entry is added,
-//! removed or replaced). While every tag is the same, so is every entry,
-//! and [`unchanged`] skips the look-ups. The tag field is deprecated in
-//! CPython 3.12 (it stays until 3.14, which removes it) and absent from the
-//! limited API and from other interpreters: there every call looks up.
+//! The state of the dictionaries [`super::place::look`] looks in (and of
+//! those where [`super::place::shadowed`] looks) when it last found them as
+//! expected, by their version tags (PEP 509: CPython gives a dict a new tag
+//! whenever an entry is added, removed or replaced). While every tag is the
+//! same, so is every entry, and [`super::checks::unchanged`] skips the
+//! look-ups. The tag field is deprecated in CPython 3.12 (it stays until
+//! 3.14, which removes it) and absent from the limited API and from other
+//! interpreters: there every call looks up.
 
 use pyo3::ffi;
 
