@@ -3,10 +3,11 @@
 //! (rust-numpy's own registries) dlcast adopted and acquires its views in
 //! too ([`foreign`], [`adopt`]).
 //!
-//! rust-numpy's functions are called in phase 2, so a table is used only
-//! when its four functions lie in one loaded library's image (see
-//! [`verify`]): a table made with `ctypes`, whose functions would run
-//! Python code, is never called.
+//! dlcast calls a foreign table's functions itself (in phase 1 and when a
+//! view's borrow ends, see [`super::hold`]), so a table is used only when
+//! its four functions lie in one loaded library's image (see [`verify`]): a
+//! table made with `ctypes`, whose functions would run Python code, is
+//! never called.
 
 use super::{refusal, ATTR};
 use pyo3::ffi;
