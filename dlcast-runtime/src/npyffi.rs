@@ -3,8 +3,9 @@
 //! its `_ARRAY_API` table that dlcast calls, and its type numbers (declared
 //! with the dtype table, [`crate::facts::npy_type`], whose NumPy column uses
 //! them). Read by `import/numpy.rs` (an exact `numpy.ndarray`'s fields),
-//! `borrow/rnp.rs` (the struct passed to rust-numpy) and `npapi.rs`
-//! (`returns = numpy` through the C API).
+//! `borrow/rnp/hold.rs` and `borrow/rnp/published.rs` (the struct passed to
+//! rust-numpy, and read when it passes one) and `npapi.rs` (`returns =
+//! numpy` through the C API).
 //!
 //! Every layout here is a prefix of NumPy's own struct in both major
 //! versions (`ndarraytypes.h`); nothing past it is declared, so nothing
