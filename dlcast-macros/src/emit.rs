@@ -418,7 +418,7 @@ impl<'a> Callable<'a> {
             && self.a.stream_param.is_none()
     }
 
-    /// The straight-line call (see the runtime's `FastCx`), tried first;
+    /// The straight-line call (see the runtime's `FastCallContext`), tried first;
     /// where it does not take the call, the general path runs it from the
     /// start. The same body code, with `__dlcast` naming the straight-line
     /// call.
@@ -436,7 +436,7 @@ impl<'a> Callable<'a> {
         });
         quote! {
             if let ::core::option::Option::Some(__dlcast) =
-                #rt::FastCx::<#n_views>::read(&#spec_ident, [#(#args),*])
+                #rt::FastCallContext::<#n_views>::read(&#spec_ident, [#(#args),*])
             {
                 let __dlcast = &__dlcast;
                 return { #result };
@@ -454,7 +454,7 @@ impl<'a> Callable<'a> {
         let spec_ident = format_ident!("__DLCAST_SPEC");
         if a.views.is_empty() && opts.stream.is_none() && a.stream_param.is_none() {
             return quote! {
-                let __dlcast = &#rt::FastCx::<0>::no_arrays(&#spec_ident)?;
+                let __dlcast = &#rt::FastCallContext::<0>::no_arrays(&#spec_ident)?;
                 #result
             };
         }
@@ -485,7 +485,7 @@ impl<'a> Callable<'a> {
         let n_views = a.views.len();
         let (peeks, dispatch) = self.dtype_dispatch(&run);
         quote! {
-            let mut __dlcast = #rt::CallCx::<#n_views>::new(&#spec_ident);
+            let mut __dlcast = #rt::CallContext::<#n_views>::new(&#spec_ident);
             #stream_setup
             #(#peeks)*
             #dispatch

@@ -66,7 +66,7 @@
 //! (`PyReadonlyArray`, `PyReadwriteArray`) meet dlcast's views: dlcast
 //! publishes this registry as rust-numpy's shared table when there is none
 //! yet, else also acquires its views of NumPy arrays in rust-numpy's (the
-//! crate-private module `borrow::rnp`).
+//! crate-private module `borrow::rust_numpy`).
 
 use crate::device::Device;
 use crate::error::RegistryError;
@@ -76,7 +76,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-pub(crate) mod rnp;
+pub(crate) mod rust_numpy;
 
 /// The key of the interpreter's state dictionary that holds the registry's
 /// capsule.
@@ -425,7 +425,7 @@ static API: AtomicPtr<BorrowApi> = AtomicPtr::new(std::ptr::null_mut());
 /// or published there. The first time in the process (in phase 1 of a call:
 /// before any raw read of an argument) this may run Python code: once the
 /// registry is known, dlcast's table for rust-numpy is published too when
-/// NumPy is already imported (see [`rnp::set_up`]).
+/// NumPy is already imported (see [`rust_numpy::set_up`]).
 #[inline(always)]
 pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let p = API.load(Ordering::Acquire);
@@ -442,7 +442,7 @@ pub(crate) fn api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
 fn first_api(py: Python<'_>) -> PyResult<&'static BorrowApi> {
     let found = find_or_publish(py)?;
     API.store((found as *const BorrowApi).cast_mut(), Ordering::Release);
-    rnp::set_up(py);
+    rust_numpy::set_up(py);
     Ok(found)
 }
 
@@ -547,8 +547,8 @@ impl Drop for Borrow {
             unsafe { (self.api.release)(self.id) }
         }
         // The same view's borrow in rust-numpy's registry, if any.
-        if rnp::foreign().is_some() {
-            rnp::release(self.id);
+        if rust_numpy::foreign().is_some() {
+            rust_numpy::release(self.id);
         }
     }
 }

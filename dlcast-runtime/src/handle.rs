@@ -8,8 +8,8 @@
 //! tensor (`t.resize_(..)`), swap its storage (`t.set_(..)`, `t.data =
 //! ..`), or make it require grad. Each borrow is therefore a call of its
 //! own, with one array argument: it runs the whole import of that
-//! argument (`CallCx::prepare`: every step that may run Python code) and
-//! then its reads and checks (`CallCx::finish`: dtype, device, order,
+//! argument (`CallContext::prepare`: every step that may run Python code) and
+//! then its reads and checks (`CallContext::finish`: dtype, device, order,
 //! writability, PyTorch's rules, the entry in the borrow registry), exactly
 //! as a `#[dlpack_fn]` parameter of the same view type would, and hands out
 //! the view that call makes. The view is the guard: its registry entry, and
@@ -18,7 +18,7 @@
 //! and to the GIL token, so that it is dropped (its producer's memory
 //! released: C-API calls) while the GIL is held.
 
-use crate::call::CallCx;
+use crate::call::CallContext;
 use crate::device::DeviceSpec;
 use crate::dtype::Element;
 use crate::spec::{FnSpec, Order, ParamSpec};
@@ -266,7 +266,7 @@ impl<T: Element, const N: usize> ArrayHandle<T, N> {
     ) -> PyResult<TensorRef<'v, T, N>> {
         let spec = self.spec.unwrap_or(default);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
-        let mut cx = CallCx::<1>::new(spec);
+        let mut cx = CallContext::<1>::new(spec);
         cx.prepare::<TensorRef<'_, T, N>>(0, obj)?;
         cx.finish()?;
         let view: TensorRef<'_, T, N> = cx.take(0)?;
@@ -304,7 +304,7 @@ impl<T: Element, const N: usize> ArrayHandle<T, N> {
     pub fn borrow_mut<'v>(&'v self, py: Python<'v>) -> PyResult<TensorMut<'v, T, N>> {
         let spec = self.spec.unwrap_or(&BORROW_MUT);
         let obj = self.obj.as_ref().ok_or_else(|| cleared(spec))?.bind(py);
-        let mut cx = CallCx::<1>::new(spec);
+        let mut cx = CallContext::<1>::new(spec);
         cx.prepare::<TensorMut<'_, T, N>>(0, obj)?;
         cx.finish()?;
         let view: TensorMut<'_, T, N> = cx.take(0)?;

@@ -203,7 +203,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::call::{
-        numpy_fast_path, raw_reads_in_progress, CallCx, FastArg, FastCx, Peeked,
+        numpy_fast_path, raw_reads_in_progress, CallContext, FastArg, FastCallContext, Peeked,
     };
     pub use crate::device::DeviceSpec;
     pub use crate::dtype::{DType, Element};

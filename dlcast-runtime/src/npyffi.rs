@@ -3,7 +3,7 @@
 //! its `_ARRAY_API` table that dlcast calls, and its type numbers (declared
 //! with the dtype table, [`crate::facts::npy_type`], whose NumPy column uses
 //! them). Read by `import/numpy.rs` (an exact `numpy.ndarray`'s fields),
-//! `borrow/rnp/hold.rs` and `borrow/rnp/published.rs` (the struct passed to
+//! `borrow/rust_numpy/hold.rs` and `borrow/rust_numpy/published.rs` (the struct passed to
 //! rust-numpy, and read when it passes one) and `npapi.rs` (`returns =
 //! numpy` through the C API).
 //!

@@ -265,12 +265,12 @@ def test_a_builtin_renamed_through_gc_runs_no_python_code_in_the_raw_reads():
 # branch. `make abi3` runs the files the Makefile lists in
 # ABI3_PYTEST_FILES against the abi3-py39 build, not the whole suite.
 ABI3_BRANCHES = {
-    "borrow/rnp/place.rs": ("whether a data descriptor shadows rust-numpy's table: the "
+    "borrow/rust_numpy/place.rs": ("whether a data descriptor shadows rust-numpy's table: the "
                             "classes' dictionaries read in C, or the look-up itself in abi3 "
                             "builds (phase 1 only)",
                             ["test_rust_numpy", "test_registry_is_one",
                              "test_replaced_attributes"]),
-    "borrow/rnp/seen.rs": ("the dictionaries' version tags (none under abi3: looked up every "
+    "borrow/rust_numpy/seen.rs": ("the dictionaries' version tags (none under abi3: looked up every "
                            "time, in phase 2 too)",
                            ["test_rust_numpy", "test_registry_is_one", "test_replaced_attributes"]),
     "error/export.rs": ("the buffer protocol's refusals, or `__array_interface__`'s below 3.11",

@@ -1,6 +1,6 @@
 """One borrow registry per process, whatever Python code does to the places
 it is published, and NumPy's facts from C, not from `numpy.__version__`
-(`borrow`, `borrow::rnp` and `npapi` in the runtime).
+(`borrow`, `borrow::rust_numpy` and `npapi` in the runtime).
 
 dlcast's own registry is found through the interpreter's C-level state
 dictionary, which Python code cannot reach; rust-numpy's shared table (an

@@ -1,7 +1,7 @@
 """What a call reads is released when the call ends, not before and not later:
 capsule deleters and buffer releases that run producer code wait for the
 outermost body that could see them; nested, refused, panicking and
-hand-driven calls (`CallCx`) release exactly what they took.
+hand-driven calls (`CallContext`) release exactly what they took.
 """
 
 import array
@@ -21,7 +21,7 @@ from conftest import capsule, deleters_balanced, run_py
 @pytest.mark.usefixtures("registry_empty_after")
 @pytest.mark.hostile
 def test_take_never_hands_out_a_writable_view_of_a_read_only_registration():
-    """`dlcast_runtime::__private::CallCx` is public and its methods are safe.
+    """`dlcast_runtime::__private::CallContext` is public and its methods are safe.
     `evil_alias` (attack.rs) prepares both arguments as `&[f64]` (so the
     borrow registry lets them share memory), then `take`s both as
     `&mut [f64]`: `take` never checks that the view type it builds is the
@@ -93,9 +93,9 @@ for _ in range(3):
 @pytest.mark.hostile
 @pytest.mark.parametrize("evil", ["evil_guards_out_of_order", "evil_forget_guard"])
 def test_bodies_nest_strictly_even_when_they_panic_or_forget_a_view(evil):
-    """(Fixed: `CallCx::body` now takes the body as a closure, so bodies
+    """(Fixed: `CallContext::body` now takes the body as a closure, so bodies
     nest strictly; these functions nest, panic inside, and forget a view.)
-    It was: `CallCx::body()` returned a guard that swaps a thread-local "deferred
+    It was: `CallContext::body()` returned a guard that swaps a thread-local "deferred
     owners" frame in and out. Two guards dropped out of order (or one
     `mem::forget`-ten), in safe Rust, leave the frame installed for good:
     every later view owner dropped outside a body (all slice and ndarray
@@ -255,7 +255,7 @@ def _export_dropped_in_nested_body(outer_arg, middle):
 @pytest.mark.usefixtures("registry_empty_after_collect")
 @pytest.mark.hostile
 def test_release_in_an_unguarded_middle_body_waits_for_the_outer_body():
-    """(Fixed: `CallCx::body` starts a guard inside another call's body even
+    """(Fixed: `CallContext::body` starts a guard inside another call's body even
     when its own views defer nothing.) It was: a middle call with no
     deferring view ran its body without a guard, so an owner dropped in its
     body (an exported bytearray view) landed in the OUTER body's deferred

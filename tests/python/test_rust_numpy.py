@@ -1,6 +1,6 @@
 """dlcast's views and rust-numpy's borrows (`PyReadonlyArray`,
 `PyReadwriteArray`) of the same NumPy array see each other (README, Safety;
-`borrow::rnp` in the runtime).
+`borrow::rust_numpy` in the runtime).
 
 `dlcast_rnp` (tests/rnp) is built with rust-numpy alone. Which registry
 holds rust-numpy's borrows depends on who came first in the process:

@@ -4,7 +4,7 @@
 //! from tests/python/test_native_views.py, test_releases.py, test_aliasing.py
 //! and test_registry.py.
 
-use dlcast_runtime::__private::{CallCx, DeviceSpec, FnSpec, Order, ParamSpec};
+use dlcast_runtime::__private::{CallContext, DeviceSpec, FnSpec, Order, ParamSpec};
 use dlcast_runtime::prelude::*;
 use half::f16;
 use ndarray::{ArrayView0, ArrayView1, ArrayView2, ArrayViewD, ArrayViewMut1, ArrayViewMutD};
@@ -343,7 +343,7 @@ static EVIL_ALIAS: FnSpec = FnSpec {
 /// returns `(address of a, address of b, b[0] read after the write)`.
 #[pyfunction]
 fn evil_alias(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<(usize, usize, f64)> {
-    let mut cx = CallCx::<2>::new(&EVIL_ALIAS);
+    let mut cx = CallContext::<2>::new(&EVIL_ALIAS);
     cx.prepare::<&[f64]>(0, a)?;
     cx.prepare::<&[f64]>(1, b)?;
     cx.finish()?;
@@ -361,7 +361,7 @@ fn evil_alias(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<(usize, us
 /// Returns what the view reads (eight times the bytes the array has).
 #[pyfunction]
 fn evil_retype(x: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    let mut cx = CallContext::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, u8>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
@@ -372,7 +372,7 @@ fn evil_retype(x: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
 /// `TensorMut<f64>`, then writes 7.0 everywhere, unless `take` refuses.
 #[pyfunction]
 fn evil_write_read_only(x: &Bound<'_, PyAny>) -> PyResult<()> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    let mut cx = CallContext::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let mut v: TensorMut<'_, f64> = cx.take(0)?;
@@ -394,10 +394,10 @@ thread_local! {
 /// thread-local after the call returns.
 #[pyfunction]
 fn evil_leak_slice(x: &Bound<'_, PyAny>) -> PyResult<()> {
-    let cx: &'static mut CallCx<1> = Box::leak(Box::new(CallCx::<1>::new(&EVIL_ONE)));
+    let cx: &'static mut CallContext<1> = Box::leak(Box::new(CallContext::<1>::new(&EVIL_ONE)));
     cx.prepare::<&[f64]>(0, x)?;
     cx.finish()?;
-    let cx: &'static CallCx<1> = cx;
+    let cx: &'static CallContext<1> = cx;
     let s: &'static [f64] = cx.take(0)?;
     LEAKED.with(|l| l.set(Some(s)));
     Ok(())
@@ -415,7 +415,7 @@ fn evil_leaked_values() -> Option<Vec<f64>> {
 /// "deferred owners" state is restored each time.
 #[pyfunction]
 fn evil_guards_out_of_order(x: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    let mut cx = CallContext::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
@@ -432,7 +432,7 @@ fn evil_guards_out_of_order(x: &Bound<'_, PyAny>) -> PyResult<f64> {
 /// leaked, never freed early).
 #[pyfunction]
 fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    let mut cx = CallContext::<1>::new(&EVIL_ONE);
     cx.prepare::<TensorRef<'_, f64>>(0, x)?;
     cx.finish()?;
     let v: TensorRef<'_, f64> = cx.take(0)?;
@@ -441,7 +441,7 @@ fn evil_forget_guard(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     Ok(first)
 }
 
-/// `CallCx::new` is infallible since the speed work: a context
+/// `CallContext::new` is infallible since the speed work: a context
 /// whose `N` is not the spec's parameter count must refuse every step
 /// (`prepare`, `prepare_opt`, `peek`, `finish`, `take`, `take_opt`) with an
 /// error, never panic or read past the spec. Tries `N` above and below the
@@ -452,7 +452,7 @@ fn evil_spec_count(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     let mut refused = 0;
     let mut count = |r: bool| refused += usize::from(r);
     // N = 2 over a one-parameter spec: index 1 names no parameter.
-    let mut cx = CallCx::<2>::new(&EVIL_ONE);
+    let mut cx = CallContext::<2>::new(&EVIL_ONE);
     count(cx.prepare::<&[f64]>(0, x).is_err());
     count(cx.prepare::<&[f64]>(1, x).is_err());
     count(cx.prepare_opt::<&[f64]>(1, Some(x)).is_err());
@@ -462,18 +462,18 @@ fn evil_spec_count(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     count(cx.take::<&[f64]>(1).is_err());
     count(matches!(cx.take_opt::<&[f64]>(1), Err(_) | Ok(None)));
     // N = 1 over a two-parameter spec.
-    let mut cx = CallCx::<1>::new(&EVIL_ALIAS);
+    let mut cx = CallContext::<1>::new(&EVIL_ALIAS);
     count(cx.prepare::<&[f64]>(0, x).is_err());
     count(cx.peek(0, x, false).is_err());
     count(cx.finish().is_err());
     count(cx.take::<&[f64]>(0).is_err());
     // N = 0 over a one-parameter spec.
-    let mut cx = CallCx::<0>::new(&EVIL_ONE);
+    let mut cx = CallContext::<0>::new(&EVIL_ONE);
     count(cx.finish().is_err());
     count(cx.body(|| true));
     // The right N, after a refused `finish` of a wrong one: a fresh context
     // works (nothing was left behind in the registry).
-    let mut cx = CallCx::<1>::new(&EVIL_ONE);
+    let mut cx = CallContext::<1>::new(&EVIL_ONE);
     count(cx.prepare::<&[f64]>(0, x).is_ok());
     count(cx.finish().is_ok());
     Ok(refused)

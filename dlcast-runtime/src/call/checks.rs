@@ -1,4 +1,4 @@
-//! The checks of phase 2 ([`Who`]): an argument's read against its
+//! The checks of phase 2 ([`CallIdentity`]): an argument's read against its
 //! parameter's [`ParamSpec`] (device, shape and named extents, dtype,
 //! order, writability, alignment), the borrow-registry and rust-numpy
 //! probes; what they refuse is a `CallError` (in `crate::error`).
@@ -33,22 +33,22 @@ impl From<PyErr> for Refusal {
 /// 2, so that the checks run while a slot's read is borrowed in place.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
-pub struct Who {
+pub struct CallIdentity {
     pub(super) spec: &'static FnSpec,
     /// This call's id in the borrow registry (see [`crate::borrow`]).
     pub(super) call: u64,
 }
 
-impl Who {
-    /// As [`CallCx::py`].
+impl CallIdentity {
+    /// As [`CallContext::py`].
     fn py(&self) -> Python<'static> {
-        // SAFETY: a `Who` is used only inside the call context's methods,
+        // SAFETY: a `CallIdentity` is used only inside the call context's methods,
         // which the generated code calls inside the PyO3 function it wraps,
         // where the GIL is held; the token is used for this call only.
         unsafe { Python::assume_attached() }
     }
 
-    /// Refuses (as [`CallCx::register`] would a read-only view) a NumPy
+    /// Refuses (as [`CallContext::register`] would a read-only view) a NumPy
     /// array whose bytes meet a writable view's: for arrays DLPack cannot
     /// describe, before NumPy reads them to convert them. The bytes come
     /// from the array's own fields ([`import::numpy::byte_bounds`]), never
@@ -246,7 +246,7 @@ impl Who {
             Refused::NoMemory => return CallError::RegistryFull.into(),
             Refused::Conflict(other) => other,
         };
-        if name(other.function, other.function_len) == crate::borrow::rnp::RUST_NUMPY {
+        if name(other.function, other.function_len) == crate::borrow::rust_numpy::RUST_NUMPY {
             let theirs = if other.writable != 0 {
                 "a PyReadwriteArray"
             } else {

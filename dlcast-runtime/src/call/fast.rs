@@ -1,9 +1,9 @@
 //! The straight-line call: for a function whose array parameters are all
 //! required, of one element type each, and read from the producer's own
 //! stream (no `#[dtype(..)]` dispatch, no `Option`, no `stream`), the
-//! generated code first tries [`FastCx::read`]. It takes a call whose every
+//! generated code first tries [`FastCallContext::read`]. It takes a call whose every
 //! array argument is an exact `numpy.ndarray` the call driver's fast path
-//! reads as it is (see [`CallCx`](super::CallCx)'s `fast_pass`), with the
+//! reads as it is (see [`CallContext`](super::CallContext)'s `fast_pass`), with the
 //! same steps in the same order — phase 1 (the registry found, rust-numpy's
 //! table found as the last call left it, once per call rather than once
 //! per argument), then the
@@ -13,10 +13,10 @@
 //! stay borrowed from the caller, the reads are plain values. Anything else
 //! (any argument or step the fast path would leave to the general path)
 //! returns `None` with nothing held, and the generated code runs the
-//! general path ([`CallCx`](super::CallCx)) from the start, which stays the
+//! general path ([`CallContext`](super::CallContext)) from the start, which stays the
 //! one definition of what is accepted and of every message.
 
-use super::{fast_read, fast_switch, misuse, release, Binding, Who};
+use super::{fast_read, fast_switch, misuse, release, Binding, CallIdentity};
 use crate::dtype::DType;
 use crate::import::numpy::{self, NpRead};
 use crate::spec::FnSpec;
@@ -55,7 +55,7 @@ impl<'a> FastArg<'a> {
 /// (see the module documentation): the views borrow it, so it outlives
 /// them; dropping it ends the registry entries no view took.
 #[doc(hidden)]
-pub struct FastCx<'a, const N: usize> {
+pub struct FastCallContext<'a, const N: usize> {
     spec: &'static FnSpec,
     args: [FastArg<'a>; N],
     reads: [Option<NpRead>; N],
@@ -63,7 +63,7 @@ pub struct FastCx<'a, const N: usize> {
     taken: [Cell<bool>; N],
 }
 
-impl<'a, const N: usize> FastCx<'a, N> {
+impl<'a, const N: usize> FastCallContext<'a, N> {
     /// Phase 1 and phase 2 of the call of the function described by `spec`
     /// with the array arguments `args`, in order, where the fast path takes
     /// every one of them; `None` otherwise, with nothing held (the general
@@ -96,12 +96,15 @@ impl<'a, const N: usize> FastCx<'a, N> {
         // rust-numpy's table where phase 1 of an earlier call left it,
         // checked after the last step here that may run Python code (the
         // line above, the first time) and without running any, where the
-        // build has version tags (see `borrow::rnp::ready`); otherwise the
-        // general path checks it (`borrow::rnp::check`) and reports. And
+        // build has version tags (see `borrow::rust_numpy::ready`); otherwise the
+        // general path checks it (`borrow::rust_numpy::check`) and reports. And
         // views of NumPy arrays are dlcast's registry's alone.
         // (The general path consults rust-numpy's table for NumPy arrays
         // only, and so does this one.)
-        if arrays && (!crate::borrow::rnp::ready(py) || crate::borrow::rnp::foreign().is_some()) {
+        if arrays
+            && (!crate::borrow::rust_numpy::ready(py)
+                || crate::borrow::rust_numpy::foreign().is_some())
+        {
             return None;
         }
         #[cfg(Py_GIL_DISABLED)]
@@ -109,7 +112,7 @@ impl<'a, const N: usize> FastCx<'a, N> {
         // Phase 2: no Python code from here to the body.
         #[cfg(debug_assertions)]
         let _reads = super::tripwire::Reads::enter();
-        let who = Who {
+        let who = CallIdentity {
             spec,
             call: crate::borrow::new_call_id(),
         };
@@ -135,7 +138,7 @@ impl<'a, const N: usize> FastCx<'a, N> {
             .flatten()
             .for_each(crate::import::torch::direct::bump);
         fast_switch::taken();
-        Some(FastCx {
+        Some(FastCallContext {
             spec,
             args,
             reads,
@@ -178,7 +181,7 @@ impl<'a, const N: usize> FastCx<'a, N> {
         )
     }
 
-    /// Runs the body `f`, as [`CallCx::body`](super::CallCx::body) does for
+    /// Runs the body `f`, as [`CallContext::body`](super::CallContext::body) does for
     /// a call none of whose views runs a producer's code when dropped.
     #[inline(always)]
     pub fn body<R>(&self, f: impl FnOnce() -> R) -> R {
@@ -190,13 +193,13 @@ impl<'a, const N: usize> FastCx<'a, N> {
     }
 }
 
-impl FastCx<'_, 0> {
+impl FastCallContext<'_, 0> {
     /// The call of a function without array parameters : nothing
     /// to read, no call context; the body runs as in one.
     ///
     /// # Errors
     /// On a free-threaded interpreter running without the GIL, as
-    /// [`CallCx::finish`](super::CallCx::finish).
+    /// [`CallContext::finish`](super::CallContext::finish).
     #[inline(always)]
     pub fn no_arrays(spec: &'static FnSpec) -> PyResult<Self> {
         if !spec.params.is_empty() {
@@ -209,7 +212,7 @@ impl FastCx<'_, 0> {
             let py = unsafe { Python::assume_attached() };
             super::refuse_free_threading(py)?;
         }
-        Ok(FastCx {
+        Ok(FastCallContext {
             spec,
             args: [],
             reads: [],

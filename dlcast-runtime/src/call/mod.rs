@@ -1,10 +1,10 @@
 //! The per-call driver the macro emits calls to, in two phases:
 //!
-//! 1. **Python steps** ([`CallCx::prepare`], [`CallCx::peek`]): for every
+//! 1. **Python steps** ([`CallContext::prepare`], [`CallContext::peek`]): for every
 //!    array argument, in order, every step that may run Python code —
 //!    `__dlpack__`, `__dlpack_device__`, the buffer protocol, type lookups,
 //!    PyTorch's alias and checks (`import::torch`).
-//! 2. **Reads** ([`CallCx::finish`]): for every argument, the raw read
+//! 2. **Reads** ([`CallContext::finish`]): for every argument, the raw read
 //!    ([`crate::import::read`]), the checks against its [`ParamSpec`]
 //!    (device, shape and named extents, dtype, order, writability) and its
 //!    entry in the borrow registry ([`crate::borrow`]), with no Python code
@@ -14,18 +14,18 @@
 //!    runs that step, and reads every argument again; each such step runs
 //!    at most once per argument, so this ends.
 //!
-//! Then [`CallCx::take`] hands each view its read and its owner (through the
-//! [`View`] trait, in the `view` module), and [`CallCx::body`] runs the body.
+//! Then [`CallContext::take`] hands each view its read and its owner (through the
+//! [`View`] trait, in the `view` module), and [`CallContext::body`] runs the body.
 //! Error messages are formatted only when a check fails.
 //!
 //! Functions whose array parameters are all required and of one element
-//! type each first try the straight-line call of `fast` ([`FastCx`]), which
+//! type each first try the straight-line call of `fast` ([`FastCallContext`]), which
 //! takes calls whose every argument is an exact `numpy.ndarray` this
 //! driver's fast path would take, without the driver's per-argument state;
 //! anything else runs here from the start.
 //!
-//! Here, the driver ([`CallCx`]); in `checks`, the checks of phase 2
-//! ([`Who`]); in `work`, the Python steps a pass asks for (conversions
+//! Here, the driver ([`CallContext`]); in `checks`, the checks of phase 2
+//! ([`CallIdentity`]); in `python_steps`, the Python steps a pass asks for (conversions
 //! included); in `release`, when what a call holds is released (the body
 //! guard, and `RawTensor`'s `Drop`). What a call refuses, one variant per
 //! refusal with its message and exception type, is `CallError` in
@@ -43,19 +43,19 @@ mod checks;
 mod debug;
 pub(crate) mod depth;
 mod fast;
+mod python_steps;
 pub(crate) mod release;
-mod work;
 
 use crate::error::{CallError, NoCopy};
 use crate::import::numpy::NpRead;
 use crate::view::{FastKeep, FastNeeds, ReadSlot, View};
+pub use checks::CallIdentity;
 use checks::Refusal;
-pub use checks::Who;
 use debug::fast_switch;
 #[cfg(debug_assertions)]
 use debug::tripwire;
 pub use debug::{numpy_fast_path, raw_reads_in_progress};
-pub use fast::{FastArg, FastCx};
+pub use fast::{FastArg, FastCallContext};
 
 /// The dtype of an argument that decides a dtype-generic function's type
 /// parameter, read in phase 1 (it is read again, and checked, in phase 2).
@@ -78,7 +78,7 @@ struct Binding {
 }
 
 /// One array argument of the call.
-struct Slot {
+struct ArgSlot {
     /// The caller's argument; `None` for an absent optional one.
     obj: Option<Py<PyAny>>,
     /// What phase 1 made of it.
@@ -86,10 +86,10 @@ struct Slot {
     /// The view type's element type and writability.
     dtype: Option<DType>,
     writable: bool,
-    /// The read of the current phase-2 pass; after [`CallCx::take`], what a
+    /// The read of the current phase-2 pass; after [`CallContext::take`], what a
     /// borrowing view keeps (see [`ReadSlot`]).
     raw: std::cell::Cell<Option<RawTensor>>,
-    /// Whether [`CallCx::take`] ran for this slot.
+    /// Whether [`CallContext::take`] ran for this slot.
     taken: std::cell::Cell<bool>,
     /// The converted temporary the source reads, and the shape the
     /// argument had before (a conversion must keep it).
@@ -98,9 +98,9 @@ struct Slot {
     via_dlpack: bool,
     /// Its holds in rust-numpy's registries (an exact `numpy.ndarray`, when
     /// rust-numpy published its own), acquired in phase 1.
-    rnp: Option<crate::borrow::rnp::PreHold>,
+    rust_numpy_holds: Option<crate::borrow::rust_numpy::PreHold>,
     /// An exact `numpy.ndarray` left to the fast path (see
-    /// [`CallCx::fast_pass`]): what its view type needs; its source stays
+    /// [`CallContext::fast_pass`]): what its view type needs; its source stays
     /// empty until the general path takes it back.
     fast: Option<FastNeeds>,
     /// The fast path's read, once it passed every check.
@@ -109,10 +109,10 @@ struct Slot {
     held: std::cell::Cell<Option<crate::borrow::Borrow>>,
 }
 
-impl Slot {
+impl ArgSlot {
     #[inline(always)]
-    const fn absent() -> Slot {
-        Slot {
+    const fn absent() -> ArgSlot {
+        ArgSlot {
             obj: None,
             source: Source::Empty,
             dtype: None,
@@ -121,7 +121,7 @@ impl Slot {
             taken: std::cell::Cell::new(false),
             converted: None,
             via_dlpack: false,
-            rnp: None,
+            rust_numpy_holds: None,
             fast: None,
             np: None,
             held: std::cell::Cell::new(None),
@@ -130,7 +130,7 @@ impl Slot {
 }
 
 /// Python code a phase-2 pass asked for (see the module documentation).
-enum Work {
+enum PythonStep {
     /// Convert the argument (read-only, same kind): its framework makes a
     /// temporary, which is prepared in its place.
     Convert {
@@ -150,7 +150,7 @@ enum Work {
     Rehold,
     /// rust-numpy's table is not as phase 1 left it (Python code ran since:
     /// a later argument's phase 1, a conversion): check it again
-    /// (`borrow::rnp::check`, which adopts a table rust-numpy published
+    /// (`borrow::rust_numpy::check`, which adopts a table rust-numpy published
     /// meanwhile, or refuses NumPy arrays).
     Recheck,
 }
@@ -158,7 +158,7 @@ enum Work {
 /// Why a phase-2 pass stopped.
 enum Stop {
     Error(PyErr),
-    Work(usize, Work),
+    Step(usize, PythonStep),
 }
 
 impl From<PyErr> for Stop {
@@ -171,22 +171,22 @@ impl From<PyErr> for Stop {
 /// parameters. Created by the generated code, one per call, on the stack,
 /// in place (a fixed array of `N` slots: no copy of unused ones).
 #[doc(hidden)]
-pub struct CallCx<const N: usize> {
+pub struct CallContext<const N: usize> {
     /// The function and this call's id; the checks and errors are its
     /// methods (reached through `Deref`).
-    who: Who,
+    who: CallIdentity,
     names: SmallVec<[Option<Binding>; 4]>,
     /// The stream GPU inputs are asked for (see [`crate::stream`]); set by
     /// the generated code before the first `prepare`.
     stream: StreamRequest,
-    slots: [Slot; N],
+    slots: [ArgSlot; N],
     /// PyTorch tensors taken by writable parameters: their version counters
     /// are bumped once every argument has passed its checks.
     /// (A `Vec`: empty, as for every call without such a parameter, it
     /// allocates nothing and drops in a test.)
     bump: Vec<Py<PyAny>>,
     bumped: bool,
-    /// Whether [`CallCx::finish`] succeeded: from then on no argument is
+    /// Whether [`CallContext::finish`] succeeded: from then on no argument is
     /// prepared again, and views may be taken.
     finished: bool,
     /// Whether a view of this call, dropped in the body, would run a
@@ -195,14 +195,14 @@ pub struct CallCx<const N: usize> {
     defers: bool,
 }
 
-impl<const N: usize> std::ops::Deref for CallCx<N> {
-    type Target = Who;
-    fn deref(&self) -> &Who {
+impl<const N: usize> std::ops::Deref for CallContext<N> {
+    type Target = CallIdentity;
+    fn deref(&self) -> &CallIdentity {
         &self.who
     }
 }
 
-impl<const N: usize> CallCx<N> {
+impl<const N: usize> CallContext<N> {
     /// Starts a call of the function described by `spec`, which has `N`
     /// array parameters. Infallible, so that the context is built where the
     /// generated code keeps it: a `spec` that does not describe `N`
@@ -210,14 +210,14 @@ impl<const N: usize> CallCx<N> {
     /// wrong) is refused by every `prepare`, `peek` and `finish`.
     #[inline(always)]
     pub fn new(spec: &'static FnSpec) -> Self {
-        CallCx {
-            who: Who {
+        CallContext {
+            who: CallIdentity {
                 spec,
                 call: crate::borrow::new_call_id(),
             },
             names: smallvec::smallvec![None; spec.dim_names.len()],
             stream: StreamRequest::Producer,
-            slots: std::array::from_fn(|_| Slot::absent()),
+            slots: std::array::from_fn(|_| ArgSlot::absent()),
             bump: Vec::new(),
             bumped: false,
             finished: false,
@@ -291,14 +291,17 @@ impl<const N: usize> CallCx<N> {
         // in the process) before any read; after that, an atomic load.
         crate::borrow::api(obj.py())?;
         // An exact `numpy.ndarray` needs no other Python code (rust-numpy's
-        // table still in place: a look-up, see `borrow::rnp::check`).
+        // table still in place: a look-up, see `borrow::rust_numpy::check`).
         if numpy::is_ndarray(obj) {
-            crate::borrow::rnp::check(obj.py())?;
+            crate::borrow::rust_numpy::check(obj.py())?;
             // Left to the fast path where the view type has one and views
             // of NumPy arrays are dlcast's registry's alone; phase 1 of the
             // general path for an exact `numpy.ndarray` is the two lines
             // below, run by `fast_pass` itself where it gives up.
-            if V::FAST.is_some() && fast_switch::on() && crate::borrow::rnp::foreign().is_none() {
+            if V::FAST.is_some()
+                && fast_switch::on()
+                && crate::borrow::rust_numpy::foreign().is_none()
+            {
                 self.slots[index].fast = V::FAST;
                 return Ok(());
             }
@@ -311,7 +314,7 @@ impl<const N: usize> CallCx<N> {
         }
     }
 
-    /// As [`CallCx::prepare`] for an `Option<..>` parameter: Python's `None`
+    /// As [`CallContext::prepare`] for an `Option<..>` parameter: Python's `None`
     /// is `None`.
     pub fn prepare_opt<'a, V: View<'a>>(
         &mut self,
@@ -327,7 +330,7 @@ impl<const N: usize> CallCx<N> {
     /// Phase 1 for the argument of the parameter that decides a
     /// dtype-generic function's type parameter, and a first look at its
     /// dtype, on which the generated code dispatches (then calls
-    /// [`CallCx::prepare`] for it like for the others).
+    /// [`CallContext::prepare`] for it like for the others).
     pub fn peek(
         &mut self,
         index: usize,
@@ -406,7 +409,7 @@ impl<const N: usize> CallCx<N> {
         let (source, bump) = prepared.map_err(|e| self.import_error(param, e))?;
         let numpy = matches!(source, Source::Numpy(_));
         if numpy {
-            crate::borrow::rnp::check(py)?;
+            crate::borrow::rust_numpy::check(py)?;
         }
         self.slots[index].source = source;
         if numpy {
@@ -423,21 +426,23 @@ impl<const N: usize> CallCx<N> {
 
     /// Phase 1 for an exact `numpy.ndarray` (not a converted temporary):
     /// its holds in rust-numpy's registries, when rust-numpy published its
-    /// own (see `borrow::rnp::PreHold`); earlier holds of the slot are
+    /// own (see `borrow::rust_numpy::PreHold`); earlier holds of the slot are
     /// released first.
     fn pre_hold(&mut self, index: usize) -> PyResult<()> {
         let py = self.py();
         let slot = &mut self.slots[index];
-        slot.rnp = None;
-        let (Some(foreign), Source::Numpy(array), None) =
-            (crate::borrow::rnp::foreign(), &slot.source, &slot.converted)
-        else {
+        slot.rust_numpy_holds = None;
+        let (Some(foreign), Source::Numpy(array), None) = (
+            crate::borrow::rust_numpy::foreign(),
+            &slot.source,
+            &slot.converted,
+        ) else {
             return Ok(());
         };
         let writable = slot.writable;
-        match crate::borrow::rnp::pre_hold(foreign, array.bind(py), writable) {
+        match crate::borrow::rust_numpy::pre_hold(foreign, array.bind(py), writable) {
             Ok(held) => {
-                self.slots[index].rnp = Some(held);
+                self.slots[index].rust_numpy_holds = Some(held);
                 Ok(())
             }
             // Not writeable: phase 2 refuses it with dlcast's own message
@@ -483,7 +488,9 @@ impl<const N: usize> CallCx<N> {
                         if let Some(raw) = slot.raw.get_mut() {
                             raw.set_owner(import::into_owner(&mut slot.source));
                             self.defers |= raw.defers_release();
-                            if let (Some(held), Some(borrow)) = (&mut slot.rnp, &raw.borrow) {
+                            if let (Some(held), Some(borrow)) =
+                                (&mut slot.rust_numpy_holds, &raw.borrow)
+                            {
                                 held.commit(borrow);
                             }
                         }
@@ -501,7 +508,7 @@ impl<const N: usize> CallCx<N> {
                     self.clear_reads();
                     return Err(e);
                 }
-                Err(Stop::Work(index, work)) => {
+                Err(Stop::Step(index, work)) => {
                     self.clear_reads();
                     self.work(index, work)?;
                 }
@@ -545,7 +552,7 @@ impl<const N: usize> CallCx<N> {
         done
     }
 
-    /// The reads and checks of [`CallCx::fast_pass`]: `false` at the first
+    /// The reads and checks of [`CallContext::fast_pass`]: `false` at the first
     /// surprise (what was registered stays in the slots, to be dropped).
     #[inline(always)]
     fn fast_reads(&mut self) -> bool {
@@ -555,7 +562,7 @@ impl<const N: usize> CallCx<N> {
         // Views of NumPy arrays are dlcast's registry's alone (and, once
         // every read passed, rust-numpy's table is still as phase 1 checked
         // it: below).
-        if crate::borrow::rnp::foreign().is_some() {
+        if crate::borrow::rust_numpy::foreign().is_some() {
             return false;
         }
         let Ok(api) = crate::borrow::api(py) else {
@@ -591,8 +598,8 @@ impl<const N: usize> CallCx<N> {
         // phase 1 may have deleted it, and a rust-numpy extension published
         // its own). Checked once the reads passed (none runs Python code),
         // so that calls the fast path gives up on do not pay it twice.
-        // Else the general path checks again (`Work::Recheck`).
-        crate::borrow::rnp::in_place(py)
+        // Else the general path checks again (`PythonStep::Recheck`).
+        crate::borrow::rust_numpy::in_place(py)
     }
 
     /// The `Python` token (`attach` is not used: it may run PyO3's deferred
@@ -630,23 +637,23 @@ impl<const N: usize> CallCx<N> {
         // rust-numpy's table, which phase 1 checked for every exact
         // `numpy.ndarray` read from its fields, re-established in phase 2,
         // after the last Python code of the call (no Python code: see
-        // `borrow::rnp::in_place`); else back to phase 1, which adopts a
+        // `borrow::rust_numpy::in_place`); else back to phase 1, which adopts a
         // table rust-numpy published meanwhile (the next pass then acquires
-        // the views there: `Work::Rehold`) or refuses.
+        // the views there: `PythonStep::Rehold`) or refuses.
         if let Some(index) = self
             .slots
             .iter()
             .position(|s| matches!(s.source, Source::Numpy(_)))
         {
-            if !crate::borrow::rnp::in_place(py) {
-                return Err(Stop::Work(index, Work::Recheck));
+            if !crate::borrow::rust_numpy::in_place(py) {
+                return Err(Stop::Step(index, PythonStep::Recheck));
             }
         }
         Ok(())
     }
 
     /// Hands the view of parameter `index` its read (which owns what keeps
-    /// the memory alive). Call after [`CallCx::finish`] succeeded, once per
+    /// the memory alive). Call after [`CallContext::finish`] succeeded, once per
     /// parameter; the view borrows the context, so it cannot outlive it.
     #[inline(always)]
     pub fn take<'a, V: View<'a>>(&'a self, index: usize) -> PyResult<V> {
@@ -713,7 +720,7 @@ impl<const N: usize> CallCx<N> {
         f()
     }
 
-    /// As [`CallCx::take`] for an `Option<..>` parameter.
+    /// As [`CallContext::take`] for an `Option<..>` parameter.
     pub fn take_opt<'a, V: View<'a>>(&'a self, index: usize) -> PyResult<Option<V>> {
         if self.slots[index].obj.is_some() {
             self.take(index).map(Some)
@@ -730,10 +737,10 @@ impl<const N: usize> CallCx<N> {
 #[inline(always)]
 fn read_slot(
     py: Python<'_>,
-    who: Who,
+    who: CallIdentity,
     names: &mut [Option<Binding>],
     index: usize,
-    slot: &mut Slot,
+    slot: &mut ArgSlot,
 ) -> Result<(), Stop> {
     let param = &who.spec.params[index];
     let (dtype, writable) = (slot.dtype, slot.writable);
@@ -770,13 +777,13 @@ fn read_slot(
             let shape = SmallVec::from_slice(&raw.shape);
             *out = None;
             slot.converted = Some((py.None(), shape));
-            let work = Work::Convert {
+            let work = PythonStep::Convert {
                 target,
                 what,
                 host,
                 ndim,
             };
-            return Err(Stop::Work(index, work));
+            return Err(Stop::Step(index, work));
         }
     }
     who.register(py, param, raw, writable)?;
@@ -795,8 +802,8 @@ fn read_slot(
     // Its holds in rust-numpy's registries, acquired in phase 1, must
     // describe the array as read (no call into them here).
     let registered = raw.borrow.is_some();
-    if !rnp_holds_describe(py, slot, registered, writable) {
-        return Err(Stop::Work(index, Work::Rehold));
+    if !rust_numpy_holds_describe(py, slot, registered, writable) {
+        return Err(Stop::Step(index, PythonStep::Rehold));
     }
     Ok(())
 }
@@ -806,15 +813,15 @@ fn read_slot(
 /// a buffer dlcast cannot describe to NumPy (unless it is a conversion's
 /// temporary); anything else is the import's error.
 #[inline(always)]
-fn read_stop(who: Who, index: usize, slot: &Slot, e: ImportError) -> Stop {
+fn read_stop(who: CallIdentity, index: usize, slot: &ArgSlot, e: ImportError) -> Stop {
     let param = &who.spec.params[index];
     match e {
-        ImportError::NeedsDlpack if !slot.via_dlpack => Stop::Work(index, Work::Dlpack),
+        ImportError::NeedsDlpack if !slot.via_dlpack => Stop::Step(index, PythonStep::Dlpack),
         e @ ImportError::Invalid(_)
             if matches!(slot.source, Source::Buffer(_)) && slot.converted.is_none() =>
         {
             let e = who.import_error(param, e);
-            Stop::Work(index, Work::ViaNumpy(e))
+            Stop::Step(index, PythonStep::ViaNumpy(e))
         }
         e => Stop::Error(who.import_error(param, e)),
     }
@@ -824,7 +831,7 @@ fn read_stop(who: Who, index: usize, slot: &Slot, e: ImportError) -> Stop {
 /// that the conversion kept the argument's `shape`.
 #[inline(always)]
 fn read_of_converted(
-    who: Who,
+    who: CallIdentity,
     param: &crate::spec::ParamSpec,
     raw: &mut RawTensor,
     shape: &[usize],
@@ -853,16 +860,21 @@ fn read_of_converted(
 /// `numpy.ndarray` whose read is `registered` in the borrow registry, while
 /// rust-numpy publishes its own registries (no call into them here).
 #[inline(always)]
-fn rnp_holds_describe(py: Python<'_>, slot: &Slot, registered: bool, writable: bool) -> bool {
+fn rust_numpy_holds_describe(
+    py: Python<'_>,
+    slot: &ArgSlot,
+    registered: bool,
+    writable: bool,
+) -> bool {
     if let (Some(foreign), Source::Numpy(array), None, true) = (
-        crate::borrow::rnp::foreign(),
+        crate::borrow::rust_numpy::foreign(),
         &slot.source,
         &slot.converted,
         registered,
     ) {
         let array = array.bind(py);
         return slot
-            .rnp
+            .rust_numpy_holds
             .as_ref()
             .is_some_and(|h| h.matches(array, foreign, writable));
     }
@@ -871,7 +883,7 @@ fn rnp_holds_describe(py: Python<'_>, slot: &Slot, registered: bool, writable: b
 
 /// The fast read of one exact `numpy.ndarray` argument (parameter `index`,
 /// view type needs `needs`, element type `dtype`, writable or not), checked
-/// against the parameter's spec as `Who::check` would (each check passed,
+/// against the parameter's spec as `CallIdentity::check` would (each check passed,
 /// or the argument left to the general path) and entered in the borrow
 /// registry `api`; named extents are bound in `names`. `None` at the first
 /// surprise (a conflict included: the general path says which, in its
@@ -880,7 +892,7 @@ fn rnp_holds_describe(py: Python<'_>, slot: &Slot, registered: bool, writable: b
 #[inline(always)]
 fn fast_read(
     api: &'static crate::borrow::BorrowApi,
-    who: Who,
+    who: CallIdentity,
     names: &mut [Option<Binding>],
     index: usize,
     obj: &Bound<'_, PyAny>,
@@ -891,7 +903,7 @@ fn fast_read(
     let read = match numpy::read_fast(obj, dtype, needs.itemsize) {
         Some(read) => read,
         // A PyTorch tensor, read directly where its layout was learnt (the
-        // straight-line call only: `FastCx::read` checked its class).
+        // straight-line call only: `FastCallContext::read` checked its class).
         None => {
             crate::import::torch::direct::layout()?.read(obj, dtype, needs.itemsize, writable)?
         }
@@ -960,7 +972,7 @@ fn fast_read(
 }
 
 /// The call context's methods called out of order (only code that drives
-/// `CallCx` by hand can: the generated code calls each once, in order).
+/// `CallContext` by hand can: the generated code calls each once, in order).
 #[cold]
 fn misuse() -> PyErr {
     CallError::Misuse.into()

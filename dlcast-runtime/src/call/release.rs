@@ -8,7 +8,7 @@
 //! released is the call's lifecycle, and keeping it here leaves `import`
 //! free of any use of the call driver.
 
-use super::{CallCx, Slot};
+use super::{ArgSlot, CallContext};
 use crate::import::{Owner, RawTensor};
 
 impl Drop for RawTensor {
@@ -110,7 +110,7 @@ impl Drop for BodyGuard {
     }
 }
 
-impl<const N: usize> Drop for CallCx<N> {
+impl<const N: usize> Drop for CallContext<N> {
     fn drop(&mut self) {
         // The reads kept here (slices, ndarray views) and every owner not
         // handed to a view are released now, not at the end of an enclosing
@@ -126,7 +126,7 @@ impl<const N: usize> Drop for CallCx<N> {
         if defers {
             undeferred(|| {
                 for slot in &mut self.slots {
-                    *slot = Slot::absent();
+                    *slot = ArgSlot::absent();
                 }
             });
         }

@@ -6,7 +6,7 @@
 //!
 //! Where they are raised:
 //!
-//! - `call/checks.rs` (`Who`): the checks of phase 2 (device, shape and
+//! - `call/checks.rs` (`CallIdentity`): the checks of phase 2 (device, shape and
 //!   named extents, dtype, order, alignment, writability), the borrow
 //!   registry's and rust-numpy's refusals, the conversions, and the import
 //!   errors with the function and parameter added;

@@ -517,7 +517,7 @@ impl Exported {
             Err(Refused::NoMemory) => Err(ExportError::RegistryFull.into()),
             Err(Refused::Conflict(other)) => {
                 let function = borrow::name(other.function, other.function_len);
-                let holder = if function == borrow::rnp::RUST_NUMPY {
+                let holder = if function == borrow::rust_numpy::RUST_NUMPY {
                     "a rust-numpy PyReadwriteArray".to_string()
                 } else {
                     format!(

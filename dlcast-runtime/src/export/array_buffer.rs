@@ -546,7 +546,8 @@ impl<T: Element> ArrayBuffer<T> {
             Ok(b) => Ok(Some(b)),
             Err(Refused::NoMemory) => Err(ExportError::RegistryFull.into()),
             Err(Refused::Conflict(other))
-                if borrow::name(other.function, other.function_len) == borrow::rnp::RUST_NUMPY =>
+                if borrow::name(other.function, other.function_len)
+                    == borrow::rust_numpy::RUST_NUMPY =>
             {
                 Err(ExportError::BorrowedByRustNumpy {
                     what,
@@ -580,7 +581,7 @@ impl<T: Element> ArrayBuffer<T> {
     }
 
     /// Before an access registers its borrow: where rust-numpy's borrows of
-    /// NumPy arrays are, as `borrow::rnp::foreign_in_use` says after
+    /// NumPy arrays are, as `borrow::rust_numpy::foreign_in_use` says after
     /// checking rust-numpy's table (Python code may have deleted dlcast's
     /// table since the last dlcast call, and a rust-numpy extension
     /// published its own: it is adopted now, or NumPy arrays refused).
@@ -590,7 +591,7 @@ impl<T: Element> ArrayBuffer<T> {
     /// is kept for `refuse_blind`, which needs it only while exports live.
     fn rust_numpy(py: Python<'_>) -> PyResult<PyResult<bool>> {
         borrow::api(py)?;
-        Ok(borrow::rnp::foreign_in_use(py))
+        Ok(borrow::rust_numpy::foreign_in_use(py))
     }
 
     /// Refuses the access while `exports` arrays that rust-numpy could be

@@ -40,7 +40,7 @@ pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
 /// attribute (Python code can replace that). Where no table can be
 /// verified, a static type named `numpy.ndarray` (no Python code can make
 /// one) is NumPy's all the same; rust-numpy's borrows then cannot be
-/// followed, and [`crate::borrow::rnp::check`] refuses such arrays.
+/// followed, and [`crate::borrow::rust_numpy::check`] refuses such arrays.
 pub(crate) fn learn_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     // SAFETY: `obj` is a live object; its type pointer is valid.
     let tp = unsafe { ffi::Py_TYPE(obj.as_ptr()) };

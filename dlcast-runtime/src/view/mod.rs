@@ -757,7 +757,7 @@ impl<'a, T: Element, const N: usize> View<'a> for TensorMut<'a, T, N> {
     #[inline(always)]
     fn from_fast(read: &'a NpRead, keep: FastKeep<'a>) -> pyo3::PyResult<Self> {
         // Writable and reaching no element twice: the checks of the
-        // parameter (`Who::check`), made again.
+        // parameter (`CallIdentity::check`), made again.
         if read.read_only || read.may_self_overlap() {
             return Err(keep.refuse(Native::ReadOnly));
         }

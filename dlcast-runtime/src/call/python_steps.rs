@@ -1,35 +1,35 @@
-//! The Python steps a phase-2 pass asks for ([`Work`]): an argument read
+//! The Python steps a phase-2 pass asks for ([`PythonStep`]): an argument read
 //! again through `__dlpack__`, rust-numpy's holds acquired again, and the
 //! conversions of read-only arguments, each of which copies what phase 2
 //! read while that read is held in the borrow registry.
 
 use super::*;
 
-impl<const N: usize> CallCx<N> {
+impl<const N: usize> CallContext<N> {
     /// Runs the Python step a pass asked for, for slot `index`.
     #[cold]
     #[inline(never)]
-    pub(super) fn work(&mut self, index: usize, work: Work) -> PyResult<()> {
+    pub(super) fn work(&mut self, index: usize, work: PythonStep) -> PyResult<()> {
         let py = self.py();
-        if let Work::Recheck = work {
-            return crate::borrow::rnp::check(py);
+        if let PythonStep::Recheck = work {
+            return crate::borrow::rust_numpy::check(py);
         }
         let Some(obj) = self.slots[index].obj.as_ref().map(|o| o.clone_ref(py)) else {
             return Ok(());
         };
         let obj = obj.bind(py);
         match work {
-            Work::Dlpack => {
+            PythonStep::Dlpack => {
                 self.slots[index].via_dlpack = true;
                 match self.prepare_slot(index, obj, false) {
                     Err(e) => self.convert_via_numpy(index, obj, e),
                     ok => ok,
                 }
             }
-            Work::ViaNumpy(e) => self.convert_via_numpy(index, obj, e),
-            Work::Rehold => self.pre_hold(index),
-            Work::Recheck => Ok(()),
-            Work::Convert {
+            PythonStep::ViaNumpy(e) => self.convert_via_numpy(index, obj, e),
+            PythonStep::Rehold => self.pre_hold(index),
+            PythonStep::Recheck => Ok(()),
+            PythonStep::Convert {
                 target,
                 what,
                 host,
@@ -315,7 +315,7 @@ struct NumpyReads<'py> {
 /// How NumPy would read `obj`, the argument of `slot`; `None` where it does
 /// not without running other producers' code.
 fn what_numpy_reads<'py>(
-    slot: &Slot,
+    slot: &ArgSlot,
     obj: &Bound<'py, PyAny>,
 ) -> PyResult<Option<NumpyReads<'py>>> {
     let py = obj.py();
