@@ -8,6 +8,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
 structure = importlib.util.module_from_spec(spec)
@@ -85,3 +87,63 @@ def test_the_crates_keep_the_rules():
     ]
     assert not too_long
     assert not structure.cycles(structure.part_dependencies(structure.dependencies(mods)))
+
+
+# hostile: what a refactor can hide from the rules. Each made-up crate
+# breaks a rule in a way the crates could; the check must report it.
+
+
+@pytest.mark.hostile
+def test_hostile_a_circle_through_a_glob_import_of_the_parent_is_reported(tmp_path):
+    # `use super::*` brings the parent's names (its child modules, what it
+    # imports) into a file, which then names a sibling (`b::g()`) without
+    # `crate::`/`super::`/`self::`: call/python_steps.rs, import/torch/phase2.rs
+    # and torch/direct/learn.rs are written so.
+    mods = write(tmp_path, {
+        "lib.rs": "mod m;\n",
+        "m/mod.rs": "mod a;\nmod b;\n",
+        "m/a.rs": "use super::*;\npub fn f() { b::g(); }\n",
+        "m/b.rs": "pub fn g() { super::a::f(); }\n",
+    })
+    deps = structure.dependencies(mods)
+    assert "runtime::m::b" in deps["runtime::m::a"]
+    assert structure.cycles(structure.part_dependencies(deps)) == [["runtime::m::a", "runtime::m::b"]]
+
+
+@pytest.mark.hostile
+def test_hostile_a_circle_through_a_name_the_parent_imports_is_reported(tmp_path):
+    mods = write(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\nuse b::Thing;\n",
+        "a.rs": "use super::*;\npub fn f() -> Thing { Thing }\n",
+        "b.rs": "pub struct Thing;\npub fn g() { crate::a::f(); }\n",
+    })
+    deps = structure.dependencies(mods)
+    assert "runtime::b" in deps["runtime::a"]
+    assert structure.cycles(structure.part_dependencies(deps)) == [["runtime::a", "runtime::b"]]
+
+
+@pytest.mark.hostile
+def test_hostile_a_circle_through_an_exported_macro_is_reported(tmp_path):
+    # `#[macro_export]` puts a macro at the crate root whatever file defines
+    # it: `crate::mm!` names a.rs, not lib.rs.
+    mods = write(tmp_path, {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a.rs": "#[macro_export]\nmacro_rules! mm { () => {} }\npub fn f() { crate::b::g(); }\n",
+        "b.rs": "pub fn g() { crate::mm!(); }\n",
+    })
+    deps = structure.dependencies(mods)
+    assert structure.cycles(structure.part_dependencies(deps)) == [["runtime::a", "runtime::b"]]
+
+
+@pytest.mark.hostile
+def test_hostile_a_long_function_a_macro_defines_or_a_long_closure_is_reported(tmp_path):
+    # `fn $name` in a `macro_rules!` body (dtype.rs' element_impls, the
+    # dtype table's users) and a closure outside any `fn` (a static's
+    # initialiser) are code of the crate as much as a plain function.
+    body = "\n".join(f"        let _x{i} = {i};" for i in range(100))
+    mods = write(tmp_path, {
+        "lib.rs": "macro_rules! m { ($n:ident) => { fn $n() {\n" + body + "\n    } } }\nm!(long);\n"
+        "static S: std::sync::LazyLock<u8> = std::sync::LazyLock::new(|| {\n" + body + "\n    1\n});\n",
+    })
+    found = structure.long_functions(mods["runtime"])
+    assert len([f for f in found if f[2] > structure.MAX_LINES]) == 2, found
