@@ -87,7 +87,7 @@ def files() -> dict[str, Path]:
     return found
 
 
-FN = re.compile(r"\bfn\s+(\w+)")
+FN = re.compile(r"\bfn\s+(\$?\w+)|(?<![|\w])(?:move\s+)?\|[^|\n;]*\|\s*(?:->\s*[\w:<>&' ]+?\s*)?(?=\{)")
 
 
 def long_functions(path: Path) -> list[tuple[str, int, int]]:
@@ -124,7 +124,7 @@ def long_functions(path: Path) -> list[tuple[str, int, int]]:
             k += 1
         first = code.count("\n", 0, start) + 1
         last = code.count("\n", 0, k) + 1
-        out.append((m.group(1), first, last - first + 1))
+        out.append((m.group(1) or "closure", first, last - first + 1))
     return out
 
 
@@ -193,104 +193,161 @@ DEF = re.compile(
 )
 
 
-def use_map(code: str) -> tuple[dict[str, str], list[str]]:
+def use_map(code: str) -> tuple[dict[str, tuple[str, int]], list[tuple[str, int]]]:
     """A file's imports: the local name of each `use` (renames included) to
-    its path, and the paths of its globs."""
+    its path and position, and the paths and positions of its globs."""
     names, globs = {}, []
     for m in USE.finditer(code):
         for p, _, _ in use_paths("use " + m.group(1) + ";"):
             if p.endswith("::*"):
-                globs.append(p[:-3])
+                globs.append((p[:-3], m.start()))
             else:
                 parts = p.split("::")
                 if parts[-1] == "self":
                     parts.pop()
-                names[parts[-1]] = "::".join(parts)
+                names[parts[-1]] = ("::".join(parts), m.start())
         for rename in re.finditer(r"([\w:]+)\s+as\s+(\w+)", m.group(1)):
-            names[rename.group(2)] = rename.group(1)
+            names[rename.group(2)] = (rename.group(1), m.start())
     return names, globs
 
 
-def dependencies(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Each file's dependencies: the files that define what it names, found
-    through re-exports and imports to where each item is defined."""
-    info = {}
-    for mod, path in mods.items():
-        code = strip(path.read_text())
-        defs = {a or b for a, b in DEF.findall(code)}
-        names, globs = use_map(code)
-        info[mod] = (code, path.name in ("mod.rs", "lib.rs"), defs, names, globs)
+EXPORTED_MACRO = re.compile(r"#\[macro_export\][\s\S]{0,200}?macro_rules!\s*(\w+)")
+HEAD = re.compile(r"(?<![\w:.$])([A-Za-z_]\w*)\s*::\s*(?=\w)")
+IDENT = re.compile(r"(?<![\w:.$'])([A-Za-z_]\w*)\b(?!\s*::)")
 
-    def absolute(parts: list[str], mod: str) -> list[str]:
+
+class Crates:
+    """What each file defines and imports, and how a path resolves to the
+    file that defines its item."""
+
+    def __init__(self, mods: dict[str, Path]):
+        self.mods = mods
+        self.info = {}
+        self.exported = {}
+        for mod, path in mods.items():
+            code = strip(path.read_text())
+            defs = {a or b for a, b in DEF.findall(code)}
+            names, globs = use_map(code)
+            spans = inline_depth(code)
+            self.info[mod] = (code, defs, names, globs, spans)
+            for m in EXPORTED_MACRO.finditer(code):
+                self.exported[(mod.split("::")[0], m.group(1))] = mod
+
+    def absolute(self, parts: list[str], mod: str, pos: int = -1) -> list[str]:
+        """`parts` as written at `pos` of `mod`'s file, from the crate root:
+        inside an inline module (`mod tests { .. }`) its `super`s and `self`
+        stay in the file."""
         here = mod.split("::")
         if parts[0] == "crate":
             return [here[0]] + parts[1:]
+        spans = self.info[mod][4]
+        inner = sum(1 for a, b in spans if a < pos < b)
         target = list(here)
         while parts and parts[0] in ("super", "self"):
             if parts[0] == "super":
-                target.pop()
+                if inner:
+                    inner -= 1
+                else:
+                    target.pop()
             parts = parts[1:]
         return target + parts
 
-    def resolve(parts: list[str], depth: int = 0) -> str | None:
-        if depth > 20:
+    def resolve(self, parts: list[str], depth: int = 0) -> str | None:
+        """The file defining the item `parts` (from the crate root) names."""
+        if depth > 20 or not parts or parts[0] not in self.info:
             return None
         cur = parts[0]
-        if cur not in info:
-            return None
         for i, seg in enumerate(parts[1:], 1):
-            child = cur + "::" + seg
-            if child in info:
-                cur = child
+            if cur + "::" + seg in self.info:
+                cur = cur + "::" + seg
                 continue
-            _, _, defs, names, globs = info[cur]
+            _, defs, names, globs, _ = self.info[cur]
             if seg in defs:
                 return cur
+            if (parts[0], seg) in self.exported and cur == parts[0]:
+                return self.exported[(parts[0], seg)]
             if seg in names:
-                target = names[seg].split("::")
+                target, pos = names[seg]
+                target = target.split("::")
                 if target[0] not in ("crate", "super", "self"):
-                    if cur + "::" + target[0] not in info and target[0] not in defs:
+                    if cur + "::" + target[0] not in self.info and target[0] not in defs:
                         return None
                     target = ["self"] + target
-                got = resolve(absolute(target, cur) + parts[i + 1:], depth + 1)
-                return got or cur
-            for g in globs:
-                got = resolve(absolute(g.split("::"), cur) + [seg] + parts[i + 1:], depth + 1)
+                return self.resolve(self.absolute(target, cur, pos) + parts[i + 1:], depth + 1) or cur
+            for g, pos in globs:
+                got = self.resolve(self.absolute(g.split("::"), cur, pos) + [seg] + parts[i + 1:], depth + 1)
                 if got:
                     return got
             return cur
         return cur
 
-    deps: dict[str, set[str]] = {m: set() for m in mods}
-    for mod in mods:
-        code = info[mod][0]
-        spans = inline_depth(code)
-        children = {m.rsplit("::", 1)[1] for m in mods if m.rsplit("::", 1)[0] == mod and "::" in m}
-        # Paths through a child module without `self::` (`use phase2::X`,
-        # `phase2::f()`): relative to this file.
-        named = use_paths(code) + [
-            ("self::" + re.sub(r"\s", "", m.group(0)), m.start(), False)
-            for m in re.finditer(r"(?<![\w:])(\w+)(?:\s*::\s*\w+)+", USE.sub(lambda m: " " * len(m.group(0)), code))
-            if m.group(1) in children
-        ] + [
-            ("self::" + p, pos, public)
-            for p, pos, public in use_paths(code)
-            if p.split("::")[0] in children
-        ]
-        for p, pos, public in named:
+    def glob_bases(self, mod: str) -> list[list[str]]:
+        """The crate modules a file glob-imports (but itself)."""
+        out = []
+        for g, pos in self.info[mod][3]:
+            parts = g.split("::")
+            if parts[0] in ("crate", "super", "self"):
+                base = self.absolute(parts, mod, pos)
+                if "::".join(base) != mod:
+                    out.append(base)
+        return out
+
+    def named(self, mod: str) -> list[tuple[list[str], int]]:
+        """Every path a file names, from the crate root, with its position:
+        `use` paths and paths in code (`crate::`, `super::`, `self::`, a
+        child module, a name a glob import brings), and bare names a glob
+        import brings. `pub use` re-exports are left out: they are followed
+        where an item is looked up, and are no dependency themselves."""
+        code, defs, names, _, _ = self.info[mod]
+        children = {m.rsplit("::", 1)[1] for m in self.mods if m.rsplit("::", 1)[0] == mod and "::" in m}
+        bases = self.glob_bases(mod)
+        out = []
+        for p, pos, public in use_paths(code):
             parts = p.split("::")
             if parts[-1] in ("*", "self"):
                 parts = parts[:-1]
-            if public or parts[0] not in ("crate", "super", "self"):
+            if public or not parts:
                 continue
-            # Inside an inline module, its `super`s and `self` stay in the file.
-            inner = sum(1 for a, b in spans if a < pos < b)
-            while inner and parts and parts[0] in ("super", "self"):
-                if parts[0] == "super":
-                    inner -= 1
-                parts = ["self"] + parts[1:] if parts[0] == "super" and not inner else parts[1:]
-            parts = absolute(parts, mod) if parts else []
-            got = resolve(parts) if parts else None
+            if parts[0] in children:
+                parts = ["self"] + parts
+            if parts[0] in ("crate", "super", "self"):
+                out.append((self.absolute(parts, mod, pos), pos))
+        body = USE.sub(lambda m: " " * len(m.group(0)), code)
+        for m in HEAD.finditer(body):
+            head = m.group(1)
+            if head in ("crate", "super", "self", "Self"):
+                continue
+            rest = re.match(r"[\w\s:]*", body[m.end():]).group(0)
+            tail = [head] + [x for x in re.sub(r"\s", "", rest).split("::") if x]
+            if head in children:
+                out.append((self.absolute(["self"] + tail, mod, m.start()), m.start()))
+                continue
+            if head in names or head in defs:
+                continue
+            for base in bases:
+                _, bdefs, bnames, _, _ = self.info.get("::".join(base), (None, set(), {}, [], []))
+                if "::".join(base + [head]) in self.info or head in bdefs or head in bnames:
+                    out.append((base + tail, m.start()))
+        if bases:
+            for m in IDENT.finditer(body):
+                ident = m.group(1)
+                if ident in defs or ident in names:
+                    continue
+                for base in bases:
+                    _, bdefs, bnames, _, _ = self.info.get("::".join(base), (None, set(), {}, [], []))
+                    if ident in bdefs or ident in bnames:
+                        out.append((base + [ident], m.start()))
+        return out
+
+
+def dependencies(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Each file's dependencies: the files that define what it names, found
+    through re-exports and imports to where each item is defined."""
+    crates = Crates(mods)
+    deps: dict[str, set[str]] = {m: set() for m in mods}
+    for mod in mods:
+        for parts, _ in crates.named(mod):
+            got = crates.resolve(parts)
             if got and got != mod:
                 deps[mod].add(got)
     return deps
