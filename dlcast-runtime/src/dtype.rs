@@ -162,6 +162,62 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
     }
 }
 
+/// A type each of whose bit patterns (of its size) is a value, with no
+/// padding: what a generated `Element` impl (below) asks of its row's type
+/// at compile time, so that a row cannot declare, say, `char` or `bool`
+/// an element type whose every byte is a value.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes is a valid `Self`.
+unsafe trait AllBitPatterns {}
+
+macro_rules! all_bit_patterns {
+    ($($(#[$cfg:meta])? $t:ty),* $(,)?) => {$(
+        $(#[$cfg])?
+        // SAFETY: a plain integer or IEEE float, or a `half`/`microfloat`
+        // `#[repr(transparent)]` newtype of `u16`/`u8` whose constructors
+        // (`from_bits`) take any bits of that size.
+        unsafe impl AllBitPatterns for $t {}
+    )*};
+}
+all_bit_patterns!(
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+    f32,
+    f64,
+    #[cfg(feature = "half")]
+    half::f16,
+    #[cfg(feature = "half")]
+    half::bf16,
+    #[cfg(feature = "float8")]
+    microfloat::f8e3m4,
+    #[cfg(feature = "float8")]
+    microfloat::f8e4m3,
+    #[cfg(feature = "float8")]
+    microfloat::f8e4m3b11fnuz,
+    #[cfg(feature = "float8")]
+    microfloat::f8e4m3fn,
+    #[cfg(feature = "float8")]
+    microfloat::f8e4m3fnuz,
+    #[cfg(feature = "float8")]
+    microfloat::f8e5m2,
+    #[cfg(feature = "float8")]
+    microfloat::f8e5m2fnuz,
+    #[cfg(feature = "float8")]
+    microfloat::f8e8m0fnu,
+);
+
+// SAFETY: `num_complex::Complex` is `#[repr(C)]` `{ re: T, im: T }`: two
+// fields of one type, so no padding, and any bits of each are a `T`.
+#[cfg(feature = "complex")]
+unsafe impl<T: AllBitPatterns> AllBitPatterns for num_complex::Complex<T> {}
+
 /// The `Element` impl of each row of the dtype table, but those marked
 /// `element by hand`.
 macro_rules! element_impls {
@@ -172,16 +228,21 @@ macro_rules! element_impls {
     )*};
     (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)* ; $by:ident) => {};
     (@row [$ty:ty] $const:ident $bits:literal $($feature:literal)* ;) => {
-        // The row's size is the type's.
+        // The row's size and alignment are the type's (a complex number's
+        // alignment is its parts'), and every bit pattern is a value of it.
         #[cfg(all($(feature = $feature),*))]
-        const _: () = assert!(core::mem::size_of::<$ty>() * 8 == $bits);
+        const _: () = {
+            const fn all_bit_patterns<T: AllBitPatterns>() {}
+            all_bit_patterns::<$ty>();
+            let size = $bits / 8;
+            assert!(core::mem::size_of::<$ty>() == size);
+            let complex = DType::$const.code == code::COMPLEX;
+            assert!(core::mem::align_of::<$ty>() == if complex { size / 2 } else { size });
+        };
         #[cfg(all($(feature = $feature),*))]
-        // SAFETY: the row's dtype has the size and representation of the
-        // row's type, for which every bit pattern is valid: a plain integer
-        // or IEEE float, a `half`/`microfloat` `#[repr(transparent)]`
-        // newtype of `u16`/`u8` whose every value of those bits is a value
-        // of it, or `num_complex`'s `#[repr(C)]` pair of floats (size and
-        // alignment against the row: `each_row_is_its_element_type`).
+        // SAFETY: the row's dtype has the size and alignment of the row's
+        // type, and every bit pattern of that size is a value of it: both
+        // checked at compile time just above (`AllBitPatterns`).
         unsafe impl Element for $ty {
             const DTYPE: DType = DType::$const;
         }
