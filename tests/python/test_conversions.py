@@ -395,7 +395,14 @@ def test_no_bfloat16_from_numpy():
     # PyTorch has one.
     assert ext.sum_bf16(torch.ones(2)) == 2.0
 
+
+# The dtypes the layout property test draws: a sample of NumPy's real ones
+# (every dtype's conversions are tested above), rows of the dtype table.
 SOURCES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint16", "float16", "float32", "float64"]
+
+
+def test_the_layout_sample_names_rows_numpy_has():
+    assert set(SOURCES) <= set(facts_table.IN_NUMPY), SOURCES
 
 
 @st.composite
