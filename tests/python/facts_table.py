@@ -22,31 +22,31 @@ FRAMEWORKS = [
     ("paddle", "PaddlePaddle", ("paddle",), ("paddle", "from_dlpack"), True, "paddle.Tensor", "NegativeStridesRefused", "paddle.Tensor"),
 ]
 # One tuple per row: (name, #[dtype] name, whether NumPy has it, the
-# options of the frameworks without it).
+# options of the frameworks without it, DLPack code, bits, kind, Rust type).
 DTYPES = [
-    ("bool", "bool", True, ()),
-    ("int8", "i8", True, ()),
-    ("int16", "i16", True, ()),
-    ("int32", "i32", True, ()),
-    ("int64", "i64", True, ()),
-    ("uint8", "u8", True, ()),
-    ("uint16", "u16", True, ()),
-    ("uint32", "u32", True, ()),
-    ("uint64", "u64", True, ()),
-    ("float16", "f16", True, ("array_api",)),
-    ("bfloat16", "bf16", False, ("numpy", "array_api")),
-    ("float32", "f32", True, ()),
-    ("float64", "f64", True, ()),
-    ("complex64", "c64", True, ()),
-    ("complex128", "c128", True, ()),
-    ("float8_e3m4", "f8e3m4", False, ("numpy", "array_api", "torch")),
-    ("float8_e4m3", "f8e4m3", False, ("numpy", "array_api", "torch")),
-    ("float8_e4m3b11fnuz", "f8e4m3b11fnuz", False, ("numpy", "array_api", "torch")),
-    ("float8_e4m3fn", "f8e4m3fn", False, ("numpy", "array_api")),
-    ("float8_e4m3fnuz", "f8e4m3fnuz", False, ("numpy", "array_api")),
-    ("float8_e5m2", "f8e5m2", False, ("numpy", "array_api")),
-    ("float8_e5m2fnuz", "f8e5m2fnuz", False, ("numpy", "array_api")),
-    ("float8_e8m0fnu", "f8e8m0fnu", False, ("numpy", "array_api")),
+    ("bool", "bool", True, (), 6, 8, "Bool", "bool"),
+    ("int8", "i8", True, (), 0, 8, "Int", "i8"),
+    ("int16", "i16", True, (), 0, 16, "Int", "i16"),
+    ("int32", "i32", True, (), 0, 32, "Int", "i32"),
+    ("int64", "i64", True, (), 0, 64, "Int", "i64"),
+    ("uint8", "u8", True, (), 1, 8, "UInt", "u8"),
+    ("uint16", "u16", True, (), 1, 16, "UInt", "u16"),
+    ("uint32", "u32", True, (), 1, 32, "UInt", "u32"),
+    ("uint64", "u64", True, (), 1, 64, "UInt", "u64"),
+    ("float16", "f16", True, ("array_api",), 2, 16, "Float", "half::f16"),
+    ("bfloat16", "bf16", False, ("numpy", "array_api"), 4, 16, "Float", "half::bf16"),
+    ("float32", "f32", True, (), 2, 32, "Float", "f32"),
+    ("float64", "f64", True, (), 2, 64, "Float", "f64"),
+    ("complex64", "c64", True, (), 5, 64, "Complex", "num_complex::Complex<f32>"),
+    ("complex128", "c128", True, (), 5, 128, "Complex", "num_complex::Complex<f64>"),
+    ("float8_e3m4", "f8e3m4", False, ("numpy", "array_api", "torch"), 7, 8, "Float", "microfloat::f8e3m4"),
+    ("float8_e4m3", "f8e4m3", False, ("numpy", "array_api", "torch"), 8, 8, "Float", "microfloat::f8e4m3"),
+    ("float8_e4m3b11fnuz", "f8e4m3b11fnuz", False, ("numpy", "array_api", "torch"), 9, 8, "Float", "microfloat::f8e4m3b11fnuz"),
+    ("float8_e4m3fn", "f8e4m3fn", False, ("numpy", "array_api"), 10, 8, "Float", "microfloat::f8e4m3fn"),
+    ("float8_e4m3fnuz", "f8e4m3fnuz", False, ("numpy", "array_api"), 11, 8, "Float", "microfloat::f8e4m3fnuz"),
+    ("float8_e5m2", "f8e5m2", False, ("numpy", "array_api"), 12, 8, "Float", "microfloat::f8e5m2"),
+    ("float8_e5m2fnuz", "f8e5m2fnuz", False, ("numpy", "array_api"), 13, 8, "Float", "microfloat::f8e5m2fnuz"),
+    ("float8_e8m0fnu", "f8e8m0fnu", False, ("numpy", "array_api"), 14, 8, "Float", "microfloat::f8e8m0fnu"),
 ]
 # ---- end of generated ----
 
@@ -59,7 +59,79 @@ PYTHON_TYPES = {f[0]: f[5] for f in FRAMEWORKS}
 LAYOUTS = {f[0]: f[6] for f in FRAMEWORKS}
 STUB_TYPES = {f[0]: f[7] for f in FRAMEWORKS}
 DTYPE_NAMES = [d[0] for d in DTYPES]
+RUST_NAMES = {d[0]: d[1] for d in DTYPES}
+RUST_TYPES = {d[0]: d[7] for d in DTYPES}
+IN_NUMPY = [d[0] for d in DTYPES if d[2]]
 ABSENT_FROM = {d[0]: set(d[3]) for d in DTYPES}
+# The dtype of each DLPack (code, bits) pair (lanes 1), and each dtype's
+# bits and kind (`Bool`, `UInt`, `Int`, `Float`, `Complex`).
+BY_CODE = {(d[4], d[5]): d[0] for d in DTYPES}
+BITS = {d[0]: d[5] for d in DTYPES}
+KINDS = {d[0]: d[6] for d in DTYPES}
+
+
+def element_dtype(name):
+    """A NumPy dtype whose items hold one element of dtype `name` bit for
+    bit, from its row alone (kind and bits), so that a new row needs no
+    model of its own: a byte for `bool`, NumPy's integers of its width,
+    NumPy's float of that name or else ml_dtypes' (`bfloat16`, the float8
+    types), and a complex number as DLPack lays it out: two IEEE floats of
+    half its bits (the row of `float32`'s code with those bits), real
+    first."""
+    import numpy as np
+
+    kind, bits = KINDS[name], BITS[name]
+    if kind == "Bool":
+        return np.dtype(np.uint8)
+    if kind in ("Int", "UInt"):
+        return np.dtype(f"{kind[0].lower()}{bits // 8}")
+    if kind == "Complex":
+        ieee = BY_CODE[(DTYPES[DTYPE_NAMES.index("float32")][4], bits // 2)]
+        part = element_dtype(ieee)
+        return np.dtype([("re", part), ("im", part)])
+    assert kind == "Float", (name, kind)
+    if name in IN_NUMPY:
+        return np.dtype(name)
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def python_values(name, a):
+    """The elements of `a` (a NumPy array of `element_dtype(name)`) in C
+    order as the test extension's `values` gives them: Python bools, ints,
+    floats (every float type widened to a double) or complex numbers."""
+    import numpy as np
+
+    flat = np.array(a).ravel()  # a copy: aligned, C order
+    kind = KINDS[name]
+    if kind == "Bool":
+        return (flat != 0).tolist()
+    with np.errstate(invalid="ignore"):  # signalling NaNs
+        if kind == "Complex":
+            parts = flat["re"].astype(np.float64), flat["im"].astype(np.float64)
+            return [complex(re, im) for re, im in zip(*(p.tolist() for p in parts))]
+        if kind == "Float":
+            return flat.astype(np.float64).tolist()
+    return flat.tolist()
+
+
+def arange_values(name, n):
+    """The first `n` elements the test extension's `arange_array` makes of
+    dtype `name` (`ext.arange_to`, `ext.arange_<option>`), as
+    `python_values` gives them: element `i` is `i`, rounded to the dtype;
+    for `bool`, whether `i` is odd; for a complex dtype, `i - i*1j`."""
+    import numpy as np
+
+    i = np.arange(n)
+    if KINDS[name] == "Bool":
+        return (i % 2 == 1).tolist()
+    a = np.zeros(n, element_dtype(name))
+    if KINDS[name] == "Complex":
+        a["re"], a["im"] = i, -i
+    else:
+        a[...] = i
+    return python_values(name, a)
 
 
 def uncovered(wanted, *covers):

@@ -8,12 +8,12 @@ import itertools
 import os
 import random
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dlcast_testext as ext
+import facts_table
 from conftest import capsule, deleters_balanced
 
 
@@ -132,17 +132,9 @@ def test_numpy_legacy_and_versioned_capsules_directly():
 
 EXAMPLES = int(os.environ.get("DLCAST_HYPOTHESIS_EXAMPLES", "5000"))
 
-# (code, bits) -> (name, NumPy dtype the model reads the bytes as)
-SUPPORTED = {
-    (0, 8): ("int8", np.int8), (0, 16): ("int16", np.int16),
-    (0, 32): ("int32", np.int32), (0, 64): ("int64", np.int64),
-    (1, 8): ("uint8", np.uint8), (1, 16): ("uint16", np.uint16),
-    (1, 32): ("uint32", np.uint32), (1, 64): ("uint64", np.uint64),
-    (2, 16): ("float16", np.float16), (2, 32): ("float32", np.float32),
-    (2, 64): ("float64", np.float64), (4, 16): ("bfloat16", np.uint16),
-    (5, 64): ("complex64", np.complex64), (5, 128): ("complex128", np.complex128),
-    (6, 8): ("bool", np.uint8),
-}
+# (code, bits) -> the dtype's name: every row of the dtype table
+# (facts_table.py), each modelled from its kind and bits.
+SUPPORTED = facts_table.BY_CODE
 SUPPORTED_KEYS = sorted(SUPPORTED)
 FAKE_DEVICES = [2, 10]  # CUDA, ROCm: their pointers are never read
 INVALID = ["neg_extent", "huge_stride", "null_data", "offset_wrap", "version", "dtype", "device"]
@@ -152,17 +144,10 @@ def model_elements(buf, code, bits, shape, byte_strides, start):
     """The elements the description reaches, in C order, as Python values."""
     if 0 in shape:
         return []
-    name, np_dtype = SUPPORTED[(code, bits)]
-    a = np.ndarray(shape, np_dtype, buffer=buf, offset=start, strides=byte_strides)
-    flat = np.array(a).ravel()  # a copy: aligned, C order
-    if name == "bool":
-        return (flat != 0).tolist()
-    with np.errstate(invalid="ignore"):  # signalling NaNs
-        if name == "bfloat16":
-            return ((flat.astype(np.uint32) << 16).view(np.float32)).astype(np.float64).tolist()
-        if name == "float16":
-            return flat.astype(np.float64).tolist()
-    return flat.tolist()
+    name = SUPPORTED[(code, bits)]
+    a = np.ndarray(shape, facts_table.element_dtype(name), buffer=buf, offset=start,
+                   strides=byte_strides)
+    return facts_table.python_values(name, a)
 
 
 def same(x, y):
@@ -323,7 +308,7 @@ def check_description(d):
     on_cpu = d["device"] == (1, 0)
     if consumer == "describe":
         assert error is None, (d, msg)
-        name = SUPPORTED[(d["code"], d["bits"])][0]
+        name = SUPPORTED[(d["code"], d["bits"])]
         # A legacy capsule cannot say whether it may be written: read-only.
         read_only = not d["versioned"] or d["flags"] & 1 == 1
         assert result == (shape, strides, name, d["device"], read_only,
@@ -491,20 +476,9 @@ def test_byte_offsets_unaligned_and_split():
 
 
 # Every dtype class: (code, bits, lanes) over the codes of DLPack 1.3 and
-# beyond, odd widths and vector lanes. Supported ones must read correctly,
-# every other one must be refused with its raw fields.
-SUPPORTED_DTYPES = {
-    (0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64,
-    (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
-    (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
-    (4, 16): "bfloat16", (5, 64): np.complex64, (5, 128): np.complex128, (6, 8): "bool",
-    # The float8 codes (the sub-byte float6 and float4 ones, 15 to 17, stay
-    # refused).
-    (7, 8): ml_dtypes.float8_e3m4, (8, 8): ml_dtypes.float8_e4m3,
-    (9, 8): ml_dtypes.float8_e4m3b11fnuz, (10, 8): ml_dtypes.float8_e4m3fn,
-    (11, 8): ml_dtypes.float8_e4m3fnuz, (12, 8): ml_dtypes.float8_e5m2,
-    (13, 8): ml_dtypes.float8_e5m2fnuz, (14, 8): ml_dtypes.float8_e8m0fnu,
-}
+# beyond, odd widths and vector lanes. Those of the dtype table's rows
+# (lanes 1) must read correctly, every other one (the sub-byte float6 and
+# float4 codes, 15 to 17, among them) must be refused with its raw fields.
 CODES = list(range(0, 21)) + [127, 255]
 BITS = [0, 1, 4, 6, 8, 16, 32, 64, 128, 255]
 LANES = [0, 1, 2, 4, 65535]
@@ -513,16 +487,14 @@ RAW = bytes(range(7, 7 + 48))  # no NaNs or infinities at any width
 
 def model_values(code, bits, raw, n):
     """What `ext.values` must return for `n` elements at the start of `raw`."""
-    kind = SUPPORTED_DTYPES[(code, bits)]
-    if kind == "bool":
-        return [b != 0 for b in raw[:n]]
-    if kind == "bfloat16":
-        u = np.frombuffer(raw, np.uint16, n).astype(np.uint32) << 16
-        return u.view(np.float32).astype(np.float64).tolist()
-    a = np.frombuffer(raw, kind, n)
-    if a.dtype.kind == "f":
-        a = a.astype(np.float64)
-    return a.tolist()
+    name = SUPPORTED[(code, bits)]
+    return facts_table.python_values(name, np.frombuffer(raw, facts_table.element_dtype(name), n))
+
+
+def test_every_row_is_a_dtype_class():
+    # A row whose (code, bits) the sweep below does not reach would go
+    # untested there.
+    assert set(SUPPORTED) <= set(itertools.product(CODES, BITS)), SUPPORTED
 
 
 @pytest.mark.hostile
@@ -531,7 +503,7 @@ def test_every_dtype_class():
     with deleters_balanced(len(combos)):
         for code, bits, lanes in combos:
             c = ext.make_capsule(RAW, [3], [1], dtype=(code, bits, lanes), versioned=lanes % 2 == 0)
-            if lanes == 1 and (code, bits) in SUPPORTED_DTYPES:
+            if lanes == 1 and (code, bits) in SUPPORTED:
                 assert ext.values(c) == model_values(code, bits, RAW, 3), (code, bits)
             else:
                 with pytest.raises(TypeError, match=rf"argument 'x': unsupported dtype \(code={code}, bits={bits}, lanes={lanes}\)"):

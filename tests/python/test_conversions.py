@@ -19,22 +19,12 @@ import facts_table
 from conftest import capsule, deleters_balanced, run_py
 
 
-# Every dtype NumPy has that dlcast reads, with a typed function for it.
+# Every dtype NumPy has that dlcast reads (the dtype table's rows,
+# facts_table.py), with a typed function for it: the test extension's
+# `sum_<#[dtype] name>`, `bool`'s `count_true`.
 TYPED = [
-    ("bool", ext.count_true),
-    ("int8", ext.sum_i8),
-    ("int16", ext.sum_i16),
-    ("int32", ext.sum_i32),
-    ("int64", ext.sum_i64),
-    ("uint8", ext.sum_u8),
-    ("uint16", ext.sum_u16),
-    ("uint32", ext.sum_u32),
-    ("uint64", ext.sum_u64),
-    ("float16", ext.sum_f16),
-    ("float32", ext.sum_f32),
-    ("float64", ext.sum_f64),
-    ("complex64", ext.sum_c64),
-    ("complex128", ext.sum_c128),
+    (name, ext.count_true if name == "bool" else getattr(ext, f"sum_{facts_table.RUST_NAMES[name]}"))
+    for name in facts_table.IN_NUMPY
 ]
 
 
@@ -405,7 +395,14 @@ def test_no_bfloat16_from_numpy():
     # PyTorch has one.
     assert ext.sum_bf16(torch.ones(2)) == 2.0
 
+
+# The dtypes the layout property test draws: a sample of NumPy's real ones
+# (every dtype's conversions are tested above), rows of the dtype table.
 SOURCES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint16", "float16", "float32", "float64"]
+
+
+def test_the_layout_sample_names_rows_numpy_has():
+    assert set(SOURCES) <= set(facts_table.IN_NUMPY), SOURCES
 
 
 @st.composite

@@ -12,17 +12,13 @@ import pytest
 import torch
 
 import dlcast_testext as ext
+import facts_table
 
-# Every float8 dtype DLPack has, with PyTorch's dtype where PyTorch has it.
+# Every float8 dtype of the dtype table (facts_table.py), with PyTorch's
+# dtype where PyTorch has it (the table's `absent_from` column).
 FLOAT8 = {
-    "float8_e3m4": None,
-    "float8_e4m3": None,
-    "float8_e4m3b11fnuz": None,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e4m3fnuz": torch.float8_e4m3fnuz,
-    "float8_e5m2": torch.float8_e5m2,
-    "float8_e5m2fnuz": torch.float8_e5m2fnuz,
-    "float8_e8m0fnu": torch.float8_e8m0fnu,
+    name: None if "torch" in facts_table.ABSENT_FROM[name] else getattr(torch, name)
+    for name in facts_table.DTYPE_NAMES if name.startswith("float8_")
 }
 IN_TORCH = [n for n, t in FLOAT8.items() if t is not None]
 ALL_BYTES = bytes(range(256))
@@ -96,7 +92,7 @@ def test_values_are_the_frameworks_values(name):
         np.testing.assert_array_equal(got, torch_f8(name).float().numpy())
 
 
-@pytest.mark.parametrize("name", ["float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"])
+@pytest.mark.parametrize("name", [n for n, t in FLOAT8.items() if t is None])
 def test_torch_refuses_the_types_it_lacks_up_front(name):
     with pytest.raises(BufferError, match=f"returns = torch: PyTorch has no {name}; .*JAX has every dtype"):
         ext.f8_copy_torch(jax_f8(name))

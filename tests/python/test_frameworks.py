@@ -22,19 +22,12 @@ import dlcast_testext as ext
 import facts_table
 
 
-# (NumPy dtype, typed function, torch dtype)
+# Every integer and float dtype NumPy has (the dtype table's rows,
+# facts_table.py), as (name, the test extension's typed function
+# `sum_<#[dtype] name>`, PyTorch's dtype).
 DTYPES = [
-    ("int8", ext.sum_i8, torch.int8),
-    ("int16", ext.sum_i16, torch.int16),
-    ("int32", ext.sum_i32, torch.int32),
-    ("int64", ext.sum_i64, torch.int64),
-    ("uint8", ext.sum_u8, torch.uint8),
-    ("uint16", ext.sum_u16, torch.uint16),
-    ("uint32", ext.sum_u32, torch.uint32),
-    ("uint64", ext.sum_u64, torch.uint64),
-    ("float16", ext.sum_f16, torch.float16),
-    ("float32", ext.sum_f32, torch.float32),
-    ("float64", ext.sum_f64, torch.float64),
+    (name, getattr(ext, f"sum_{facts_table.RUST_NAMES[name]}"), getattr(torch, name))
+    for name in facts_table.IN_NUMPY if facts_table.KINDS[name] in ("Int", "UInt", "Float")
 ]
 
 
@@ -50,7 +43,7 @@ def test_typed_views_every_real_dtype(name, fn, tdt):
     assert fn(a) == expected
     assert fn(torch.tensor(vals, dtype=tdt).reshape(2, 3)) == expected
     assert fn(jnp.asarray(a)) == expected
-    if name != "float16":  # the array API standard has no float16
+    if "array_api" not in facts_table.ABSENT_FROM[name]:  # (no float16)
         assert fn(xp.asarray(a)) == expected
     assert ext.describe(a)[2] == name
     assert ext.values(a) == a.ravel().tolist()
@@ -339,20 +332,19 @@ def test_tensorflow_objects_without_dlpack_go_through_to_dlpack(monkeypatch):
     assert calls == [old]
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint8", "float16",
-                                   "bfloat16", "float32", "float64", "complex64"])
+# Every dtype TensorFlow has (the dtype table's `absent_from` column) but
+# the float8 types (test_float8.py).
+IN_TENSORFLOW = [d for d in facts_table.DTYPE_NAMES
+                 if "tensorflow" not in facts_table.ABSENT_FROM[d] and not d.startswith("float8_")]
+
+
+@pytest.mark.parametrize("dtype", IN_TENSORFLOW)
 def test_returns_tensorflow(dtype):
     out, _ = ext.arange_tensorflow(dtype, [2, 3])
     assert isinstance(out, tf.Tensor)
     assert out.shape == (2, 3)
-    want = np.arange(6).reshape(2, 3)
-    got = out.numpy()
-    if dtype == "bool":
-        assert got.tolist() == (want % 2 == 1).tolist()
-    elif dtype.startswith("complex"):
-        assert got.tolist() == (want - 1j * want).tolist()
-    else:
-        assert got.astype(np.float64).tolist() == want.tolist()
+    want = facts_table.arange_values(dtype, 6)
+    assert np.array_equal(out.numpy().ravel(), np.array(want)), (dtype, out)
 
 
 def test_returns_cupy_calls_cupy_from_dlpack(monkeypatch):

@@ -306,7 +306,7 @@ fn python_tables(t: &Tables) -> String {
     }
     out.push_str(
         "]\n# One tuple per row: (name, #[dtype] name, whether NumPy has it, the\n\
-         # options of the frameworks without it).\n\
+         # options of the frameworks without it, DLPack code, bits, kind, Rust type).\n\
          DTYPES = [\n",
     );
     for d in t.dtypes {
@@ -316,11 +316,16 @@ fn python_tables(t: &Tables) -> String {
             .map(|a| t.frameworks[*a as usize].option);
         writeln!(
             out,
-            "    ({}, {}, {}, {}),",
+            "    ({}, {}, {}, {}, {}, {}, {}, {}),",
             py_str(d.name),
             py_str(d.rust),
             py_bool(!d.numpy.is_empty()),
             py_tuple(absent),
+            d.code,
+            d.bits,
+            py_str(&format!("{:?}", d.kind)),
+            // `stringify!` spaces out the type's tokens.
+            py_str(&d.ty.split_whitespace().collect::<String>()),
         )
         .unwrap();
     }
