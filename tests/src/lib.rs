@@ -625,6 +625,8 @@ arange_fns!(
     arange_array_api => (returns = array_api),
     arange_cupy => (returns = cupy),
     arange_tensorflow => (returns = tensorflow),
+    arange_memoryview => (returns = memoryview),
+    arange_mlx => (returns = mlx),
 );
 
 /// `arange` handed to the framework whose option (`"numpy"`, ...) is given
@@ -883,6 +885,8 @@ fn add_export_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
         identity_jax,
         arange_cupy,
         arange_tensorflow,
+        arange_memoryview,
+        arange_mlx,
         ones_like,
         maybe_ones_like,
         identity_tf,
