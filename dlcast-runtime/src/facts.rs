@@ -374,6 +374,27 @@ pub enum ReadOnly {
     Refused,
 }
 
+impl ReadOnly {
+    /// Whether the framework's arrays are all writable (it has no
+    /// read-only arrays: [`ReadOnly::Refused`]). Matched in full, so that
+    /// a new variant is decided here.
+    pub const fn arrays_always_writable(self) -> bool {
+        match self {
+            ReadOnly::Refused => true,
+            ReadOnly::Marked | ReadOnly::Immutable => false,
+        }
+    }
+
+    /// Whether the framework's arrays never change
+    /// ([`ReadOnly::Immutable`]). Matched in full.
+    pub const fn arrays_immutable(self) -> bool {
+        match self {
+            ReadOnly::Immutable => true,
+            ReadOnly::Marked | ReadOnly::Refused => false,
+        }
+    }
+}
+
 /// What becomes of a layout a framework cannot take as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {

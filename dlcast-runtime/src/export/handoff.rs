@@ -6,7 +6,7 @@ use super::array::{delete_versioned, make_capsule, make_managed, Array, BUFFER_P
 use super::tensor::Tensor;
 use crate::device::Device;
 use crate::error::ExportError;
-use crate::facts::{FrameworkFacts, Handover, Layout, ReadOnly};
+use crate::facts::{FrameworkFacts, Handover, Layout};
 pub use crate::framework::Framework;
 use crate::import::Dims;
 use crate::layout;
@@ -108,8 +108,7 @@ const _: () = {
     while i < crate::facts::FRAMEWORKS.len() {
         let f = &crate::facts::FRAMEWORKS[i];
         assert!(
-            !matches!(f.handover, Handover::LegacyCapsule { .. })
-                || matches!(f.read_only, ReadOnly::Immutable)
+            !matches!(f.handover, Handover::LegacyCapsule { .. }) || f.read_only.arrays_immutable()
         );
         i += 1;
     }
@@ -127,7 +126,7 @@ fn layout_for<'py>(
 ) -> PyResult<(Bound<'py, Array>, bool)> {
     let py = array.py();
     let e = &array.get().inner;
-    if f.read_only == ReadOnly::Refused && e.requires_grad {
+    if f.read_only.arrays_always_writable() && e.requires_grad {
         return Err(ExportError::RequiresGrad {
             how: f.returns,
             name: f.name,
@@ -138,7 +137,7 @@ fn layout_for<'py>(
     // A framework without read-only arrays gets read-only host memory as a
     // writable copy of its own (see `writable_copy`); device memory, which
     // dlcast does not copy, is refused.
-    if f.read_only == ReadOnly::Refused && e.read_only {
+    if f.read_only.arrays_always_writable() && e.read_only {
         if !host {
             return Err(ExportError::ReadOnlyRefused {
                 option: f.option,
@@ -148,7 +147,7 @@ fn layout_for<'py>(
         }
         return Ok((writable_copy(array, f.returns)?, true));
     }
-    let immutable = f.read_only == ReadOnly::Immutable;
+    let immutable = f.read_only.arrays_immutable();
     // An immutable framework's importer asks for a legacy capsule, which
     // cannot say read-only: read-only data goes to it as a copy (below), as
     // a legacy request of a read-only `dlcast.Array` does. Device memory
@@ -451,7 +450,7 @@ fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<Py
     let py = out.py();
     let f = fw.facts();
     let mut hand = |array: &Bound<'py, Array>| -> PyResult<Bound<'py, PyAny>> {
-        if f.read_only == ReadOnly::Refused && array.get().inner.requires_grad {
+        if f.read_only.arrays_always_writable() && array.get().inner.requires_grad {
             return Err(ExportError::RequiresGrad {
                 how: DEFAULT_RETURN,
                 name: f.name,
@@ -464,7 +463,7 @@ fn convert_default<'py>(out: Bound<'py, PyAny>, fw: Framework) -> PyResult<Py<Py
         // memory live in a call still running) raises rather than leaves a
         // `dlcast.Array` (torch in, torch out, in every such corner).
         let e = &array.get().inner;
-        let copied = if f.read_only == ReadOnly::Refused
+        let copied = if f.read_only.arrays_always_writable()
             && e.read_only
             && e.device.is_host_accessible()
             && !e.dtype.facts().is_some_and(|d| d.absent_from.contains(&fw))

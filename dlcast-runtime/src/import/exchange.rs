@@ -128,14 +128,10 @@ fn tag_of(tp: *mut ffi::PyTypeObject) -> u32 {
 
 /// Whether `framework`'s arrays are immutable, so that a capsule of one is
 /// read read-only whatever it says: its `read_only` column of
-/// [`crate::facts::FRAMEWORKS`] (matched in full, so a new kind of
-/// read-only answer is decided here).
+/// [`crate::facts::FRAMEWORKS`] (`ReadOnly::arrays_immutable`, matched in
+/// full, so a new kind of read-only answer is decided there).
 pub(crate) fn arrays_immutable(framework: crate::facts::Framework) -> bool {
-    use crate::facts::ReadOnly;
-    match framework.facts().read_only {
-        ReadOnly::Immutable => true,
-        ReadOnly::Marked | ReadOnly::Refused => false,
-    }
+    framework.facts().read_only.arrays_immutable()
 }
 
 /// The exchange API and [`TypeFlags`] of `obj`'s type: from the cache, or
