@@ -87,6 +87,21 @@ def files() -> dict[str, Path]:
     return found
 
 
+def closing_brace(code: str, opening: int) -> int:
+    """The index of the brace closing the one at `opening` (the end of the
+    code if none does)."""
+    level, k = 0, opening
+    while k < len(code):
+        if code[k] == "{":
+            level += 1
+        elif code[k] == "}":
+            level -= 1
+            if not level:
+                break
+        k += 1
+    return k
+
+
 FN = re.compile(r"\bfn\s+(\$?\w+)|(?<![|\w])(?:move\s+)?\|[^|\n;]*\|\s*(?:->\s*[\w:<>&' ]+?\s*)?(?=\{)")
 
 
@@ -113,15 +128,7 @@ def long_functions(path: Path) -> list[tuple[str, int, int]]:
             j += 1
         if j < 0 or j >= len(code):
             continue
-        level, k = 0, j
-        while k < len(code):
-            if code[k] == "{":
-                level += 1
-            elif code[k] == "}":
-                level -= 1
-                if not level:
-                    break
-            k += 1
+        k = closing_brace(code, j)
         first = code.count("\n", 0, start) + 1
         last = code.count("\n", 0, k) + 1
         out.append((m.group(1) or "closure", first, last - first + 1))
@@ -175,16 +182,7 @@ def inline_depth(code: str) -> list[tuple[int, int]]:
     """The spans of a file's inline `mod x { ... }` blocks."""
     spans = []
     for m in INLINE_MOD.finditer(code):
-        level, k = 0, m.end() - 1
-        while k < len(code):
-            if code[k] == "{":
-                level += 1
-            elif code[k] == "}":
-                level -= 1
-                if not level:
-                    break
-            k += 1
-        spans.append((m.start(), k))
+        spans.append((m.start(), closing_brace(code, m.end() - 1)))
     return spans
 
 

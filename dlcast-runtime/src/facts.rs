@@ -163,8 +163,6 @@ pub struct DTypeFacts {
     pub ty: &'static str,
     /// Other names its crate gives the type (`num_complex`'s `Complex32`).
     pub aka: &'static [&'static str],
-    /// The runtime's cargo features the type needs (`["half"]`).
-    pub features: &'static [&'static str],
     /// DLPack's `DLDataType.code` ([`code`]).
     pub code: u8,
     /// DLPack's `DLDataType.bits` (`lanes` is 1 for every row).
@@ -286,7 +284,6 @@ macro_rules! dtypes {
             element: dtypes!(@element $ty $(, $alias)?),
             ty: stringify!($ty),
             aka: &[$($(stringify!($aka)),+)?],
-            features: &[$($($feature),+)?],
             code: code::$code,
             bits: $bits,
             kind: Kind::$kind,

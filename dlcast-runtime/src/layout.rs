@@ -143,8 +143,17 @@ pub fn may_self_overlap(shape: &[usize], strides: &[isize]) -> bool {
         .map(|(&n, &s)| (s.unsigned_abs(), n))
         .collect();
     dims.sort_unstable();
+    sorted_dims_overlap(&dims)
+}
+
+/// The scan of [`may_self_overlap`] (and of the fast read's copy of it on
+/// fixed arrays): `dims`, the `(|stride|, extent)` of every dimension with
+/// more than one index, sorted, overlap unless each stride clears all the
+/// smaller ones reach.
+#[inline(always)]
+pub(crate) fn sorted_dims_overlap(dims: &[(usize, usize)]) -> bool {
     let mut reach: usize = 0;
-    for (stride, n) in dims {
+    for &(stride, n) in dims {
         if stride <= reach {
             return true;
         }

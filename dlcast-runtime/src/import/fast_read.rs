@@ -70,17 +70,7 @@ impl NpRead {
                 len += 1;
             }
         }
-        let mut reach: usize = 0;
-        for &(stride, n) in &dims[..len] {
-            if stride <= reach {
-                return true;
-            }
-            reach = match stride.checked_mul(n - 1).and_then(|r| r.checked_add(reach)) {
-                Some(r) => r,
-                None => return true,
-            };
-        }
-        false
+        crate::layout::sorted_dims_overlap(&dims[..len])
     }
 }
 
